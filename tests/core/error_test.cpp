@@ -1,0 +1,52 @@
+#include "custos/core/error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace custos {
+namespace {
+
+TEST(Errors, EveryCodeHasOneUniqueWireString) {
+  std::set<std::string_view> wires;
+  std::set<Errc> codes;
+  for (auto code : all_errcs()) {
+    EXPECT_TRUE(codes.insert(code).second) << static_cast<int>(code);
+    auto wire = errc_wire(code);
+    EXPECT_TRUE(wires.insert(wire).second) << wire;
+    EXPECT_NE(wire.find('.'), std::string_view::npos) << wire;
+    EXPECT_EQ(errc_from_wire(wire), code);
+  }
+}
+
+TEST(Errors, StableWireStrings) {
+  // These strings are API (API.md, ARCHITECTURE.md): they must never change.
+  EXPECT_EQ(errc_wire(Errc::plan_invalid_cwd), "plan.invalid_cwd");
+  EXPECT_EQ(errc_wire(Errc::sandbox_unsupported), "sandbox.unsupported");
+  EXPECT_EQ(errc_wire(Errc::auth_stale_epoch), "auth.stale_epoch");
+  EXPECT_EQ(errc_wire(Errc::spawn_failed), "spawn.failed");
+  EXPECT_EQ(errc_wire(Errc::recovery_indeterminate), "recovery.indeterminate");
+  EXPECT_EQ(errc_wire(Errc::exec_wait_timeout), "exec.wait_timeout");
+  EXPECT_EQ(errc_wire(Errc::auth_denied), "auth.denied");
+  EXPECT_EQ(static_cast<int>(Errc::plan_invalid_cwd), 1012);
+}
+
+TEST(Errors, RecoveryClasses) {
+  EXPECT_EQ(Error(Errc::plan_invalid_cwd).recovery(), Recovery::caller_correction);
+  EXPECT_EQ(Error(Errc::auth_stale_epoch).recovery(), Recovery::reauthorize);
+  EXPECT_EQ(Error(Errc::registry_corrupt_record).recovery(), Recovery::quarantine);
+  EXPECT_EQ(recovery_wire(Recovery::cancel_reap), "cancel_reap");
+}
+
+TEST(Errors, FromDiagnostics) {
+  auto one = Error::from_diagnostics({{Errc::plan_invalid_cwd, "/plan/cwd", "escapes"}});
+  EXPECT_EQ(one.code, Errc::plan_invalid_cwd);
+  auto two = Error::from_diagnostics({{Errc::plan_invalid_cwd, "/plan/cwd", "escapes"},
+                                      {Errc::plan_empty_argv, "/plan/command/argv", "empty"}});
+  EXPECT_EQ(two.code, Errc::plan_invalid);
+  EXPECT_EQ(two.diagnostics.size(), 2U);
+}
+
+}  // namespace
+}  // namespace custos

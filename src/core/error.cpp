@@ -77,6 +77,7 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::registry_not_found, "registry.not_found", Recovery::caller_correction},
     {Errc::registry_legacy_unverified, "registry.legacy_unverified", Recovery::quarantine},
     {Errc::recovery_indeterminate, "recovery.indeterminate", Recovery::quarantine},
+    {Errc::registry_corrupt_database, "registry.corrupt_database", Recovery::quarantine},
     {Errc::rpc_parse_error, "rpc.parse_error", Recovery::caller_correction},
     {Errc::rpc_invalid_request, "rpc.invalid_request", Recovery::caller_correction},
     {Errc::rpc_method_not_found, "rpc.method_not_found", Recovery::caller_correction},

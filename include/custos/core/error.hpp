@@ -95,6 +95,7 @@ enum class Errc : std::uint16_t {
   registry_not_found = 4009,
   registry_legacy_unverified = 4010,
   recovery_indeterminate = 4011,
+  registry_corrupt_database = 4012,  // the file is not a SQLite database, or truncated/damaged
 
   // 5xxx — rpc and daemon
   rpc_parse_error = 5000,

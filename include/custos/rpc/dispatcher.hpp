@@ -1,0 +1,80 @@
+// The method table and the JSON-RPC 2.0 message rules (single calls, batches, notifications),
+// independent of the transport so that tests can drive it without a socket.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "custos/core/result.hpp"
+#include "custos/rpc/protocol.hpp"
+
+namespace custos::rpc {
+
+// One client connection as a method handler sees it. Handlers that outlive the call (exec.wait,
+// exec.subscribe) hold a std::weak_ptr<Session> and stop when it expires or closed() is true.
+class Session {
+ public:
+  virtual ~Session() = default;
+  [[nodiscard]] virtual PeerCredentials const& peer() const noexcept = 0;
+  [[nodiscard]] virtual bool closed() const noexcept = 0;
+  // Queues a notification. Returns false when it was dropped because the connection's event
+  // budget is exhausted (the client is not reading); the caller does the accounting.
+  virtual bool notify(std::string_view method, boost::json::object params) = 0;
+  // Registers a subscription owned by this connection; `on_remove` runs exactly once, on
+  // remove_subscription or when the connection closes. Fails with rpc.subscription_limit.
+  [[nodiscard]] virtual Result<std::string> add_subscription(std::function<void()> on_remove) = 0;
+  [[nodiscard]] virtual Result<void> remove_subscription(std::string const& id) = 0;
+};
+
+// Completes one call. Must be invoked exactly once, on the io_context thread; a completion for a
+// connection that has gone away is discarded.
+using Reply = std::function<void(Result<boost::json::value>)>;
+using Handler =
+    std::function<void(std::shared_ptr<Session> const&, boost::json::object const& params, Reply)>;
+
+struct DispatchStats {
+  std::uint64_t calls = 0;
+  std::uint64_t notifications = 0;
+  std::uint64_t errors = 0;
+  std::uint64_t denied = 0;
+};
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(AuthPolicy auth) : auth_(auth) {}
+
+  // Registers `name`. A second registration of the same name replaces the first.
+  void add(std::string name, Access access, Handler handler);
+  [[nodiscard]] std::vector<std::string> method_names() const;
+  [[nodiscard]] bool has(std::string_view name) const;
+  [[nodiscard]] AuthPolicy const& auth() const noexcept { return auth_; }
+  [[nodiscard]] DispatchStats const& stats() const noexcept { return stats_; }
+
+  // Handles one framed line. `emit` is called exactly once, when every call of the message has
+  // completed: with the serialized response line (without '\n'), or with an empty string when
+  // nothing is owed (notifications only). Completion may be synchronous or later.
+  void handle_line(std::shared_ptr<Session> const& session, std::string_view line,
+                   std::function<void(std::string)> emit);
+
+ private:
+  struct Entry {
+    Access access;
+    Handler handler;
+  };
+  // Runs one request object; `done` gets the response object, or null for a notification.
+  void handle_one(std::shared_ptr<Session> const& session, boost::json::value const& msg,
+                  std::function<void(boost::json::value)> done);
+
+  AuthPolicy auth_;
+  std::map<std::string, Entry, std::less<>> methods_;
+  DispatchStats stats_;
+};
+
+}  // namespace custos::rpc

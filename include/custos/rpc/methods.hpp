@@ -1,0 +1,27 @@
+// Registration of the daemon's JSON-RPC methods into a Dispatcher.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "custos/core/result.hpp"
+#include "custos/rpc/dispatcher.hpp"
+
+namespace custos::rpc {
+
+// host.info: open to every local caller. `describe` builds the result (version, boot_id,
+// capabilities, default_boundary) and is called per request so capabilities stay current.
+void register_host_methods(Dispatcher& d, std::function<Result<boost::json::object>()> describe);
+
+// rpc.methods: the names this daemon serves (sorted), open to every caller. Names starting with
+// "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of API.md.
+void register_introspection(Dispatcher& d);
+
+// The methods of API.md that belong to later issues (authority.*, lease.*, holder.quiescence)
+// are deliberately not registered: callers get -32601 method not found.
+[[nodiscard]] std::vector<std::string> deferred_methods();
+
+}  // namespace custos::rpc

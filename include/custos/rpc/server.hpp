@@ -1,0 +1,67 @@
+// The JSON-RPC server: a Unix stream socket on the daemon's single io_context.
+//
+// Framing is one message per '\n'-terminated line. Everything a client controls is bounded:
+// line length, requests in flight, bytes queued for writing, subscriptions, connections.
+// Slow-subscriber policy (docs/api.md): events beyond a connection's event budget are dropped
+// and counted, never buffered; the next delivered event says how many were lost. Responses are
+// never dropped: when a client stops reading, the server stops reading its requests instead.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "custos/core/result.hpp"
+#include "custos/rpc/dispatcher.hpp"
+
+namespace custos::rpc {
+
+struct ServerLimits {
+  std::size_t max_line_bytes = std::size_t{1} << 20;     // longer → -32600 and close
+  std::size_t max_connections = 256;                     // beyond → rpc.overloaded and close
+  std::size_t max_inflight_per_connection = 256;         // beyond → stop reading that client
+  std::size_t max_write_queue_bytes = std::size_t{8} << 20;  // responses: stop reading above
+  std::size_t event_queue_bytes = std::size_t{1} << 20;  // events: dropped above
+  std::size_t max_subscriptions_per_connection = 64;
+};
+
+struct ServerStats {
+  std::uint64_t accepted = 0;
+  std::uint64_t refused = 0;        // over max_connections
+  std::uint64_t open = 0;
+  std::uint64_t events_sent = 0;
+  std::uint64_t events_dropped = 0;
+  std::uint64_t lines_too_long = 0;
+};
+
+class Server {
+ public:
+  Server(boost::asio::io_context& io, Dispatcher& dispatcher, ServerLimits limits);
+  ~Server();
+  Server(Server const&) = delete;
+  Server& operator=(Server const&) = delete;
+
+  // Binds and listens on `path` (which must not exist: the daemon removes a stale socket only
+  // after proving nobody listens), then chmods it to `mode`.
+  [[nodiscard]] Result<void> listen(std::string const& path, unsigned mode);
+  // Serves an already-listening socket (systemd socket activation). Takes ownership of `fd`.
+  [[nodiscard]] Result<void> adopt(int fd);
+  // Stops accepting new connections; existing ones keep being served.
+  void stop_accepting();
+  // Closes every connection (subscriptions are removed, pending replies discarded).
+  void close_all();
+
+  [[nodiscard]] ServerStats stats() const;
+  [[nodiscard]] ServerLimits const& limits() const noexcept;
+
+  // Opaque state shared with the connections (they outlive a call into Server).
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace custos::rpc

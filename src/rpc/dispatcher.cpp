@@ -1,0 +1,164 @@
+// JSON-RPC 2.0 message rules: request validation, batches, notifications, authorization.
+#include "custos/rpc/dispatcher.hpp"
+
+#include <exception>
+
+namespace custos::rpc {
+
+namespace json = boost::json;
+
+void Dispatcher::add(std::string name, Access access, Handler handler) {
+  methods_.insert_or_assign(std::move(name), Entry{access, std::move(handler)});
+}
+
+std::vector<std::string> Dispatcher::method_names() const {
+  std::vector<std::string> out;
+  out.reserve(methods_.size());
+  for (auto const& [name, entry] : methods_) out.push_back(name);
+  return out;
+}
+
+bool Dispatcher::has(std::string_view name) const { return methods_.find(name) != methods_.end(); }
+
+namespace {
+
+bool valid_id(json::value const& id) {
+  return id.is_string() || id.is_number() || id.is_null();
+}
+
+// Joins the completions of a batch: the response array is emitted when the last call finishes.
+struct BatchState {
+  std::vector<json::value> slots;
+  std::size_t pending = 0;
+  std::function<void(std::string)> emit;
+};
+
+}  // namespace
+
+void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value const& msg,
+                            std::function<void(json::value)> done) {
+  json::value const null_id;
+  if (!msg.is_object()) {
+    ++stats_.errors;
+    done(error_response(null_id, Error{Errc::rpc_invalid_request, "a request must be an object"}));
+    return;
+  }
+  auto const& obj = msg.get_object();
+  auto const* id = obj.if_contains("id");
+  bool const is_notification = id == nullptr;
+  if (id != nullptr && !valid_id(*id)) {
+    ++stats_.errors;
+    done(error_response(null_id, Error{Errc::rpc_invalid_request,
+                                       "id must be a string, a number or null"}));
+    return;
+  }
+  json::value const reply_id = id != nullptr ? *id : json::value{};
+  auto const* version = obj.if_contains("jsonrpc");
+  auto const* method = obj.if_contains("method");
+  auto const* params = obj.if_contains("params");
+  char const* problem = nullptr;
+  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
+    problem = "jsonrpc must be \"2.0\"";
+  } else if (method == nullptr || !method->is_string()) {
+    problem = "method must be a string";
+  } else if (params != nullptr && !params->is_object() && !params->is_array()) {
+    problem = "params must be an object or an array";
+  }
+  if (problem != nullptr) {
+    // An invalid request is answered even without an id (JSON-RPC 2.0 §5, id null).
+    ++stats_.errors;
+    done(error_response(reply_id, Error{Errc::rpc_invalid_request, problem}));
+    return;
+  }
+  if (is_notification) ++stats_.notifications;
+  else ++stats_.calls;
+
+  auto finish = [done, reply_id, is_notification, this](Result<json::value> r) {
+    if (!r) ++stats_.errors;
+    if (is_notification) {
+      done(json::value{});
+      return;
+    }
+    if (r) done(result_response(reply_id, std::move(*r)));
+    else done(error_response(reply_id, r.error()));
+  };
+
+  std::string_view const name = method->get_string();
+  auto it = methods_.find(name);
+  if (it == methods_.end()) {
+    finish(Error{Errc::rpc_method_not_found, "no method named " + std::string{name}});
+    return;
+  }
+  if (it->second.access == Access::admin && !auth_.is_admin(session->peer())) {
+    ++stats_.denied;
+    finish(Error{Errc::auth_denied, std::string{name} + " needs an administrator (uid " +
+                                        std::to_string(session->peer().uid) + " is not one)"});
+    return;
+  }
+  if (params != nullptr && params->is_array()) {
+    // Every custos method takes named parameters (API.md).
+    finish(Error{Errc::rpc_invalid_params, "params must be an object (named parameters)"});
+    return;
+  }
+  json::object const empty;
+  json::object const& p = params != nullptr ? params->get_object() : empty;
+
+  // The handler may complete now or later; exactly one completion is forwarded.
+  auto once = std::make_shared<bool>(false);
+  Reply reply = [once, finish](Result<json::value> r) {
+    if (*once) return;
+    *once = true;
+    finish(std::move(r));
+  };
+  try {
+    it->second.handler(session, p, reply);
+  } catch (std::exception const& ex) {
+    // The catch-all at the RPC boundary (STYLE.md): a handler bug must never crash the daemon.
+    reply(Error{Errc::internal, std::string{"handler failed: "} + ex.what()});
+  } catch (...) {
+    reply(Error{Errc::internal, "handler failed"});
+  }
+}
+
+void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::string_view line,
+                             std::function<void(std::string)> emit) {
+  boost::system::error_code ec;
+  json::value msg = json::parse(line, ec);
+  if (ec) {
+    ++stats_.errors;
+    emit(json::serialize(error_response(
+        json::value{}, Error{Errc::rpc_parse_error, "not valid JSON: " + ec.message()})));
+    return;
+  }
+  if (!msg.is_array()) {
+    handle_one(session, msg, [emit](json::value response) {
+      emit(response.is_null() ? std::string{} : json::serialize(response));
+    });
+    return;
+  }
+  auto& batch = msg.get_array();
+  if (batch.empty()) {
+    ++stats_.errors;
+    emit(json::serialize(
+        error_response(json::value{}, Error{Errc::rpc_invalid_request, "empty batch"})));
+    return;
+  }
+  auto state = std::make_shared<BatchState>();
+  state->slots.resize(batch.size());
+  state->pending = batch.size();
+  state->emit = std::move(emit);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    handle_one(session, batch[i], [state, i](json::value response) {
+      state->slots[i] = std::move(response);
+      if (--state->pending != 0) return;
+      json::array out;
+      for (auto& slot : state->slots) {
+        if (!slot.is_null()) out.push_back(std::move(slot));
+      }
+      // A batch of notifications only owes nothing (JSON-RPC 2.0 §6).
+      state->emit(out.empty() ? std::string{} : json::serialize(out));
+    });
+  }
+}
+
+}  // namespace custos::rpc

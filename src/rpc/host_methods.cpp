@@ -1,0 +1,39 @@
+// host.info and rpc.methods.
+#include <algorithm>
+
+#include "custos/rpc/methods.hpp"
+
+namespace custos::rpc {
+
+namespace json = boost::json;
+
+void register_host_methods(Dispatcher& d, std::function<Result<json::object>()> describe) {
+  d.add("host.info", Access::any,
+        [describe = std::move(describe)](std::shared_ptr<Session> const&, json::object const&,
+                                         Reply reply) {
+          auto r = describe();
+          if (!r) {
+            reply(r.error());
+            return;
+          }
+          reply(json::value(std::move(*r)));
+        });
+}
+
+void register_introspection(Dispatcher& d) {
+  d.add("rpc.methods", Access::any,
+        [&d](std::shared_ptr<Session> const&, json::object const&, Reply reply) {
+          auto names = d.method_names();
+          std::sort(names.begin(), names.end());
+          json::array out;
+          for (auto& n : names) out.emplace_back(n);
+          reply(json::value(json::object{{"methods", std::move(out)}}));
+        });
+}
+
+std::vector<std::string> deferred_methods() {
+  return {"authority.grant", "authority.revoke", "authority.list", "lease.acquire",
+          "lease.release", "holder.quiescence"};
+}
+
+}  // namespace custos::rpc

@@ -1,0 +1,420 @@
+// Unix-socket transport for the dispatcher: accept, peer credentials, line framing, bounded
+// write queues and subscriptions, all on one io_context thread.
+#include "custos/rpc/server.hpp"
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/write.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5; the kernel here has it, older headers may not name it
+#endif
+
+namespace custos::rpc {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using stream = asio::local::stream_protocol;
+
+namespace {
+
+// Closes a descriptor obtained from getsockopt(SO_PEERPIDFD); held only during accept.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) noexcept : fd_(fd) {}
+  OwnedFd(OwnedFd const&) = delete;
+  OwnedFd& operator=(OwnedFd const&) = delete;
+  ~OwnedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::vector<std::uint32_t> read_groups(std::int32_t pid) {
+  std::vector<std::uint32_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Groups:", 0) != 0) continue;
+    std::istringstream ss(line.substr(7));
+    std::uint32_t g = 0;
+    while (ss >> g) out.push_back(g);
+    break;
+  }
+  return out;
+}
+
+// Credentials as the kernel saw them at connect time; supplementary groups are read from /proc
+// and kept only if the peer pidfd shows the same process is still alive afterwards (a reused
+// pid would otherwise lend its groups to the caller).
+PeerCredentials read_peer(int fd) {
+  PeerCredentials peer;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    peer.uid = cred.uid;
+    peer.gid = cred.gid;
+    peer.pid = cred.pid;
+  } else {
+    // Unknown caller: map to an id that is never an administrator.
+    peer.uid = static_cast<std::uint32_t>(-2);
+    peer.gid = static_cast<std::uint32_t>(-2);
+  }
+  int pidfd = -1;
+  len = sizeof pidfd;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
+    OwnedFd const guard{pidfd};
+    (void)::fcntl(guard.get(), F_SETFD, FD_CLOEXEC);
+    peer.has_pidfd = true;
+    if (peer.pid > 0) {
+      auto groups = read_groups(peer.pid);
+      pollfd p{guard.get(), POLLIN, 0};
+      // A pidfd polls readable once the process has exited.
+      if (::poll(&p, 1, 0) == 0) peer.groups = std::move(groups);
+    }
+  } else if (peer.pid > 0) {
+    peer.groups = read_groups(peer.pid);
+  }
+  return peer;
+}
+
+}  // namespace
+
+class Connection;
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(asio::io_context& io_in, Dispatcher& d, ServerLimits l)
+      : io(io_in), dispatcher(d), limits(l), acceptor(io_in) {}
+
+  void start_accept();
+  void on_closed(Connection* c);
+
+  asio::io_context& io;
+  Dispatcher& dispatcher;
+  ServerLimits limits;
+  stream::acceptor acceptor;
+  bool accepting = false;
+  std::map<Connection*, std::shared_ptr<Connection>> connections;
+  ServerStats stats;
+};
+
+class Connection final : public Session, public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<Server::Impl> server, stream::socket socket, PeerCredentials peer)
+      : server_(std::move(server)), socket_(std::move(socket)), peer_(std::move(peer)) {}
+
+  [[nodiscard]] PeerCredentials const& peer() const noexcept override { return peer_; }
+  [[nodiscard]] bool closed() const noexcept override { return closed_; }
+
+  bool notify(std::string_view method, json::object params) override {
+    if (closed_ || closing_) return false;
+    auto const& limits = server_->limits;
+    if (queued_bytes_ >= limits.event_queue_bytes) {
+      ++server_->stats.events_dropped;
+      return false;
+    }
+    ++server_->stats.events_sent;
+    enqueue(json::serialize(notification(method, std::move(params))));
+    return true;
+  }
+
+  Result<std::string> add_subscription(std::function<void()> on_remove) override {
+    if (closed_) return Error{Errc::rpc_unavailable, "connection closed"};
+    if (subscriptions_.size() >= server_->limits.max_subscriptions_per_connection) {
+      return Error{Errc::rpc_subscription_limit,
+                   "at most " + std::to_string(server_->limits.max_subscriptions_per_connection) +
+                       " subscriptions per connection"};
+    }
+    std::string id = "sub-" + std::to_string(++next_subscription_);
+    subscriptions_.emplace(id, std::move(on_remove));
+    return id;
+  }
+
+  Result<void> remove_subscription(std::string const& id) override {
+    auto it = subscriptions_.find(id);
+    if (it == subscriptions_.end()) {
+      return Error{Errc::rpc_subscription_not_found, "no subscription " + id + " on this connection"};
+    }
+    auto fn = std::move(it->second);
+    subscriptions_.erase(it);
+    if (fn) fn();
+    return ok();
+  }
+
+  void start() { read_more(); }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(stream::socket::shutdown_both, ec);
+    socket_.close(ec);
+    auto subs = std::move(subscriptions_);
+    subscriptions_.clear();
+    for (auto& [id, fn] : subs) {
+      if (fn) fn();
+    }
+    write_queue_.clear();
+    queued_bytes_ = 0;
+    server_->on_closed(this);
+  }
+
+  // Sends one final error line (used when refusing a connection) and closes after it.
+  void refuse(Error const& e) {
+    closing_ = true;
+    enqueue(json::serialize(error_response(json::value{}, e)));
+  }
+
+ private:
+  void read_more() {
+    if (closed_ || reading_ || read_eof_ || closing_) return;
+    if (paused()) return;
+    reading_ = true;
+    socket_.async_read_some(
+        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec,
+                                                          std::size_t n) {
+          self->reading_ = false;
+          if (self->closed_) return;
+          if (ec == asio::error::eof) {
+            // A half-closed client still gets the replies to what it sent.
+            self->read_eof_ = true;
+            self->process_lines();
+            return;
+          }
+          if (ec) {
+            self->close();
+            return;
+          }
+          self->inbuf_.append(self->chunk_.data(), n);
+          self->process_lines();
+        });
+  }
+
+  [[nodiscard]] bool paused() const {
+    auto const& limits = server_->limits;
+    return inflight_ >= limits.max_inflight_per_connection ||
+           queued_bytes_ >= limits.max_write_queue_bytes;
+  }
+
+  void process_lines() {
+    auto const max_line = server_->limits.max_line_bytes;
+    while (!closed_ && !closing_ && !paused()) {
+      auto const nl = inbuf_.find('\n', scan_from_);
+      if (nl == std::string::npos) {
+        scan_from_ = inbuf_.size();
+        if (inbuf_.size() > max_line) {
+          line_too_long();
+          return;
+        }
+        break;
+      }
+      if (nl > max_line) {
+        line_too_long();
+        return;
+      }
+      std::string line = inbuf_.substr(0, nl);
+      inbuf_.erase(0, nl + 1);
+      scan_from_ = 0;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank keep-alive
+      ++inflight_;
+      server_->dispatcher.handle_line(shared_from_this(), line,
+                                      [weak = weak_from_this()](std::string response) {
+                                        auto self = weak.lock();
+                                        if (!self) return;
+                                        self->on_reply(std::move(response));
+                                      });
+    }
+    if (!closed_ && !closing_) {
+      if (read_eof_) maybe_finish();
+      else read_more();
+    }
+  }
+
+  // The dispatcher calls this exactly once per line, with an empty string when nothing is owed.
+  void on_reply(std::string response) {
+    if (closed_) return;
+    bool const was_full = inflight_ >= server_->limits.max_inflight_per_connection;
+    if (inflight_ > 0) --inflight_;
+    if (!response.empty()) enqueue(std::move(response));
+    if (closing_ || closed_) return;
+    if (was_full) {
+      // Resume later, not inside the caller's stack (it may be mid-dispatch).
+      asio::post(server_->io, [self = shared_from_this()] {
+        if (!self->closed_ && !self->closing_) self->process_lines();
+      });
+    } else if (read_eof_) {
+      maybe_finish();
+    }
+  }
+
+  void enqueue(std::string line) {
+    line.push_back('\n');
+    queued_bytes_ += line.size();
+    write_queue_.push_back(std::move(line));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (closed_) return;
+    if (write_queue_.empty()) {
+      writing_ = false;
+      if (closing_) {
+        close();
+        return;
+      }
+      maybe_finish();
+      return;
+    }
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(write_queue_.front()),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->close();
+                          return;
+                        }
+                        self->queued_bytes_ -= self->write_queue_.front().size();
+                        self->write_queue_.pop_front();
+                        self->write_next();
+                        // Reading may have paused on a full queue; process_lines resumes it.
+                        if (!self->closed_ && !self->closing_) self->process_lines();
+                      });
+  }
+
+  void line_too_long() {
+    ++server_->stats.lines_too_long;
+    inbuf_.clear();
+    refuse(Error{Errc::rpc_line_too_long, "a line is longer than " +
+                                              std::to_string(server_->limits.max_line_bytes) +
+                                              " bytes"});
+  }
+
+  void maybe_finish() {
+    if (closed_ || !read_eof_) return;
+    if (inflight_ == 0 && write_queue_.empty() && subscriptions_.empty()) close();
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  stream::socket socket_;
+  PeerCredentials peer_;
+  std::array<char, 65536> chunk_{};
+  std::string inbuf_;
+  std::size_t scan_from_ = 0;
+  std::deque<std::string> write_queue_;
+  std::size_t queued_bytes_ = 0;
+  std::size_t inflight_ = 0;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool read_eof_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  std::map<std::string, std::function<void()>> subscriptions_;
+  std::uint64_t next_subscription_ = 0;
+};
+
+void Server::Impl::start_accept() {
+  if (!accepting) return;
+  acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec,
+                                                    stream::socket socket) {
+    if (!self->accepting) return;
+    if (!ec) {
+      auto peer = read_peer(socket.native_handle());
+      auto conn = std::make_shared<Connection>(self, std::move(socket), std::move(peer));
+      self->connections.emplace(conn.get(), conn);
+      ++self->stats.accepted;
+      self->stats.open = self->connections.size();
+      if (self->connections.size() > self->limits.max_connections) {
+        ++self->stats.refused;
+        conn->refuse(Error{Errc::rpc_overloaded,
+                           "at most " + std::to_string(self->limits.max_connections) +
+                               " connections"});
+      } else {
+        conn->start();
+      }
+    } else if (ec == asio::error::operation_aborted) {
+      return;
+    }
+    // Transient accept failures (EMFILE, ECONNABORTED) must not stop the server.
+    self->start_accept();
+  });
+}
+
+void Server::Impl::on_closed(Connection* c) {
+  // Defer the erase: the connection may be inside one of its own handlers.
+  asio::post(io, [self = shared_from_this(), c] {
+    self->connections.erase(c);
+    self->stats.open = self->connections.size();
+  });
+}
+
+Server::Server(asio::io_context& io, Dispatcher& dispatcher, ServerLimits limits)
+    : impl_(std::make_shared<Impl>(io, dispatcher, limits)) {}
+
+Server::~Server() {
+  stop_accepting();
+  close_all();
+}
+
+Result<void> Server::listen(std::string const& path, unsigned mode) {
+  boost::system::error_code ec;
+  stream::endpoint const ep{path};
+  impl_->acceptor.open(ep.protocol(), ec);
+  if (ec) return Error{Errc::rpc_unavailable, "socket for " + path, ec.value()};
+  impl_->acceptor.bind(ep, ec);
+  if (ec) return Error{Errc::rpc_unavailable, "bind " + path, ec.value()};
+  if (::chmod(path.c_str(), mode) != 0) {
+    return Error{Errc::rpc_unavailable, "chmod " + path, errno};
+  }
+  impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Error{Errc::rpc_unavailable, "listen " + path, ec.value()};
+  impl_->accepting = true;
+  impl_->start_accept();
+  return ok();
+}
+
+Result<void> Server::adopt(int fd) {
+  boost::system::error_code ec;
+  (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  impl_->acceptor.assign(stream{}, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return Error{Errc::rpc_unavailable, "adopt activated socket", ec.value()};
+  }
+  impl_->accepting = true;
+  impl_->start_accept();
+  return ok();
+}
+
+void Server::stop_accepting() {
+  impl_->accepting = false;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+}
+
+void Server::close_all() {
+  auto conns = impl_->connections;
+  for (auto& [ptr, conn] : conns) conn->close();
+}
+
+ServerStats Server::stats() const { return impl_->stats; }
+ServerLimits const& Server::limits() const noexcept { return impl_->limits; }
+
+}  // namespace custos::rpc

@@ -1,0 +1,345 @@
+// cgroup v2 shell (see cgroup.hpp).
+#include "custos/sys/cgroup.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <thread>
+
+#include "custos/sys/procfs.hpp"
+
+namespace custos::sys {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Re-labels a file-helper error as a cgroup error, keeping errno and context.
+Error as_cgroup_error(Error e, std::string const& where) {
+  e.code = Errc::cgroup_failed;
+  e.context = where + ": " + e.context;
+  return e;
+}
+
+std::vector<std::string_view> split_ws(std::string_view s) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n')) ++i;
+    std::size_t const start = i;
+    while (i < s.size() && s[i] != ' ' && s[i] != '\t' && s[i] != '\n') ++i;
+    if (i > start) out.push_back(s.substr(start, i - start));
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  std::uint64_t v = 0;
+  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+std::string unescape_mountinfo(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3])) {
+      out.push_back(static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0')));
+      i += 3;
+      continue;
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+bool has_option(std::string_view options, std::string_view name) {
+  std::size_t i = 0;
+  while (i <= options.size()) {
+    std::size_t const comma = std::min(options.find(',', i), options.size());
+    if (options.substr(i, comma - i) == name) return true;
+    i = comma + 1;
+  }
+  return false;
+}
+
+bool valid_component(std::string const& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+Result<std::set<std::string>> read_word_set(CgroupDir const& dir, std::string const& file) {
+  auto text = read_file_at(dir.fd(), file);
+  if (!text) return as_cgroup_error(std::move(text).error(), dir.path());
+  std::set<std::string> out;
+  for (std::string_view const w : split_ws(*text)) out.emplace(w);
+  return out;
+}
+
+std::optional<std::uint64_t> read_optional_u64(CgroupDir const& dir, std::string const& file) {
+  auto text = read_file_at(dir.fd(), file);
+  if (!text) return std::nullopt;
+  return parse_u64(*text);  // "max" parses as nullopt: no limit is not a number
+}
+
+Result<void> require_controller(CgroupDir const& dir, std::string const& controller) {
+  std::set<std::string> const have = CUSTOS_TRY(dir.controllers());
+  if (!have.contains(controller)) {
+    return Error(Errc::sys_unsupported,
+                 "controller '" + controller + "' is not enabled for " + dir.path() +
+                     " (absent from cgroup.controllers)");
+  }
+  return ok();
+}
+
+Result<void> write_limit(CgroupDir const& dir, std::string const& controller, std::string const& file,
+                         std::string const& value) {
+  CUSTOS_TRYV(require_controller(dir, controller));
+  auto w = write_file_at(dir.fd(), file, value);
+  if (!w) return as_cgroup_error(std::move(w).error(), dir.path());
+  return ok();
+}
+
+}  // namespace
+
+Result<CgroupMount> parse_cgroup2_mount(std::string_view mountinfo) {
+  std::size_t pos = 0;
+  while (pos < mountinfo.size()) {
+    std::size_t const eol = std::min(mountinfo.find('\n', pos), mountinfo.size());
+    std::string_view const line = mountinfo.substr(pos, eol - pos);
+    pos = eol + 1;
+    std::vector<std::string_view> const f = split_ws(line);
+    // id parent maj:min root mountpoint options [optional...] - fstype source superoptions
+    auto const dash = std::find(f.begin(), f.end(), std::string_view("-"));
+    if (dash == f.end() || dash + 1 == f.end() || *(dash + 1) != "cgroup2") continue;
+    if (dash - f.begin() < 6 || f.end() - dash < 4) {
+      return Error(Errc::cgroup_failed, "malformed cgroup2 line in mountinfo: " + std::string(line));
+    }
+    CgroupMount m;
+    m.path = unescape_mountinfo(f[4]);
+    m.nsdelegate = has_option(f[5], "nsdelegate") || has_option(*(dash + 3), "nsdelegate");
+    return m;
+  }
+  return Error(Errc::cgroup_unavailable, "no cgroup2 mount in mountinfo");
+}
+
+Result<CgroupMount> find_cgroup2_mount(std::string const& mountinfo_path) {
+  auto dir = open_dir_path("/");
+  if (!dir) return std::move(dir).error();
+  // mountinfo can be long on busy hosts; 4 MiB bounds it while covering thousands of mounts.
+  auto text = read_file_at(*dir, mountinfo_path.front() == '/' ? mountinfo_path.substr(1) : mountinfo_path,
+                           4 * 1024 * 1024);
+  if (!text) return Error(Errc::cgroup_unavailable, "read " + mountinfo_path, text.error().sys_errno);
+  return parse_cgroup2_mount(*text);
+}
+
+Result<std::string> parse_own_cgroup(std::string_view proc_cgroup) {
+  std::size_t pos = 0;
+  while (pos < proc_cgroup.size()) {
+    std::size_t const eol = std::min(proc_cgroup.find('\n', pos), proc_cgroup.size());
+    std::string_view const line = proc_cgroup.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.starts_with("0::")) {
+      std::string_view path = line.substr(3);
+      if (path.empty() || path.front() != '/') {
+        return Error(Errc::cgroup_failed, "malformed 0:: line: " + std::string(line));
+      }
+      return std::string(path);
+    }
+  }
+  return Error(Errc::cgroup_unavailable, "no 0:: line (process is not in a cgroup2 hierarchy)");
+}
+
+Result<std::string> own_cgroup(std::string const& proc_cgroup_path) {
+  auto dir = open_dir_path("/");
+  if (!dir) return std::move(dir).error();
+  auto text = read_file_at(*dir, proc_cgroup_path.front() == '/' ? proc_cgroup_path.substr(1) : proc_cgroup_path);
+  if (!text) return Error(Errc::cgroup_unavailable, "read " + proc_cgroup_path, text.error().sys_errno);
+  return parse_own_cgroup(*text);
+}
+
+Result<CgroupDir> CgroupDir::open(std::string path) {
+  int const fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error(Errc::cgroup_failed, "open " + path, errno);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return CgroupDir(UniqueFd(fd), std::move(path));
+}
+
+Result<CgroupDir> CgroupDir::create(CgroupDir const& parent, std::string name) {
+  if (!valid_component(name)) return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
+  if (::mkdirat(parent.fd().get(), name.c_str(), 0755) != 0) {
+    return Error(Errc::cgroup_failed, "mkdir " + parent.path() + "/" + name, errno);
+  }
+  return open_child(parent, std::move(name));
+}
+
+Result<CgroupDir> CgroupDir::open_child(CgroupDir const& parent, std::string name) {
+  if (!valid_component(name)) return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
+  int const fd = ::openat(parent.fd().get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return Error(Errc::cgroup_failed, "open " + parent.path() + "/" + name, errno);
+  return CgroupDir(UniqueFd(fd), parent.path() + "/" + name);
+}
+
+Result<void> CgroupDir::kill() const {
+  auto w = write_file_at(fd_, "cgroup.kill", "1");
+  if (!w) {
+    if (w.error().sys_errno == ENOENT) return Error(Errc::sys_unsupported, "no cgroup.kill in " + path_, ENOENT);
+    return as_cgroup_error(std::move(w).error(), path_);
+  }
+  return ok();
+}
+
+Result<bool> CgroupDir::populated() const {
+  auto text = read_file_at(fd_, "cgroup.events");
+  if (!text) return as_cgroup_error(std::move(text).error(), path_);
+  std::vector<std::string_view> const w = split_ws(*text);
+  for (std::size_t i = 0; i + 1 < w.size(); ++i) {
+    if (w[i] == "populated") return w[i + 1] != "0";
+  }
+  return Error(Errc::cgroup_failed, path_ + ": cgroup.events has no populated key");
+}
+
+Result<void> CgroupDir::wait_empty(std::chrono::milliseconds timeout) const {
+  auto const deadline = Clock::now() + timeout;
+  // The kernel signals a change of cgroup.events as a modify event. The watch goes through
+  // /proc/self/fd so it lands on the directory we hold, whatever its path is now.
+  UniqueFd const ino(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  bool watching = false;
+  if (ino.valid()) {
+    std::string const events = "/proc/self/fd/" + std::to_string(fd_.get()) + "/cgroup.events";
+    watching = ::inotify_add_watch(ino.get(), events.c_str(), IN_MODIFY) >= 0;
+  }
+  for (;;) {
+    bool const busy = CUSTOS_TRY(populated());
+    if (!busy) return ok();
+    auto const now = Clock::now();
+    if (now >= deadline) {
+      return Error(Errc::cleanup_unconfirmed,
+                   path_ + " still populated after " + std::to_string(timeout.count()) + " ms", ETIMEDOUT);
+    }
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                      std::chrono::milliseconds(1);
+    if (watching) {
+      // Capped at 100 ms so that a missed event costs at most one extra re-read.
+      pollfd p{ino.get(), POLLIN, 0};
+      int const wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 100));
+      if (::poll(&p, 1, wait_ms) > 0) {
+        char buf[4096];
+        while (::read(ino.get(), buf, sizeof buf) > 0) {
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+    }
+  }
+}
+
+Result<std::vector<std::int32_t>> CgroupDir::procs() const {
+  // pid_max is at most 2^22, so 8 bytes per pid bounds the file.
+  auto text = read_file_at(fd_, "cgroup.procs", 8u * (1u << 22));
+  if (!text) return as_cgroup_error(std::move(text).error(), path_);
+  std::vector<std::int32_t> out;
+  for (std::string_view const w : split_ws(*text)) {
+    if (auto const v = parse_u64(w); v && *v > 0 && *v <= 0x7fffffff) out.push_back(static_cast<std::int32_t>(*v));
+  }
+  return out;
+}
+
+Result<void> CgroupDir::attach(pid_t pid) const {
+  auto w = write_file_at(fd_, "cgroup.procs", std::to_string(pid));
+  if (!w) return as_cgroup_error(std::move(w).error(), path_);
+  return ok();
+}
+
+Result<void> CgroupDir::remove() const {
+  auto const deadline = Clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    if (::rmdir(path_.c_str()) == 0 || errno == ENOENT) return ok();
+    int const err = errno;
+    if (err != EBUSY || Clock::now() >= deadline) return Error(Errc::cgroup_failed, "rmdir " + path_, err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Result<std::set<std::string>> CgroupDir::controllers() const { return read_word_set(*this, "cgroup.controllers"); }
+
+Result<std::set<std::string>> CgroupDir::subtree_control() const {
+  return read_word_set(*this, "cgroup.subtree_control");
+}
+
+Result<void> CgroupDir::enable_controllers(std::set<std::string> const& wanted) const {
+  if (wanted.empty()) return ok();
+  std::set<std::string> const have = CUSTOS_TRY(controllers());
+  std::string line;
+  for (std::string const& c : wanted) {
+    if (!have.contains(c)) {
+      return Error(Errc::sys_unsupported, "controller '" + c + "' is not available in " + path_);
+    }
+    if (!line.empty()) line.push_back(' ');
+    line += "+" + c;
+  }
+  auto w = write_file_at(fd_, "cgroup.subtree_control", line);
+  if (!w) return as_cgroup_error(std::move(w).error(), path_);
+  return ok();
+}
+
+Result<void> CgroupDir::set_memory_max(std::uint64_t bytes) const {
+  return write_limit(*this, "memory", "memory.max", std::to_string(bytes));
+}
+
+Result<void> CgroupDir::set_pids_max(std::uint64_t count) const {
+  return write_limit(*this, "pids", "pids.max", std::to_string(count));
+}
+
+Result<void> CgroupDir::set_cpu_max(std::uint64_t quota_usec, std::uint64_t period_usec) const {
+  return write_limit(*this, "cpu", "cpu.max", std::to_string(quota_usec) + " " + std::to_string(period_usec));
+}
+
+Result<CgroupStats> CgroupDir::stats() const {
+  CgroupStats s;
+  s.populated = CUSTOS_TRY(populated());
+  if (auto text = read_file_at(fd_, "cpu.stat")) {
+    std::vector<std::string_view> const w = split_ws(*text);
+    for (std::size_t i = 0; i + 1 < w.size(); i += 2) {
+      if (w[i] == "usage_usec") s.cpu_usage_usec = parse_u64(w[i + 1]);
+    }
+  }
+  s.memory_current = read_optional_u64(*this, "memory.current");
+  s.memory_peak = read_optional_u64(*this, "memory.peak");
+  s.memory_max = read_optional_u64(*this, "memory.max");
+  s.pids_current = read_optional_u64(*this, "pids.current");
+  s.pids_max = read_optional_u64(*this, "pids.max");
+  return s;
+}
+
+Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name, std::set<std::string> const& wanted) {
+  auto made = CgroupDir::create(parent, name);
+  CgroupDir dir;
+  if (made) {
+    dir = std::move(*made);
+  } else if (made.error().sys_errno == EEXIST) {
+    dir = CUSTOS_TRY(CgroupDir::open_child(parent, std::move(name)));
+  } else {
+    return std::move(made).error();
+  }
+  if (!wanted.empty()) {
+    if (auto have = dir.controllers()) {
+      for (std::string const& c : wanted) {
+        // One at a time, so that one refused controller does not keep the others out.
+        if (have->contains(c)) (void)dir.enable_controllers({c});
+      }
+    }
+  }
+  return dir;
+}
+
+}  // namespace custos::sys

@@ -1,0 +1,294 @@
+// procfs small-file helpers and the marker boundary (see procfs.hpp, docs/boundaries.md).
+#include "custos/sys/procfs.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "custos/sys/pidfd.hpp"
+
+namespace custos::sys {
+namespace {
+
+constexpr std::size_t kMaxUnreadablePidsReported = 32;
+
+bool parse_pid(char const* name, std::int32_t& out) {
+  if (name[0] == '\0') return false;
+  std::int64_t v = 0;
+  for (char const* p = name; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    v = v * 10 + (*p - '0');
+    if (v > 0x7fffffff) return false;
+  }
+  if (v <= 0) return false;
+  out = static_cast<std::int32_t>(v);
+  return true;
+}
+
+// How reading one process's environ ended.
+enum class EnvironState : std::uint8_t { marked, unmarked, gone, unreadable };
+
+bool errno_means_gone(int err) { return err == ENOENT || err == ESRCH; }
+
+// Streams <proc_root>/<pid>/environ looking for the whole entry "\0CUSTOS_MARKER=<hex>\0"
+// without holding more than one chunk plus the needle in memory.
+EnvironState read_environ_state(std::string const& proc_root, std::int32_t pid,
+                                std::string const& needle, std::size_t max_bytes) {
+  std::string const path = proc_root + "/" + std::to_string(pid) + "/environ";
+  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable;
+  UniqueFd const guard(fd);
+  // `window` always starts with the byte before the unconsumed data (a NUL at the very start),
+  // so a match at the beginning of the block and in the middle look the same.
+  std::string window(1, '\0');
+  char buf[16 * 1024];
+  std::size_t total = 0;
+  for (;;) {
+    ssize_t const n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable;
+    }
+    if (n == 0) break;
+    total += static_cast<std::size_t>(n);
+    window.append(buf, static_cast<std::size_t>(n));
+    if (window.find(needle) != std::string::npos) return EnvironState::marked;
+    if (total > max_bytes) return EnvironState::unreadable;
+    // Keep just enough tail for a needle that straddles two reads.
+    if (window.size() > needle.size()) window.erase(0, window.size() - (needle.size() - 1));
+  }
+  // The last entry may lack its terminating NUL (a process can rewrite its own environ area).
+  window.push_back('\0');
+  return window.find(needle) != std::string::npos ? EnvironState::marked : EnvironState::unmarked;
+}
+
+std::string marker_needle(Marker const& marker) {
+  std::string n(1, '\0');
+  n += marker.env_entry();
+  n.push_back('\0');
+  return n;
+}
+
+// ns/pid inode of one process: nullopt + state when it could not be determined.
+struct NsProbe {
+  std::optional<std::uint64_t> inode;
+  EnvironState state = EnvironState::unmarked;  // gone / unreadable when inode is empty
+};
+
+NsProbe process_pid_ns(std::string const& proc_root, std::int32_t pid) {
+  std::string const path = proc_root + "/" + std::to_string(pid) + "/ns/pid";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return NsProbe{std::nullopt, errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable};
+  }
+  return NsProbe{static_cast<std::uint64_t>(st.st_ino), EnvironState::unmarked};
+}
+
+// Signalling by pid is only meaningful when the pids listed under proc_root are pids of our own
+// namespace: the real /proc, or another procfs mount of the same namespace. A fake tree (tests)
+// or a container's procfs is scanned but never signalled through.
+bool proc_root_is_ours(std::string const& proc_root) {
+  if (proc_root == "/proc") return true;
+  struct stat theirs {};
+  struct stat mine {};
+  std::string const path = proc_root + "/self/ns/pid";
+  if (::stat(path.c_str(), &theirs) != 0 || ::stat("/proc/self/ns/pid", &mine) != 0) return false;
+  return theirs.st_dev == mine.st_dev && theirs.st_ino == mine.st_ino;
+}
+
+Result<std::uint64_t> expected_ns(std::optional<std::uint64_t> given, std::string const& proc_root) {
+  if (given) return *given;
+  return pid_namespace_inode("self", proc_root);
+}
+
+Result<MarkerScanResult> scan_once(std::string const& needle, std::uint64_t ns_inode,
+                                   std::string const& proc_root, std::size_t max_environ_bytes) {
+  DIR* dir = ::opendir(proc_root.c_str());
+  if (dir == nullptr) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
+  MarkerScanResult out;
+  std::int32_t const self = static_cast<std::int32_t>(::getpid());
+  for (;;) {
+    errno = 0;
+    dirent const* e = ::readdir(dir);
+    if (e == nullptr) {
+      int const err = errno;
+      ::closedir(dir);
+      if (err != 0) return Error(Errc::procfs_failed, "readdir " + proc_root, err);
+      break;
+    }
+    std::int32_t pid = 0;
+    if (!parse_pid(e->d_name, pid)) continue;
+    ++out.scanned;
+    if (pid == self) continue;
+    NsProbe const ns = process_pid_ns(proc_root, pid);
+    if (!ns.inode) {
+      if (ns.state == EnvironState::unreadable) out.unreadable.push_back(pid);
+      continue;
+    }
+    if (*ns.inode != ns_inode) continue;  // another pid namespace: never ours to touch
+    switch (read_environ_state(proc_root, pid, needle, max_environ_bytes)) {
+      case EnvironState::marked: out.matched.push_back(pid); break;
+      case EnvironState::unreadable: out.unreadable.push_back(pid); break;
+      case EnvironState::gone:
+      case EnvironState::unmarked: break;
+    }
+  }
+  return out;
+}
+
+char hex_digit(unsigned v) { return "0123456789abcdef"[v & 0xfu]; }
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+}  // namespace
+
+Result<UniqueFd> open_dir_path(std::string const& path) {
+  int const fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error(Errc::sys_error, "open " + path, errno);
+  return UniqueFd(fd);
+}
+
+Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name, std::size_t max_bytes) {
+  int const fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return Error(Errc::sys_error, "open " + name, errno);
+  UniqueFd const guard(fd);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t const n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(Errc::sys_error, "read " + name, errno);
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
+      return Error(Errc::sys_error, "read " + name + ": larger than " + std::to_string(max_bytes) + " bytes", EFBIG);
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+Result<void> write_file_at(UniqueFd const& dir, std::string const& name, std::string_view data) {
+  int const fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return Error(Errc::sys_error, "open " + name, errno);
+  UniqueFd const guard(fd);
+  for (;;) {
+    ssize_t const n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(Errc::sys_error, "write " + name, errno);
+    }
+    // cgroupfs and procfs take a value in one write; a short write means it was not taken.
+    if (static_cast<std::size_t>(n) != data.size()) return Error(Errc::sys_error, "short write " + name, EIO);
+    return ok();
+  }
+}
+
+Result<std::uint64_t> pid_namespace_inode(std::string const& pid, std::string const& proc_root) {
+  std::string const path = proc_root + "/" + pid + "/ns/pid";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Error(Errc::procfs_failed, "stat " + path, errno);
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+Result<Marker> Marker::generate() {
+  Marker m;
+  std::size_t got = 0;
+  while (got < m.bits.size()) {
+    ssize_t const n = ::getrandom(m.bits.data() + got, m.bits.size() - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(Errc::sys_error, "getrandom", errno);
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return m;
+}
+
+Result<Marker> Marker::from_hex(std::string_view hex) {
+  Marker m;
+  if (hex.size() != m.bits.size() * 2) return Error(Errc::procfs_failed, "marker: expected 32 hex digits");
+  for (std::size_t i = 0; i < m.bits.size(); ++i) {
+    int const hi = hex_value(hex[2 * i]);
+    int const lo = hex_value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return Error(Errc::procfs_failed, "marker: not lowercase hex");
+    m.bits[i] = static_cast<std::uint8_t>((hi << 4) | lo);
+  }
+  return m;
+}
+
+std::string Marker::env_value() const {
+  std::string out;
+  out.reserve(bits.size() * 2);
+  for (std::uint8_t const b : bits) {
+    out.push_back(hex_digit(b >> 4u));
+    out.push_back(hex_digit(b));
+  }
+  return out;
+}
+
+std::string Marker::env_entry() const {
+  std::string out(env_name());
+  out.push_back('=');
+  out += env_value();
+  return out;
+}
+
+bool environ_has_marker(std::string_view environ, Marker const& marker) {
+  std::string block(1, '\0');
+  block.append(environ);
+  block.push_back('\0');
+  return block.find(marker_needle(marker)) != std::string::npos;
+}
+
+Result<MarkerScanResult> marker_scan(Marker const& marker, MarkerScanOptions const& options) {
+  std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
+  return scan_once(marker_needle(marker), ns, options.proc_root, options.max_environ_bytes);
+}
+
+Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions const& options) {
+  std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
+  std::string const needle = marker_needle(marker);
+  bool const can_signal = proc_root_is_ours(options.proc_root);
+  MarkerSweepResult out;
+  std::uint32_t const max_rounds = std::max<std::uint32_t>(options.max_rounds, 1);
+  while (out.rounds < max_rounds) {
+    MarkerScanResult const scan = CUSTOS_TRY(scan_once(needle, ns, options.proc_root, options.max_environ_bytes));
+    ++out.rounds;
+    out.unreadable = static_cast<std::uint32_t>(scan.unreadable.size());
+    out.unreadable_pids.assign(scan.unreadable.begin(),
+                               scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                   scan.unreadable.size(), kMaxUnreadablePidsReported)));
+    out.remaining = static_cast<std::uint32_t>(scan.matched.size());
+    if (scan.matched.empty() || !can_signal) break;
+    for (std::int32_t const pid : scan.matched) {
+      auto pidfd = Pidfd::open(pid);
+      if (!pidfd) continue;  // exited between the scan and the open: nothing left to signal
+      // The pid may have been recycled between the scan and pidfd_open: re-read the marker
+      // through /proc/<pid> now that the pidfd pins a process, then check the pidfd is still
+      // alive — a live process keeps its pid, so the re-read was of the very process the pidfd
+      // names.
+      EnvironState const again = read_environ_state(options.proc_root, pid, needle, options.max_environ_bytes);
+      if (again != EnvironState::marked || !pidfd->alive()) continue;
+      bool const delivered = CUSTOS_TRY(pidfd->send_signal(options.signal));
+      if (delivered) ++out.signalled;
+    }
+    if (options.round_pause.count() > 0) std::this_thread::sleep_for(options.round_pause);
+  }
+  // Confirmed only by a final scan that saw every process and no marker.
+  out.confirmed = out.remaining == 0 && out.unreadable == 0;
+  return out;
+}
+
+}  // namespace custos::sys

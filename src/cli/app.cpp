@@ -1,51 +1,55 @@
-// The command-line front end: one CLI11 app, one subcommand per verb of API.md.
+// The command-line front end: one CLI11 app, one subcommand per verb of API.md, each in its own
+// file (cmd_*.cpp). `--socket` and `--json` are accepted before or after the subcommand.
 #include "custos/cli/app.hpp"
 
 #include <CLI/CLI.hpp>
-#include <fmt/core.h>
 
 #include <string>
 
+#include "commands.hpp"
+#include "custos/daemon/version.hpp"
+#include "exit_codes.hpp"
+
 namespace custos::cli {
-namespace {
-
-// Exit code for a subcommand that a later issue implements (docs/cli.md).
-constexpr int kExitUnavailable = 69;  // EX_UNAVAILABLE
-
-void pending(CLI::App& app, std::string const& name, std::string const& help, int issue) {
-  auto* sub = app.add_subcommand(name, help + " (lands with issue " + std::to_string(issue) + ")");
-  sub->allow_extras();
-  sub->callback([name, issue] {
-    fmt::print(stderr, "custos {}: not available in this build yet (issue {})\n", name, issue);
-    throw CLI::RuntimeError(kExitUnavailable);
-  });
-}
-
-}  // namespace
 
 int run_main(int argc, char** argv) {
   CLI::App app{"custos — owns every process it launches, from authorization to one terminal record"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string{"custos "} + "0.1.0");
+  app.fallthrough();
+  app.set_version_flag("--version", std::string{"custos "} + std::string{daemon::kVersion});
+  app.set_config("--config", "", "Configuration file (TOML; daemon keys under [daemon])");
 
-  pending(app, "daemon", "Run the supervisor daemon", 5);
-  pending(app, "run", "Run one command as an owned execution and stream its output", 5);
-  pending(app, "ps", "List executions", 5);
-  pending(app, "show", "Show one execution record", 5);
-  pending(app, "wait", "Wait for an execution's terminal result", 5);
-  pending(app, "cancel", "Cancel an execution", 5);
-  pending(app, "logs", "Print an execution's output", 5);
-  pending(app, "doctor", "Show host capabilities and what each missing one means", 5);
-  pending(app, "grant", "Manage grants (admin)", 6);
-  pending(app, "lease", "Manage workspace mutation leases", 6);
-  pending(app, "quiescence", "Ask whether a holder has no live or unresolved execution", 6);
+  Globals g;
+  app.add_option("--socket", g.socket, "Daemon socket (default: ./.custos/custos.sock if present, "
+                                        "else /run/custos/custos.sock)")
+      ->envname("CUSTOS_SOCKET");
+  app.add_flag("--json", g.json, "Machine-readable JSON output");
+
+  add_daemon(app, g);
+  add_run(app, g);
+  add_ps(app, g);
+  add_show(app, g);
+  add_wait(app, g);
+  add_cancel(app, g);
+  add_logs(app, g);
+  add_doctor(app, g);
+  add_later(app, g);
 
   try {
     app.parse(argc, argv);
-  } catch (CLI::ParseError const& e) {
+  } catch (CLI::CallForHelp const& e) {
     return app.exit(e);
+  } catch (CLI::CallForAllHelp const& e) {
+    return app.exit(e);
+  } catch (CLI::CallForVersion const& e) {
+    return app.exit(e);
+  } catch (CLI::RuntimeError const& e) {
+    return e.get_exit_code();
+  } catch (CLI::ParseError const& e) {
+    (void)app.exit(e);
+    return kExitUsage;
   }
-  return 0;
+  return g.exit_code;
 }
 
 }  // namespace custos::cli

@@ -1,0 +1,55 @@
+// The daemon's configuration: every key of docs/configuration.md, with the embedded defaults
+// that let `custos daemon` run with no configuration at all.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "custos/core/result.hpp"
+
+namespace custos::daemon {
+
+enum class LogTarget : std::uint8_t { automatic, journal, console, file };
+enum class ShutdownMode : std::uint8_t { cancel, detach };
+enum class BoundaryMode : std::uint8_t { automatic, cgroup, marker };
+
+struct DaemonConfig {
+  // Empty paths mean "choose the embedded default" (resolve()).
+  std::filesystem::path state_dir;
+  std::filesystem::path socket_path;
+  unsigned socket_mode = 0660;
+  // Group (name or number) whose members may call every method; empty: none.
+  std::string admin_group;
+  // Absolute cgroup v2 directory for per-execution cgroups; empty: <v2 mount>/<own cgroup>/custos.
+  std::filesystem::path cgroup_subtree;
+  BoundaryMode boundary = BoundaryMode::automatic;
+  ShutdownMode shutdown = ShutdownMode::cancel;
+  std::chrono::milliseconds shutdown_timeout{10000};
+  std::string log_level = "info";
+  LogTarget log_target = LogTarget::automatic;
+  std::filesystem::path log_file;
+  bool socket_activation = true;  // use sd_listen_fds() when systemd passes a socket
+  // rpc limits
+  std::size_t max_line_bytes = std::size_t{1} << 20;
+  std::size_t max_connections = 256;
+  std::size_t max_subscriptions = 64;
+  std::size_t event_queue_bytes = std::size_t{1} << 20;
+  std::size_t write_queue_bytes = std::size_t{8} << 20;
+};
+
+// Fills the defaults: as root without --state-dir, /var/lib/custos and /run/custos/custos.sock;
+// otherwise (not root, or a state dir given) the state dir defaults to <cwd>/.custos and the
+// socket to <state dir>/custos.sock. Relative paths are made absolute against `cwd`.
+// Errors: daemon.config_invalid (a relative cgroup subtree, a zero limit, ...).
+[[nodiscard]] Result<DaemonConfig> resolve(DaemonConfig config, std::uint32_t euid,
+                                           std::filesystem::path const& cwd);
+
+[[nodiscard]] std::optional<LogTarget> parse_log_target(std::string_view s) noexcept;
+[[nodiscard]] std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept;
+[[nodiscard]] std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept;
+
+}  // namespace custos::daemon

@@ -1,0 +1,89 @@
+// custos daemon: flags and config file keys (docs/configuration.md) → daemon::run.
+#include <memory>
+
+#include "commands.hpp"
+#include "custos/daemon/daemon.hpp"
+#include "exit_codes.hpp"
+
+namespace custos::cli {
+
+namespace {
+
+struct DaemonFlags {
+  daemon::DaemonConfig config;
+  std::string state_dir, socket, cgroup_subtree, log_file;
+  std::string socket_mode = "0660";
+  std::string boundary = "auto";
+  std::string shutdown = "cancel";
+  std::string log_target = "auto";
+  std::uint64_t shutdown_timeout_ms = 10000;
+  bool no_socket_activation = false;
+};
+
+}  // namespace
+
+void add_daemon(CLI::App& app, Globals& g) {
+  auto flags = std::make_shared<DaemonFlags>();
+  auto& c = flags->config;
+  auto* sub = app.add_subcommand("daemon", "Run the supervisor daemon (keys of --config go under [daemon])");
+  sub->add_option("--state-dir", flags->state_dir,
+                  "State directory (registry, spools, lock); default ./.custos, or /var/lib/custos as root");
+  sub->add_option("--socket", flags->socket,
+                  "Socket path; default <state-dir>/custos.sock, or /run/custos/custos.sock as root");
+  sub->add_option("--socket-mode", flags->socket_mode, "Socket permission mode (octal)")
+      ->capture_default_str();
+  sub->add_option("--admin-group", c.admin_group, "Group whose members may call every method");
+  sub->add_option("--cgroup-subtree", flags->cgroup_subtree,
+                  "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
+  sub->add_option("--boundary", flags->boundary, "auto | cgroup | marker")->capture_default_str();
+  sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
+      ->capture_default_str();
+  sub->add_option("--shutdown-timeout-ms", flags->shutdown_timeout_ms,
+                  "Bound on waiting for cancelled executions at shutdown")
+      ->capture_default_str();
+  sub->add_option("--log-level", c.log_level, "trace|debug|info|warning|error|critical|off")
+      ->capture_default_str();
+  sub->add_option("--log-target", flags->log_target, "auto | journal | console | file")
+      ->capture_default_str();
+  sub->add_option("--log-file", flags->log_file, "Log file (reopened on SIGHUP)");
+  sub->add_flag("--no-socket-activation", flags->no_socket_activation,
+                "Ignore sockets passed by systemd");
+  sub->add_option("--max-line-bytes", c.max_line_bytes, "Longest accepted JSON-RPC line")
+      ->capture_default_str();
+  sub->add_option("--max-connections", c.max_connections, "Concurrent client connections")
+      ->capture_default_str();
+  sub->add_option("--max-subscriptions", c.max_subscriptions, "Subscriptions per connection")
+      ->capture_default_str();
+  sub->add_option("--event-queue-bytes", c.event_queue_bytes,
+                  "Per-connection queued bytes above which events are dropped (counted)")
+      ->capture_default_str();
+  sub->add_option("--write-queue-bytes", c.write_queue_bytes,
+                  "Per-connection queued bytes above which the client's requests stop being read")
+      ->capture_default_str();
+  sub->callback([flags, &g] {
+    auto& cfg = flags->config;
+    cfg.state_dir = flags->state_dir;
+    cfg.socket_path = flags->socket;
+    cfg.cgroup_subtree = flags->cgroup_subtree;
+    cfg.log_file = flags->log_file;
+    cfg.socket_activation = !flags->no_socket_activation;
+    cfg.shutdown_timeout = std::chrono::milliseconds{flags->shutdown_timeout_ms};
+    try {
+      cfg.socket_mode = static_cast<unsigned>(std::stoul(flags->socket_mode, nullptr, 8));
+    } catch (std::exception const&) {
+      throw CLI::ValidationError("--socket-mode", "not an octal mode: " + flags->socket_mode);
+    }
+    auto boundary = daemon::parse_boundary(flags->boundary);
+    auto shutdown = daemon::parse_shutdown(flags->shutdown);
+    auto target = daemon::parse_log_target(flags->log_target);
+    if (!boundary) throw CLI::ValidationError("--boundary", "auto, cgroup or marker");
+    if (!shutdown) throw CLI::ValidationError("--shutdown", "cancel or detach");
+    if (!target) throw CLI::ValidationError("--log-target", "auto, journal, console or file");
+    cfg.boundary = *boundary;
+    cfg.shutdown = *shutdown;
+    cfg.log_target = *target;
+    g.exit_code = daemon::run(cfg) == 0 ? kExitOk : kExitDaemonFailed;
+  });
+}
+
+}  // namespace custos::cli

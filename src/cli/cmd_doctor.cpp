@@ -1,0 +1,98 @@
+// custos doctor: what this host can enforce. Asks the daemon (host.info) when one answers,
+// otherwise probes locally from this process, and says which it did.
+#include <fmt/core.h>
+
+#include <unistd.h>
+
+#include "common.hpp"
+#include "custos/sys/probes.hpp"
+#include "exit_codes.hpp"
+
+namespace custos::cli {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string yes_no(json::value const& v) {
+  if (v.is_bool()) return v.get_bool() ? "yes" : "no";
+  return json::serialize(v);
+}
+
+void print_table(json::object const& caps) {
+  auto const* checks = caps.if_contains("checks");
+  if (checks == nullptr || !checks->is_array()) {
+    fmt::print("{}\n", json::serialize(caps));
+    return;
+  }
+  std::size_t w = 10;
+  for (auto const& c : checks->get_array()) {
+    if (c.is_object()) w = std::max(w, str_field(c.get_object(), "name").size());
+  }
+  fmt::print("{:<{}}  {:<5}  {}\n", "capability", w, "ok", "detail / what missing means");
+  for (auto const& c : checks->get_array()) {
+    if (!c.is_object()) continue;
+    auto const& o = c.get_object();
+    bool const avail = o.if_contains("available") != nullptr && o.at("available").is_bool() &&
+                       o.at("available").get_bool();
+    fmt::print("{:<{}}  {:<5}  {}\n", str_field(o, "name"), w, avail ? "yes" : "NO",
+               str_field(o, "detail"));
+    if (!avail) fmt::print("{:<{}}         missing: {}\n", "", w, str_field(o, "missing_means"));
+  }
+  if (auto const* cg = caps.if_contains("cgroup"); cg != nullptr && cg->is_object()) {
+    auto const& c = cg->get_object();
+    fmt::print("\ncgroup v2: path {}, writable {}", c.contains("path") ? json::serialize(c.at("path")) : "-",
+               c.contains("writable") ? yes_no(c.at("writable")) : "-");
+    if (auto const* ctl = c.if_contains("controllers"); ctl != nullptr) {
+      fmt::print(", controllers {}", json::serialize(*ctl));
+    }
+    fmt::print("\n");
+  }
+}
+
+}  // namespace
+
+void add_doctor(CLI::App& app, Globals& g) {
+  auto* sub = app.add_subcommand("doctor", "Show host capabilities and what each missing one means");
+  sub->callback([&g] {
+    json::object info;
+    std::string source;
+    auto client = connect_daemon(g);
+    if (client) {
+      auto r = client->call("host.info", {});
+      if (!r) {
+        g.exit_code = report(r.error());
+        return;
+      }
+      if (r->is_object()) info = r->get_object();
+      source = "the daemon (host.info)";
+    } else {
+      auto caps = sys::probe_host();
+      if (!caps) {
+        g.exit_code = report(caps.error());
+        return;
+      }
+      info["capabilities"] = sys::to_json(*caps);
+      source = "a local probe as uid " + std::to_string(::geteuid()) + " (no daemon answered: " +
+               client.error().context + ")";
+    }
+    if (g.json) {
+      info["source"] = source;
+      fmt::print("{}\n", json::serialize(info));
+      g.exit_code = kExitOk;
+      return;
+    }
+    fmt::print("source: {}\n", source);
+    if (info.contains("version")) {
+      fmt::print("daemon {}  boot {}  default boundary {}\n\n", str_field(info, "version"),
+                 str_field(info, "boot_id"), str_field(info, "default_boundary"));
+    } else {
+      fmt::print("\n");
+    }
+    auto const* caps = info.if_contains("capabilities");
+    if (caps != nullptr && caps->is_object()) print_table(caps->get_object());
+    g.exit_code = kExitOk;
+  });
+}
+
+}  // namespace custos::cli

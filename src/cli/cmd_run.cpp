@@ -1,0 +1,441 @@
+// custos run: one command as an owned execution, streamed live.
+//
+// Builds the plan from the flags, exec.start, exec.subscribe from seq 1, then one poll loop over
+// the daemon socket, our stdin and a signalfd: output events go to our stdout/stderr, stdin goes
+// to exec.input (EOF included), SIGWINCH becomes exec.resize (--pty), SIGINT/SIGTERM/SIGHUP
+// become exec.cancel (in --pty mode Ctrl-C is a byte for the child's terminal instead, as it
+// would be in any terminal). The exit code is the child's (docs/cli.md).
+#include <fmt/core.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "common.hpp"
+#include "custos/rpc/base64.hpp"
+#include "custos/sys/unique_fd.hpp"
+#include "exit_codes.hpp"
+
+extern char** environ;
+
+namespace custos::cli {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunFlags {
+  std::vector<std::string> command;
+  std::string cwd;
+  std::string workspace;
+  std::vector<std::string> env;
+  double timeout_s = 0;
+  bool pty = false;
+  bool clean_env = false;
+  bool read_only = false;
+};
+
+// Names inherited by default so ordinary programs find their tools and locale.
+constexpr char const* kDefaultInherit[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM"};
+
+bool is_executable_file(fs::path const& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// A bare name is looked up in the caller's PATH like execvp would; a name with '/' is taken
+// relative to the current directory. argv[0] stays what the user typed.
+Result<std::string> resolve_executable(std::string const& name) {
+  if (name.empty()) return Error{Errc::plan_invalid_executable, "empty command"};
+  if (name.find('/') != std::string::npos) {
+    fs::path p = fs::absolute(name).lexically_normal();
+    if (!is_executable_file(p)) {
+      return Error{Errc::plan_invalid_executable, p.native() + " is not an executable file"};
+    }
+    return p.native();
+  }
+  char const* path_env = std::getenv("PATH");
+  std::string const path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    auto const end = path.find(':', start);
+    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (dir.empty()) dir = ".";
+    fs::path candidate = fs::absolute(fs::path{dir} / name).lexically_normal();
+    if (is_executable_file(candidate)) return candidate.native();
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return Error{Errc::plan_invalid_executable, name + ": not found in PATH"};
+}
+
+std::string random_hex(std::size_t n) {
+  std::random_device rd;
+  std::string out;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (std::size_t i = 0; i < n; ++i) out.push_back(kHex[rd() & 15U]);
+  return out;
+}
+
+Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
+  json::object params;
+  auto const exe = CUSTOS_TRY(resolve_executable(f.command.front()));
+  fs::path const here = fs::current_path();
+  fs::path const workspace =
+      (f.workspace.empty() ? here : fs::absolute(f.workspace)).lexically_normal();
+  fs::path cwd = f.cwd.empty() ? here : fs::absolute(f.cwd).lexically_normal();
+  std::string rel = cwd.lexically_relative(workspace).native();
+  if (rel.empty()) rel = ".";
+  std::string ws_root = workspace.native();
+  if (ws_root.size() > 1 && ws_root.back() == '/') ws_root.pop_back();
+
+  std::string const run = "run-" + random_hex(16);
+  json::object identity{{"project_id", "cli"},
+                        {"session_id", "cli-" + std::to_string(::getuid())},
+                        {"run_id", run},
+                        {"attempt_id", "a1"},
+                        {"turn_id", "t1"},
+                        {"action_id", "act-" + random_hex(16)},
+                        {"process_id", "proc-1"},
+                        {"workspace_id", "cli"},
+                        {"resource_id", "cli"},
+                        {"environment_id", "cli"},
+                        {"generation", 0},
+                        {"revision", 0}};
+
+  json::array argv;
+  for (auto const& a : f.command) argv.emplace_back(a);
+  json::array env;
+  json::object inherited;
+  std::map<std::string, bool> seen;
+  auto inherit = [&](std::string const& name) {
+    if (seen.count(name) != 0) return;
+    seen[name] = true;
+    env.push_back(json::object{{"name", name}, {"inherit", true}});
+    if (char const* v = std::getenv(name.c_str()); v != nullptr) inherited[name] = v;
+  };
+  std::vector<std::pair<std::string, std::string>> literals;
+  for (auto const& e : f.env) {
+    auto const eq = e.find('=');
+    if (eq == std::string::npos) continue;
+    literals.emplace_back(e.substr(0, eq), e.substr(eq + 1));
+  }
+  auto literal_named = [&](std::string const& n) {
+    for (auto const& [k, v] : literals) if (k == n) return true;
+    return false;
+  };
+  if (!f.clean_env) {
+    for (char const* name : kDefaultInherit) {
+      if (std::getenv(name) != nullptr && !literal_named(name)) inherit(name);
+    }
+  }
+  for (auto const& e : f.env) {
+    if (e.find('=') == std::string::npos) inherit(e);
+  }
+  for (auto const& [k, v] : literals) {
+    if (seen.count(k) != 0) continue;
+    seen[k] = true;
+    env.push_back(json::object{{"name", k}, {"value", v}});
+  }
+
+  json::object io{{"mode", f.pty ? "pty" : "pipes"}};
+  if (f.pty) {
+    io["rows"] = ws && ws->ws_row > 0 ? ws->ws_row : 24;
+    io["cols"] = ws && ws->ws_col > 0 ? ws->ws_col : 80;
+    io["resize"] = true;
+  }
+  json::object plan{{"command", json::object{{"executable", exe}, {"argv", std::move(argv)}}},
+                    {"workspace", json::object{{"root", ws_root},
+                                               {"access", f.read_only ? "read_only" : "writable"}}},
+                    {"cwd", rel},
+                    {"env", std::move(env)},
+                    {"io", std::move(io)}};
+  if (f.timeout_s > 0) {
+    auto const ms = static_cast<std::uint64_t>(f.timeout_s * 1000.0);
+    plan["limits"] = json::object{{"wall_ms", ms == 0 ? 1 : ms}};
+  }
+  params["identity"] = std::move(identity);
+  params["plan"] = std::move(plan);
+  params["authority"] = json::object{{"epoch", 0}, {"grant_id", nullptr}, {"lease_id", nullptr}};
+  params["inherited_env"] = std::move(inherited);
+  return params;
+}
+
+// Puts the terminal in raw mode and restores it on every way out of run (destructor).
+class RawTerminal {
+ public:
+  RawTerminal() = default;
+  RawTerminal(RawTerminal const&) = delete;
+  RawTerminal& operator=(RawTerminal const&) = delete;
+  ~RawTerminal() { restore(); }
+  bool enter(int fd) {
+    if (::isatty(fd) == 0 || ::tcgetattr(fd, &saved_) != 0) return false;
+    termios raw = saved_;
+    ::cfmakeraw(&raw);
+    if (::tcsetattr(fd, TCSANOW, &raw) != 0) return false;
+    fd_ = fd;
+    return true;
+  }
+  void restore() {
+    if (fd_ >= 0) (void)::tcsetattr(fd_, TCSAFLUSH, &saved_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  termios saved_{};
+};
+
+// Blocks the signals we handle and reads them from a signalfd; restores the mask on exit.
+class SignalFd {
+ public:
+  SignalFd() {
+    sigemptyset(&set_);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH}) sigaddset(&set_, s);
+    (void)::sigprocmask(SIG_BLOCK, &set_, &old_);
+    fd_.reset(::signalfd(-1, &set_, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  SignalFd(SignalFd const&) = delete;
+  SignalFd& operator=(SignalFd const&) = delete;
+  ~SignalFd() { (void)::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  int read_one() {
+    signalfd_siginfo si{};
+    if (::read(fd_.get(), &si, sizeof si) != static_cast<ssize_t>(sizeof si)) return 0;
+    return static_cast<int>(si.ssi_signo);
+  }
+
+ private:
+  sigset_t set_{};
+  sigset_t old_{};
+  sys::UniqueFd fd_;
+};
+
+bool write_all(int fd, std::vector<std::uint8_t> const& data) {
+  std::size_t off = 0;
+  while (off < data.size()) {
+    ssize_t const n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        (void)::poll(&p, 1, -1);
+        continue;
+      }
+      return false;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+class Runner {
+ public:
+  Runner(Globals& g, RunFlags const& f) : g_(g), f_(f) {}
+
+  int run() {
+    std::optional<winsize> ws;
+    winsize w{};
+    if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &w) == 0) ws = w;
+    auto params = build_params(f_, ws);
+    if (!params) return report(params.error());
+    auto client = connect_daemon(g_);
+    if (!client) return report(client.error());
+    client_.emplace(std::move(*client));
+
+    auto started = client_->call("exec.start", std::move(*params));
+    if (!started) return report(started.error());
+    if (!started->is_object()) return report(Error{Errc::internal, "exec.start: not an object"});
+    id_ = str_field(started->get_object(), "execution_id");
+    auto sub = client_->call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}});
+    if (!sub) return report(sub.error());
+
+    if (f_.pty) raw_.enter(STDIN_FILENO);
+    return loop();
+  }
+
+ private:
+  int loop() {
+    bool stdin_open = true;
+    std::optional<std::uint64_t> input_inflight;
+    std::vector<std::uint8_t> pending_input;
+    bool eof_pending = false;
+    bool cancel_sent = false;
+    std::optional<json::value> terminal;
+
+    for (;;) {
+      // Send stdin that is ready, one exec.input in flight at a time (the daemon may accept
+      // fewer bytes than offered; the rest is offered again).
+      if (!input_inflight && (!pending_input.empty() || eof_pending)) {
+        json::object p{{"execution_id", id_}};
+        if (!pending_input.empty()) p["data_b64"] = rpc::base64_encode(pending_input);
+        if (eof_pending) p["eof"] = true;
+        auto sent = client_->send("exec.input", std::move(p));
+        if (!sent) return finish_error(sent.error());
+        input_inflight = *sent;
+        inflight_len_ = pending_input.size();
+        inflight_eof_ = eof_pending;
+      }
+
+      pollfd fds[3] = {{client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
+      bool const want_stdin = stdin_open && pending_input.empty() && !eof_pending;
+      if (want_stdin) fds[2].events = POLLIN;
+      int timeout = -1;
+      if (terminal) timeout = 200;
+      if (!client_->has_queued()) {
+        int const r = ::poll(fds, want_stdin ? 3 : 2, timeout);
+        if (r < 0 && errno != EINTR) return finish_error(Error{Errc::sys_error, "poll", errno});
+        if (r == 0 && terminal) break;  // terminal seen and the stream went quiet
+      }
+
+      if ((fds[1].revents & POLLIN) != 0) {
+        int const sig = signals_.read_one();
+        if (sig == SIGWINCH && f_.pty) {
+          winsize w{};
+          if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &w) == 0) {
+            (void)client_->send("exec.resize", {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
+          }
+        } else if (sig != 0 && sig != SIGWINCH && !cancel_sent) {
+          cancel_sent = true;
+          (void)client_->send("exec.cancel", {{"execution_id", id_},
+                                              {"reason", "custos run: signal " + std::to_string(sig)}});
+        }
+      }
+
+      if (want_stdin && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        std::uint8_t buf[65536];
+        ssize_t const n = ::read(STDIN_FILENO, buf, sizeof buf);
+        if (n > 0) {
+          pending_input.assign(buf, buf + n);
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          stdin_open = false;
+          eof_pending = true;
+        }
+      }
+
+      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0 || client_->has_queued()) {
+        auto msg = client_->next(0);
+        if (!msg) {
+          if (terminal) break;
+          return finish_error(msg.error());
+        }
+        if (!*msg) continue;
+        auto& m = **msg;
+        if (auto const* method = m.if_contains("method"); method != nullptr) {
+          auto* params = m.if_contains("params");
+          if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
+              params->is_object()) {
+            if (on_event(params->get_object(), terminal)) break;
+          }
+          continue;
+        }
+        auto const* idv = m.if_contains("id");
+        std::uint64_t rid = 0;
+        if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
+        if (input_inflight && rid == *input_inflight) {
+          input_inflight.reset();
+          if (auto const* err = m.if_contains("error"); err != nullptr) {
+            // The child closed its stdin or the input limit was reached: stop forwarding.
+            stdin_open = false;
+            pending_input.clear();
+            eof_pending = false;
+            continue;
+          }
+          std::uint64_t accepted = 0;
+          if (auto const* res = m.if_contains("result"); res != nullptr && res->is_object()) {
+            if (auto const* a = res->get_object().if_contains("accepted_bytes"); a != nullptr && a->is_number()) {
+              accepted = a->to_number<std::uint64_t>();
+            }
+          }
+          if (accepted >= inflight_len_) {
+            pending_input.clear();
+            if (inflight_eof_) eof_pending = false;
+          } else {
+            pending_input.erase(pending_input.begin(),
+                                pending_input.begin() + static_cast<std::ptrdiff_t>(accepted));
+            // The daemon's queue is full: give the child a moment to read.
+            ::usleep(10000);
+          }
+        }
+      }
+    }
+    raw_.restore();
+    if (!terminal) return finish_error(Error{Errc::internal, "no terminal result"});
+    if (g_.json) fmt::print("{}\n", json::serialize(*terminal));
+    return exit_code_for(*terminal);
+  }
+
+  // Returns true when the terminal event arrived (output is complete by then: events are
+  // delivered in seq order and terminal is the last).
+  bool on_event(json::object const& ev, std::optional<json::value>& terminal) {
+    std::string const kind = str_field(ev, "kind");
+    if (kind == "output") {
+      auto data = rpc::base64_decode(str_field(ev, "data_b64"));
+      if (!data) return false;
+      int const fd = str_field(ev, "stream") == "stderr" ? STDERR_FILENO : STDOUT_FILENO;
+      (void)write_all(fd, *data);
+      return false;
+    }
+    if (kind == "terminal") {
+      if (auto const* t = ev.if_contains("terminal"); t != nullptr) terminal = *t;
+      else terminal = json::value(ev);
+      if (!terminal->is_object() || !terminal->get_object().contains("classification")) {
+        // An event without the record: ask for it.
+        auto r = client_->call("exec.wait", {{"execution_id", id_}});
+        if (r) terminal = *r;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  int finish_error(Error const& e) {
+    raw_.restore();
+    return report(e);
+  }
+
+  Globals& g_;
+  RunFlags const& f_;
+  std::optional<RpcClient> client_;
+  std::string id_;
+  RawTerminal raw_;
+  SignalFd signals_;
+  std::size_t inflight_len_ = 0;
+  bool inflight_eof_ = false;
+};
+
+}  // namespace
+
+void add_run(CLI::App& app, Globals& g) {
+  auto flags = std::make_shared<RunFlags>();
+  auto* sub = app.add_subcommand("run", "Run one command as an owned execution and stream its output");
+  sub->add_option("command", flags->command, "EXE ARG... (after --)")->required();
+  sub->add_option("--cwd", flags->cwd, "Working directory (inside the workspace; default: here)");
+  sub->add_option("--workspace", flags->workspace, "Workspace root (default: current directory)");
+  sub->add_option("--env", flags->env, "NAME (inherit from here) or NAME=VALUE (literal); repeatable");
+  sub->add_option("--timeout", flags->timeout_s, "Wall-clock limit in seconds (exit 124 when hit)");
+  sub->add_flag("--pty", flags->pty, "Run in a pseudo-terminal; local terminal goes raw");
+  sub->add_flag("--clean-env", flags->clean_env, "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");
+  sub->add_flag("--read-only", flags->read_only, "Declare the workspace read_only in the plan (default writable)");
+  sub->callback([&g, flags] {
+    Runner runner{g, *flags};
+    g.exit_code = runner.run();
+  });
+}
+
+}  // namespace custos::cli

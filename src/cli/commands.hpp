@@ -1,0 +1,28 @@
+// The subcommands of the custos binary, one file each. Private to cli/.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace custos::cli {
+
+// Options every client subcommand shares (`--socket` falls through from the root app).
+struct Globals {
+  std::string socket;  // --socket / $CUSTOS_SOCKET; empty: default_socket()
+  bool json = false;   // --json: machine-readable output
+  int exit_code = 0;   // set by the subcommand that ran
+};
+
+// Each add_* registers one subcommand whose callback stores its exit code in g.exit_code.
+void add_daemon(CLI::App& app, Globals& g);
+void add_run(CLI::App& app, Globals& g);
+void add_ps(CLI::App& app, Globals& g);
+void add_show(CLI::App& app, Globals& g);
+void add_wait(CLI::App& app, Globals& g);
+void add_cancel(CLI::App& app, Globals& g);
+void add_logs(CLI::App& app, Globals& g);
+void add_doctor(CLI::App& app, Globals& g);
+void add_later(CLI::App& app, Globals& g);  // grant, lease, quiescence (issue 6)
+
+}  // namespace custos::cli

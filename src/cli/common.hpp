@@ -1,0 +1,32 @@
+// Helpers shared by the client subcommands. Private to cli/.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <string>
+
+#include "commands.hpp"
+#include "custos/cli/client.hpp"
+#include "custos/core/result.hpp"
+
+namespace custos::cli {
+
+// Prints "custos: <stable.code>: <detail>" on stderr (one line, plus one line per diagnostic)
+// and returns the exit code for it: kExitUnreachable for rpc.unavailable, kExitInternal for
+// protocol/internal errors, kExitRefused otherwise.
+int report(Error const& e);
+
+// Connects to g.socket or default_socket().
+[[nodiscard]] Result<RpcClient> connect_daemon(Globals const& g);
+
+// The exit code a terminal result maps to (docs/cli.md): the child's code, 128+signal,
+// or one of kExitSpawnFailed / kExitCancelled / kExitTimedOut / kExitAbnormal.
+[[nodiscard]] int exit_code_for(boost::json::value const& terminal);
+
+// Pretty-prints JSON with two-space indentation.
+[[nodiscard]] std::string pretty(boost::json::value const& v);
+
+// A string field of an object, "" when absent or not a string.
+[[nodiscard]] std::string str_field(boost::json::object const& o, std::string_view key);
+
+}  // namespace custos::cli

@@ -1,0 +1,68 @@
+// Embedded defaults and validation of the daemon configuration.
+#include "custos/daemon/config.hpp"
+
+namespace custos::daemon {
+
+namespace fs = std::filesystem;
+
+Result<DaemonConfig> resolve(DaemonConfig c, std::uint32_t euid, fs::path const& cwd) {
+  bool const state_given = !c.state_dir.empty();
+  if (!state_given) {
+    // Root without a state dir is the packaged service; everyone else gets a local directory
+    // so that a first run needs neither root nor configuration.
+    c.state_dir = euid == 0 ? fs::path{"/var/lib/custos"} : cwd / ".custos";
+  }
+  if (c.state_dir.is_relative()) c.state_dir = cwd / c.state_dir;
+  if (c.socket_path.empty()) {
+    c.socket_path = (euid == 0 && !state_given) ? fs::path{"/run/custos/custos.sock"}
+                                                : c.state_dir / "custos.sock";
+  }
+  if (c.socket_path.is_relative()) c.socket_path = cwd / c.socket_path;
+  if (c.log_file.is_relative() && !c.log_file.empty()) c.log_file = cwd / c.log_file;
+  c.state_dir = c.state_dir.lexically_normal();
+  c.socket_path = c.socket_path.lexically_normal();
+
+  if (!c.cgroup_subtree.empty() && c.cgroup_subtree.is_relative()) {
+    return Error{Errc::daemon_config_invalid, "cgroup-subtree must be an absolute path"};
+  }
+  // sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+  if (c.socket_path.native().size() >= 108) {
+    return Error{Errc::daemon_config_invalid,
+                 "socket path longer than 107 bytes: " + c.socket_path.native()};
+  }
+  if ((c.socket_mode & ~0777U) != 0) {
+    return Error{Errc::daemon_config_invalid, "socket-mode must be a permission mode (e.g. 0660)"};
+  }
+  if (c.log_target == LogTarget::file && c.log_file.empty()) {
+    return Error{Errc::daemon_config_invalid, "log-target file needs log-file"};
+  }
+  if (c.max_line_bytes < 1024 || c.max_connections == 0 || c.max_subscriptions == 0 ||
+      c.event_queue_bytes == 0 || c.write_queue_bytes < c.max_line_bytes) {
+    return Error{Errc::daemon_config_invalid,
+                 "limits: max-line-bytes >= 1024, write-queue-bytes >= max-line-bytes, others > 0"};
+  }
+  return c;
+}
+
+std::optional<LogTarget> parse_log_target(std::string_view s) noexcept {
+  if (s == "auto") return LogTarget::automatic;
+  if (s == "journal") return LogTarget::journal;
+  if (s == "console" || s == "stderr") return LogTarget::console;
+  if (s == "file") return LogTarget::file;
+  return std::nullopt;
+}
+
+std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept {
+  if (s == "cancel") return ShutdownMode::cancel;
+  if (s == "detach") return ShutdownMode::detach;
+  return std::nullopt;
+}
+
+std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept {
+  if (s == "auto") return BoundaryMode::automatic;
+  if (s == "cgroup") return BoundaryMode::cgroup;
+  if (s == "marker") return BoundaryMode::marker;
+  return std::nullopt;
+}
+
+}  // namespace custos::daemon

@@ -1,0 +1,298 @@
+// `custos daemon`: the start-up reads as a list of named steps (load config → lock state dir →
+// open registry → recover → create subtree → listen → notify READY), then one io_context runs
+// everything until a signal asks for shutdown.
+#include "custos/daemon/daemon.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/json.hpp>
+
+#include <grp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "custos/daemon/version.hpp"
+#include "custos/rpc/dispatcher.hpp"
+#include "custos/rpc/methods.hpp"
+#include "custos/rpc/server.hpp"
+#include "custos/sys/cgroup.hpp"
+#include "custos/sys/identity.hpp"
+#include "custos/sys/probes.hpp"
+#include "custos/sys/unique_fd.hpp"
+#include "logging.hpp"
+#include "socket_path.hpp"
+
+namespace custos::daemon {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<std::optional<std::uint32_t>> resolve_group(std::string const& name) {
+  if (name.empty()) return std::optional<std::uint32_t>{};
+  if (name.find_first_not_of("0123456789") == std::string::npos) {
+    return std::optional<std::uint32_t>{static_cast<std::uint32_t>(std::stoul(name))};
+  }
+  group grp{};
+  group* found = nullptr;
+  std::string buf(16384, '\0');
+  if (::getgrnam_r(name.c_str(), &grp, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return Error{Errc::daemon_config_invalid, "admin-group " + name + " does not exist"};
+  }
+  return std::optional<std::uint32_t>{found->gr_gid};
+}
+
+void notify(std::string const& state) { (void)::sd_notify(0, state.c_str()); }
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+  Result<void> start() {
+    CUSTOS_TRYV(step("load config", [&] { return load_config(); }));
+    CUSTOS_TRYV(step("lock state dir", [&] { return lock_state(); }));
+    CUSTOS_TRYV(step("open registry", [&] { return open_registry(); }));
+    CUSTOS_TRYV(step("recover", [&] { return recover(); }));
+    CUSTOS_TRYV(step("create subtree", [&] { return create_subtree(); }));
+    CUSTOS_TRYV(step("probe host", [&] { return probe(); }));
+    CUSTOS_TRYV(step("register methods", [&] { return register_methods(); }));
+    CUSTOS_TRYV(step("listen", [&] { return listen(); }));
+    CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
+    notify_ready();
+    return ok();
+  }
+
+  int serve() {
+    io_.run();
+    finish();
+    return exit_code_;
+  }
+
+ private:
+  template <class F>
+  Result<void> step(char const* name, F&& f) {
+    spdlog::debug("start-up: {}", name);
+    auto r = f();
+    if (!r) spdlog::critical("start-up step '{}' failed: {}", name, r.error().message());
+    return r;
+  }
+
+  Result<void> load_config() {
+    auto admin = CUSTOS_TRY(resolve_group(config_.admin_group));
+    auth_.daemon_uid = ::geteuid();
+    auth_.admin_gid = admin;
+    spdlog::info("custos {} starting (pid {}, uid {}), state {}, socket {}", kVersion, ::getpid(),
+                 auth_.daemon_uid, config_.state_dir.native(), config_.socket_path.native());
+    return ok();
+  }
+
+  Result<void> lock_state() {
+    state_lock_ = CUSTOS_TRY(lock_state_dir(config_.state_dir));
+    return ok();
+  }
+
+  // The registry lands with its own issue; until the daemon opens it, executions live only in
+  // memory and a restart forgets them (docs/operations.md says so).
+  Result<void> open_registry() { return ok(); }
+  Result<void> recover() { return ok(); }
+
+  Result<void> create_subtree() {
+    if (config_.boundary == BoundaryMode::marker) {
+      spdlog::warn("boundary: marker (configured); processes are tracked cooperatively");
+      return ok();
+    }
+    auto r = make_subtree();
+    if (r) {
+      subtree_ = std::move(*r);
+      spdlog::info("boundary: cgroup, per-execution cgroups under {}", subtree_->path());
+      return ok();
+    }
+    if (config_.boundary == BoundaryMode::cgroup) return r.error();
+    spdlog::warn("boundary: marker — no writable cgroup v2 subtree ({}); executions are tracked "
+                 "by a cooperative /proc marker scan, not by the kernel",
+                 r.error().message());
+    return ok();
+  }
+
+  Result<sys::CgroupDir> make_subtree() {
+    std::set<std::string> const wanted{"cpu", "memory", "pids"};
+    fs::path path = config_.cgroup_subtree;
+    if (path.empty()) {
+      auto mount = CUSTOS_TRY(sys::find_cgroup2_mount());
+      auto own = CUSTOS_TRY(sys::own_cgroup());
+      path = fs::path{mount.path} / fs::path{own}.relative_path() / "custos";
+    }
+    path = path.lexically_normal();
+    auto parent = CUSTOS_TRY(sys::CgroupDir::open(path.parent_path().native()));
+    std::error_code ec;
+    subtree_created_ = !fs::exists(path, ec);
+    return sys::ensure_subtree(parent, path.filename().native(), wanted);
+  }
+
+  Result<void> probe() {
+    caps_ = sys::probe_host();
+    if (!caps_) spdlog::warn("host probe failed: {}", caps_.error().message());
+    auto boot = sys::read_boot_id();
+    if (boot) boot_id_ = *boot;
+    return ok();
+  }
+
+  Result<json::object> describe_host() const {
+    json::object out{{"version", kVersion}, {"boot_id", boot_id_},
+                     {"default_boundary", subtree_ ? "cgroup" : "marker"},
+                     {"pid", ::getpid()}};
+    if (caps_) {
+      out["capabilities"] = sys::to_json(*caps_);
+    } else {
+      out["capabilities"] = json::object{};
+    }
+    if (subtree_) out["cgroup_subtree"] = subtree_->path();
+    out["shutdown_policy"] = config_.shutdown == ShutdownMode::cancel ? "cancel" : "detach";
+    return out;
+  }
+
+  Result<void> register_methods() {
+    dispatcher_.emplace(auth_);
+    rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
+    rpc::register_introspection(*dispatcher_);
+    return ok();
+  }
+
+  Result<void> listen() {
+    rpc::ServerLimits limits;
+    limits.max_line_bytes = config_.max_line_bytes;
+    limits.max_connections = config_.max_connections;
+    limits.max_subscriptions_per_connection = config_.max_subscriptions;
+    limits.event_queue_bytes = config_.event_queue_bytes;
+    limits.max_write_queue_bytes = config_.write_queue_bytes;
+    server_.emplace(io_, *dispatcher_, limits);
+    if (config_.socket_activation) {
+      int const n = ::sd_listen_fds(1);
+      if (n > 0 && ::sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, nullptr, 0) > 0) {
+        CUSTOS_TRYV(server_->adopt(SD_LISTEN_FDS_START));
+        spdlog::info("listening on the socket passed by systemd (socket activation)");
+        return ok();
+      }
+    }
+    socket_lock_ = CUSTOS_TRY(claim_socket_path(config_.socket_path));
+    CUSTOS_TRYV(server_->listen(config_.socket_path.native(), config_.socket_mode));
+    bound_socket_ = true;
+    spdlog::info("listening on {} (mode {:o})", config_.socket_path.native(), config_.socket_mode);
+    return ok();
+  }
+
+  Result<void> handle_signals() {
+    signals_.add(SIGTERM);
+    signals_.add(SIGINT);
+    signals_.add(SIGHUP);
+    // A client that disappears mid-write must not kill the daemon.
+    std::signal(SIGPIPE, SIG_IGN);
+    wait_signal();
+    return ok();
+  }
+
+  void wait_signal() {
+    signals_.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGHUP) {
+        auto r = reopen_logs(config_);
+        if (!r) spdlog::error("SIGHUP: reopening logs failed: {}", r.error().message());
+        else spdlog::info("SIGHUP: logs reopened");
+      } else {
+        begin_shutdown(sig);
+      }
+      wait_signal();
+    });
+  }
+
+  void notify_ready() {
+    notify("READY=1\nSTATUS=serving on " + config_.socket_path.native() + "\nMAINPID=" +
+           std::to_string(::getpid()));
+    spdlog::info("ready");
+  }
+
+  void begin_shutdown(int sig) {
+    if (shutting_down_) {
+      spdlog::warn("signal {} during shutdown: still waiting for executions", sig);
+      return;
+    }
+    shutting_down_ = true;
+    bool const cancel = config_.shutdown == ShutdownMode::cancel;
+    spdlog::info("signal {}: stopping (policy {})", sig, cancel ? "cancel" : "detach");
+    notify("STOPPING=1\nSTATUS=stopping");
+    server_->stop_accepting();
+    unlink_socket();
+    stop_loop();
+  }
+
+  void stop_loop() {
+    if (server_) server_->close_all();
+    signals_.cancel();
+    io_.stop();
+  }
+
+  void unlink_socket() {
+    if (!bound_socket_) return;
+    bound_socket_ = false;
+    // Removed while we still hold its lock, so no newer daemon's socket can be unlinked here.
+    (void)::unlink(config_.socket_path.c_str());
+  }
+
+  void finish() {
+    unlink_socket();
+    if (subtree_ && subtree_created_) {
+      // Only an empty subtree can be removed; with the detach policy it keeps its executions.
+      auto r = subtree_->remove();
+      if (!r) spdlog::info("cgroup subtree {} kept: {}", subtree_->path(), r.error().message());
+    }
+    spdlog::info("stopped");
+  }
+
+  DaemonConfig config_;
+  asio::io_context io_;
+  asio::signal_set signals_{io_};
+  rpc::AuthPolicy auth_;
+  std::optional<rpc::Dispatcher> dispatcher_;
+  std::optional<rpc::Server> server_;
+  sys::UniqueFd state_lock_;
+  sys::UniqueFd socket_lock_;
+  bool bound_socket_ = false;
+  std::optional<sys::CgroupDir> subtree_;
+  bool subtree_created_ = false;
+  Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
+  std::string boot_id_;
+  bool shutting_down_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run(DaemonConfig const& config) {
+  auto resolved = resolve(config, ::geteuid(), fs::current_path());
+  if (!resolved) {
+    spdlog::critical("configuration: {}", resolved.error().message());
+    return 1;
+  }
+  if (auto r = setup_logging(*resolved); !r) {
+    spdlog::critical("logging: {}", r.error().message());
+    return 1;
+  }
+  ::umask(0077);
+  Daemon daemon{std::move(*resolved)};
+  if (auto r = daemon.start(); !r) {
+    notify("STATUS=start-up failed: " + r.error().message());
+    return 1;
+  }
+  return daemon.serve();
+}
+
+}  // namespace custos::daemon

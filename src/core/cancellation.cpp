@@ -1,0 +1,168 @@
+// First-trigger-wins and the terminal classification table (docs/lifecycle.md).
+#include "custos/core/cancellation.hpp"
+
+#include <limits>
+
+namespace custos::core {
+namespace {
+
+template <class E, std::size_t N>
+std::optional<E> lookup(std::array<std::string_view, N> const& names, std::string_view wire) noexcept {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == wire) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+template <std::size_t N, class E>
+std::string_view name_of(std::array<std::string_view, N> const& names, E e) noexcept {
+  auto const i = static_cast<std::size_t>(e);
+  return i < N ? names[i] : std::string_view{"invalid"};
+}
+
+// Indexed by the enumerator value; the order must follow the enum declaration.
+constexpr std::array<std::string_view, kTriggerCount> kTriggerNames = {
+    "user", "deadline", "output_limit", "resource_limit", "lease_fence", "supervisor_shutdown",
+    "backend_failure"};
+
+constexpr std::array<std::string_view, kClassificationCount> kClassificationNames = {
+    "exited",        "signaled",       "spawn_failed",   "cancelled",         "timed_out",
+    "output_limit",  "resource_limit", "sandbox_denied", "supervisor_failed", "recovery_indeterminate"};
+
+constexpr std::array<std::string_view, 5> kRecoveryNames = {
+    "observed", "already_terminal", "live_owned", "absent_without_terminal", "indeterminate"};
+
+constexpr std::array<std::string_view, 2> kCleanupNames = {"confirmed", "unconfirmed"};
+
+constexpr std::array<std::string_view, 3> kOutcomeNames = {"accepted", "ignored",
+                                                           "rejected_after_exit"};
+
+void bump(std::uint32_t& counter) noexcept {
+  // Saturate: the counts are diagnostics, and wrapping would make a flood look quiet.
+  if (counter != std::numeric_limits<std::uint32_t>::max()) ++counter;
+}
+
+}  // namespace
+
+std::string_view trigger_wire(Trigger t) noexcept { return name_of(kTriggerNames, t); }
+std::optional<Trigger> trigger_from_wire(std::string_view wire) noexcept {
+  return lookup<Trigger>(kTriggerNames, wire);
+}
+
+std::string_view classification_wire(Classification c) noexcept {
+  return name_of(kClassificationNames, c);
+}
+std::optional<Classification> classification_from_wire(std::string_view wire) noexcept {
+  return lookup<Classification>(kClassificationNames, wire);
+}
+
+std::string_view recovery_path_wire(RecoveryPath r) noexcept { return name_of(kRecoveryNames, r); }
+std::optional<RecoveryPath> recovery_path_from_wire(std::string_view wire) noexcept {
+  return lookup<RecoveryPath>(kRecoveryNames, wire);
+}
+
+std::string_view cleanup_wire(Cleanup c) noexcept { return name_of(kCleanupNames, c); }
+std::optional<Cleanup> cleanup_from_wire(std::string_view wire) noexcept {
+  return lookup<Cleanup>(kCleanupNames, wire);
+}
+
+std::string_view trigger_outcome_wire(TriggerOutcome o) noexcept { return name_of(kOutcomeNames, o); }
+
+Classification trigger_classification(Trigger t) noexcept {
+  switch (t) {
+    case Trigger::user:
+    case Trigger::lease_fence:
+    case Trigger::supervisor_shutdown:
+      return Classification::cancelled;
+    case Trigger::deadline:
+      return Classification::timed_out;
+    case Trigger::output_limit:
+      return Classification::output_limit;
+    case Trigger::resource_limit:
+      return Classification::resource_limit;
+    case Trigger::backend_failure:
+      return Classification::supervisor_failed;
+  }
+  return Classification::supervisor_failed;
+}
+
+bool ExitStatus::valid() const noexcept {
+  if (code.has_value() && signal.has_value()) return false;
+  // Exit codes are the low 8 bits of the status; Linux signals are 1..64 (SIGRTMAX).
+  if (code.has_value() && (*code < 0 || *code > 255)) return false;
+  if (signal.has_value() && (*signal < 1 || *signal > 64)) return false;
+  return true;
+}
+
+Result<TriggerOutcome> CancellationState::offer(Trigger t) {
+  if (sealed_) {
+    return Error{Errc::lifecycle_trigger_after_terminal,
+                 "trigger " + std::string{trigger_wire(t)} + " offered after the terminal record"};
+  }
+  auto const i = static_cast<std::size_t>(t);
+  if (i >= kTriggerCount) return Error{Errc::lifecycle_illegal_transition, "unknown trigger"};
+  if (first_.has_value()) {
+    bump(ignored_[i]);
+    return TriggerOutcome::ignored;
+  }
+  if (exit_observed_) {
+    bump(rejected_[i]);
+    return TriggerOutcome::rejected_after_exit;
+  }
+  first_ = t;
+  return TriggerOutcome::accepted;
+}
+
+Result<> CancellationState::observe_exit() {
+  if (sealed_) return Error{Errc::lifecycle_trigger_after_terminal, "exit observed after the terminal record"};
+  if (exit_observed_) return Error{Errc::lifecycle_illegal_transition, "exit observed twice"};
+  exit_observed_ = true;
+  return ok();
+}
+
+Result<> CancellationState::seal() {
+  if (sealed_) return Error{Errc::lifecycle_already_terminal, "cancellation state sealed twice"};
+  sealed_ = true;
+  return ok();
+}
+
+std::uint32_t CancellationState::ignored_count(Trigger t) const noexcept {
+  auto const i = static_cast<std::size_t>(t);
+  return i < kTriggerCount ? ignored_[i] : 0;
+}
+
+std::uint32_t CancellationState::rejected_count(Trigger t) const noexcept {
+  auto const i = static_cast<std::size_t>(t);
+  return i < kTriggerCount ? rejected_[i] : 0;
+}
+
+Result<Verdict> classify(ClassifyInput const& in) {
+  switch (in.recovery) {
+    case RecoveryPath::already_terminal:
+      return Error{Errc::lifecycle_already_terminal,
+                   "recovery found a terminal record; there is nothing to classify"};
+    case RecoveryPath::absent_without_terminal:
+    case RecoveryPath::indeterminate:
+      // Nobody saw the end: whatever the process did is unknown, and unknown is never success.
+      return Verdict{Classification::recovery_indeterminate, false};
+    case RecoveryPath::observed:
+    case RecoveryPath::live_owned:
+      break;
+  }
+  if (!in.exit.valid()) return Error{Errc::lifecycle_illegal_transition, "invalid exit status"};
+  if (in.exit.observed() == in.spawn_failed) {
+    return Error{Errc::lifecycle_illegal_transition,
+                 in.spawn_failed ? "both a spawn failure and an exit were observed"
+                                 : "neither an exit nor a spawn failure was observed"};
+  }
+  // Order matters and is the table of docs/lifecycle.md: a trigger accepted before the end was
+  // observed decides, then a sandbox denial, then the spawn failure, then the raw exit.
+  if (in.trigger.has_value()) return Verdict{trigger_classification(*in.trigger), false};
+  if (in.sandbox_denied) return Verdict{Classification::sandbox_denied, false};
+  if (in.spawn_failed) return Verdict{Classification::spawn_failed, false};
+  if (in.exit.signal.has_value()) return Verdict{Classification::signaled, false};
+  bool const success = *in.exit.code == 0 && in.cleanup == Cleanup::confirmed;
+  return Verdict{Classification::exited, success};
+}
+
+}  // namespace custos::core

@@ -1,0 +1,36 @@
+// JSON ⇄ identity and plan (API.md "The plan"), with every diagnostic collected.
+//
+// Parsing is strict: an unknown member is plan.unknown_field, a JSON type mismatch is
+// plan.wrong_type (numbers must be non-negative integers; 3.0 is a double and is refused), a
+// missing required member is plan.missing_field, and then the rules of plan.hpp / identity.hpp
+// apply. All problems are reported at once through Error::from_diagnostics: one diagnostic keeps
+// its own code, several give plan.invalid with the list. Pointers are RFC 6901, below
+// `pointer_base` (pass "/identity" and "/plan" when parsing exec.start params).
+//
+// Optional plan members take the defaults documented in plan.hpp, so the result is the
+// effective plan, and to_json writes every member of it back out: parse(to_json(x)) == x.
+#pragma once
+
+#include <boost/json/value.hpp>
+
+#include <string_view>
+
+#include "custos/core/identity.hpp"
+#include "custos/core/plan.hpp"
+#include "custos/core/result.hpp"
+
+namespace custos::core {
+
+[[nodiscard]] Result<ExecutionIdentity> parse_identity(boost::json::value const& v,
+                                                       std::string_view pointer_base = "");
+[[nodiscard]] Result<ExecutionPlan> parse_plan(boost::json::value const& v,
+                                               std::string_view pointer_base = "");
+
+[[nodiscard]] boost::json::value to_json(ExecutionIdentity const& id);
+[[nodiscard]] boost::json::value to_json(ExecutionPlan const& plan);
+
+// Parses JSON text (UTF-8 checked by Boost.JSON, nesting at most 64 deep); plan.invalid_json
+// with the parser's reason on failure.
+[[nodiscard]] Result<boost::json::value> parse_json_text(std::string_view text);
+
+}  // namespace custos::core

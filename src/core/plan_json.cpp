@@ -1,0 +1,560 @@
+// JSON structure → plan values. This file knows JSON shapes and defaults; the rules about the
+// values themselves live in plan.cpp / identity.cpp and run on each section that parsed.
+#include "custos/core/plan_json.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/parse_options.hpp>
+
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+
+#include "custos/core/ids.hpp"
+#include "custos/core/json_pointer.hpp"
+
+namespace custos::core {
+namespace json = boost::json;
+
+namespace {
+
+std::string_view kind_name(json::kind k) {
+  switch (k) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a floating-point number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "an array";
+    case json::kind::object: return "an object";
+  }
+  return "a value";
+}
+
+// Collects diagnostics while walking one document.
+class Walker {
+ public:
+  std::vector<Diagnostic> diags;
+
+  void add(Errc code, std::string ptr, std::string msg) {
+    diags.push_back(Diagnostic{code, std::move(ptr), std::move(msg)});
+  }
+
+  void wrong_type(json::value const& v, std::string ptr, std::string_view expected) {
+    add(Errc::plan_wrong_type, std::move(ptr),
+        "must be " + std::string{expected} + ", is " + std::string{kind_name(v.kind())});
+  }
+
+  json::object const* object(json::value const& v, std::string const& ptr) {
+    if (auto const* o = v.if_object()) return o;
+    wrong_type(v, ptr, "an object");
+    return nullptr;
+  }
+
+  json::array const* array(json::value const& v, std::string const& ptr) {
+    if (auto const* a = v.if_array()) return a;
+    wrong_type(v, ptr, "an array");
+    return nullptr;
+  }
+
+  // Reports every member not in `allowed`, in document order.
+  void only(json::object const& o, std::string const& ptr, std::initializer_list<std::string_view> allowed) {
+    for (auto const& kv : o) {
+      if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end()) {
+        add(Errc::plan_unknown_field, pointer_append(ptr, kv.key()), "unknown member");
+      }
+    }
+  }
+
+  json::value const* required(json::object const& o, std::string const& ptr, std::string_view key) {
+    auto it = o.find(key);
+    if (it == o.end()) {
+      add(Errc::plan_missing_field, pointer_append(ptr, key), "is required");
+      return nullptr;
+    }
+    return &it->value();
+  }
+
+  static json::value const* optional(json::object const& o, std::string_view key) {
+    auto it = o.find(key);
+    return it == o.end() ? nullptr : &it->value();
+  }
+
+  bool string(json::value const& v, std::string const& ptr, std::string& out) {
+    if (auto const* s = v.if_string()) {
+      out.assign(s->data(), s->size());
+      return true;
+    }
+    wrong_type(v, ptr, "a string");
+    return false;
+  }
+
+  bool boolean(json::value const& v, std::string const& ptr, bool& out) {
+    if (auto const* b = v.if_bool()) {
+      out = *b;
+      return true;
+    }
+    wrong_type(v, ptr, "a boolean");
+    return false;
+  }
+
+  // A non-negative integer no larger than `max`; a negative or too large one is `range_code`.
+  bool unsigned_int(json::value const& v, std::string const& ptr, std::uint64_t max, Errc range_code,
+                    std::uint64_t& out) {
+    if (auto const* i = v.if_int64()) {
+      if (*i < 0) {
+        add(range_code, ptr, "must not be negative");
+        return false;
+      }
+      out = static_cast<std::uint64_t>(*i);
+    } else if (auto const* u = v.if_uint64()) {
+      out = *u;
+    } else {
+      wrong_type(v, ptr, "a non-negative integer");
+      return false;
+    }
+    if (out > max) {
+      add(range_code, ptr, "must be at most " + std::to_string(max));
+      return false;
+    }
+    return true;
+  }
+
+  // Optional numeric member: leaves `out` at its default when absent.
+  template <class T>
+  void opt_number(json::object const& o, std::string const& ptr, std::string_view key, std::uint64_t max,
+                  Errc range_code, T& out) {
+    if (auto const* v = optional(o, key)) {
+      std::uint64_t n = 0;
+      if (unsigned_int(*v, pointer_append(ptr, key), max, range_code, n)) out = static_cast<T>(n);
+    }
+  }
+};
+
+// Runs a section rule only when the section parsed without structural problems, so one mistake
+// is reported once (a missing executable is plan.missing_field, not also invalid_executable).
+template <class Rule>
+void then_validate(Walker& w, std::size_t before, Rule&& rule) {
+  if (w.diags.size() == before) rule(w.diags);
+}
+
+void parse_command(Walker& w, json::value const& v, std::string const& ptr, Command& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"executable", "argv"});
+  if (auto const* exe = w.required(*o, ptr, "executable")) {
+    (void)w.string(*exe, pointer_append(ptr, "executable"), out.executable);
+  }
+  if (auto const* argv = w.required(*o, ptr, "argv")) {
+    std::string const aptr = pointer_append(ptr, "argv");
+    if (auto const* a = w.array(*argv, aptr)) {
+      out.argv.resize(a->size());
+      for (std::size_t i = 0; i < a->size(); ++i) {
+        (void)w.string((*a)[i], pointer_append(aptr, i), out.argv[i]);
+      }
+    }
+  }
+  then_validate(w, before, [&](auto& d) { validate_command(out, ptr, d); });
+}
+
+void parse_workspace(Walker& w, json::value const& v, std::string const& ptr, Workspace& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"root", "access"});
+  if (auto const* root = w.required(*o, ptr, "root")) {
+    (void)w.string(*root, pointer_append(ptr, "root"), out.root);
+  }
+  if (auto const* access = Walker::optional(*o, "access")) {
+    std::string s;
+    std::string const aptr = pointer_append(ptr, "access");
+    if (w.string(*access, aptr, s)) {
+      if (auto a = workspace_access_from(s)) {
+        out.access = *a;
+      } else {
+        w.add(Errc::plan_invalid_workspace, aptr, "must be read_only or writable");
+      }
+    }
+  }
+  then_validate(w, before, [&](auto& d) { validate_workspace(out, ptr, d); });
+}
+
+void parse_cwd(Walker& w, json::value const& v, std::string const& ptr, std::string& out) {
+  std::string raw;
+  if (!w.string(v, ptr, raw)) return;
+  std::size_t const before = w.diags.size();
+  if (raw.find('\0') != std::string::npos) {
+    w.add(Errc::plan_nul_byte, ptr, "contains a NUL byte");
+  } else if (raw.size() > kMaxPathBytes) {
+    w.add(Errc::plan_too_large, ptr, "longer than " + std::to_string(kMaxPathBytes) + " bytes");
+  } else {
+    std::string why;
+    if (auto norm = normalize_cwd(raw, &why)) {
+      out = std::move(*norm);
+    } else {
+      w.add(Errc::plan_invalid_cwd, ptr, why);
+    }
+  }
+  then_validate(w, before, [&](auto& d) { validate_cwd(out, ptr, d); });
+}
+
+void parse_env(Walker& w, json::value const& v, std::string const& ptr, std::vector<EnvEntry>& out) {
+  auto const* a = w.array(v, ptr);
+  if (a == nullptr) return;
+  out.resize(a->size());
+  std::vector<std::string> broken;  // pointers of entries that did not parse structurally
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::size_t const before = w.diags.size();
+    std::string const eptr = pointer_append(ptr, i);
+    if (auto const* o = w.object((*a)[i], eptr)) {
+      w.only(*o, eptr, {"name", "inherit", "value"});
+      if (auto const* name = w.required(*o, eptr, "name")) {
+        (void)w.string(*name, pointer_append(eptr, "name"), out[i].name);
+      }
+      bool inherit = false;
+      bool has_inherit = false;
+      if (auto const* inh = Walker::optional(*o, "inherit")) {
+        has_inherit = w.boolean(*inh, pointer_append(eptr, "inherit"), inherit);
+        if (has_inherit && !inherit) {
+          w.add(Errc::plan_env_conflict, pointer_append(eptr, "inherit"),
+                "must be true when present (a literal entry has a value and no inherit)");
+        }
+      }
+      if (auto const* value = Walker::optional(*o, "value")) {
+        std::string s;
+        if (w.string(*value, pointer_append(eptr, "value"), s)) out[i].value = std::move(s);
+        if (has_inherit && inherit) {
+          w.add(Errc::plan_env_conflict, eptr, "has both inherit and value; an entry is one or the other");
+        }
+      } else if (!has_inherit) {
+        w.add(Errc::plan_env_conflict, eptr, "needs either \"inherit\": true or a \"value\"");
+      }
+    }
+    if (w.diags.size() != before) broken.push_back(eptr + "/");
+  }
+  // The list rules (names, duplicates, totals) run over every entry; findings about an entry
+  // that is already reported as malformed are dropped so each mistake is reported once.
+  std::vector<Diagnostic> rules;
+  validate_env(out, ptr, rules);
+  for (auto& d : rules) {
+    std::string const with_slash = d.pointer + "/";
+    bool const in_broken = std::any_of(broken.begin(), broken.end(), [&](std::string const& b) {
+      return with_slash.compare(0, b.size(), b) == 0;
+    });
+    if (!in_broken) w.diags.push_back(std::move(d));
+  }
+}
+
+void parse_io(Walker& w, json::value const& v, std::string const& ptr, IoPolicy& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"mode", "rows", "cols", "resize"});
+  if (auto const* mode = w.required(*o, ptr, "mode")) {
+    std::string s;
+    std::string const mptr = pointer_append(ptr, "mode");
+    if (w.string(*mode, mptr, s)) {
+      if (auto m = io_mode_from(s)) {
+        out.mode = *m;
+      } else {
+        w.add(Errc::plan_invalid_io, mptr, "must be pipes or pty");
+        return;
+      }
+    }
+  }
+  if (w.diags.size() != before) return;
+  if (out.mode == IoMode::pipes) {
+    for (std::string_view key : {"rows", "cols", "resize"}) {
+      if (o->contains(key)) w.add(Errc::plan_invalid_io, pointer_append(ptr, key), "applies to mode pty only");
+    }
+    return;
+  }
+  out.rows = kDefaultPtyRows;
+  out.cols = kDefaultPtyCols;
+  w.opt_number(*o, ptr, "rows", kMaxPtyDimension, Errc::plan_invalid_io, out.rows);
+  w.opt_number(*o, ptr, "cols", kMaxPtyDimension, Errc::plan_invalid_io, out.cols);
+  if (auto const* resize = Walker::optional(*o, "resize")) {
+    (void)w.boolean(*resize, pointer_append(ptr, "resize"), out.resize);
+  }
+  then_validate(w, before, [&](auto& d) { validate_io(out, ptr, d); });
+}
+
+void parse_limits(Walker& w, json::value const& v, std::string const& ptr, Limits& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {kLimitNames[0], kLimitNames[1], kLimitNames[2], kLimitNames[3], kLimitNames[4],
+                   kLimitNames[5], kLimitNames[6], kLimitNames[7]});
+  auto members = limit_members(out);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto const* lv = Walker::optional(*o, kLimitNames[i]);
+    if (lv == nullptr) continue;
+    std::string const lptr = pointer_append(ptr, kLimitNames[i]);
+    if (auto const* s = lv->if_string()) {
+      if (*s == "unlimited") {
+        *members[i] = std::nullopt;
+      } else {
+        w.add(Errc::plan_invalid_limit, lptr, "must be a positive integer or \"unlimited\"");
+      }
+      continue;
+    }
+    std::uint64_t n = 0;
+    if (w.unsigned_int(*lv, lptr, kMaxPlanNumber, Errc::plan_invalid_limit, n)) *members[i] = n;
+  }
+  then_validate(w, before, [&](auto& d) { validate_limits(out, ptr, d); });
+}
+
+void parse_output(Walker& w, json::value const& v, std::string const& ptr, OutputPolicy& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"chunk_bytes", "retained_bytes", "spool_bytes", "max_events", "on_limit"});
+  auto const code = Errc::plan_invalid_output_policy;
+  w.opt_number(*o, ptr, "chunk_bytes", kMaxPlanNumber, code, out.chunk_bytes);
+  w.opt_number(*o, ptr, "retained_bytes", kMaxPlanNumber, code, out.retained_bytes);
+  w.opt_number(*o, ptr, "spool_bytes", kMaxPlanNumber, code, out.spool_bytes);
+  w.opt_number(*o, ptr, "max_events", kMaxPlanNumber, code, out.max_events);
+  if (auto const* ol = Walker::optional(*o, "on_limit")) {
+    std::string s;
+    std::string const optr = pointer_append(ptr, "on_limit");
+    if (w.string(*ol, optr, s)) {
+      if (auto x = on_limit_from(s)) {
+        out.on_limit = *x;
+      } else {
+        w.add(code, optr, "must be truncate or cancel");
+      }
+    }
+  }
+  then_validate(w, before, [&](auto& d) { validate_output(out, ptr, d); });
+}
+
+void parse_escalation(Walker& w, json::value const& v, std::string const& ptr, Escalation& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"signal", "grace_ms", "kill_after_ms"});
+  auto const code = Errc::plan_invalid_escalation;
+  if (auto const* sig = Walker::optional(*o, "signal")) {
+    std::string s;
+    std::string const sptr = pointer_append(ptr, "signal");
+    if (w.string(*sig, sptr, s)) {
+      if (auto n = signal_from_name(s)) {
+        out.signal = *n;
+      } else {
+        w.add(code, sptr, "must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2");
+      }
+    }
+  }
+  w.opt_number(*o, ptr, "grace_ms", kMaxPlanNumber, code, out.grace_ms);
+  w.opt_number(*o, ptr, "kill_after_ms", kMaxPlanNumber, code, out.kill_after_ms);
+  then_validate(w, before, [&](auto& d) { validate_escalation(out, ptr, d); });
+}
+
+void parse_user(Walker& w, json::value const& v, std::string const& ptr, std::optional<UserSpec>& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"uid", "gid", "groups"});
+  UserSpec u;
+  constexpr std::uint64_t kMaxId = 4294967294U;
+  auto const code = Errc::plan_invalid_user;
+  std::uint64_t n = 0;
+  if (auto const* uid = w.required(*o, ptr, "uid")) {
+    if (w.unsigned_int(*uid, pointer_append(ptr, "uid"), kMaxId, code, n)) u.uid = static_cast<std::uint32_t>(n);
+  }
+  if (auto const* gid = w.required(*o, ptr, "gid")) {
+    if (w.unsigned_int(*gid, pointer_append(ptr, "gid"), kMaxId, code, n)) u.gid = static_cast<std::uint32_t>(n);
+  }
+  if (auto const* groups = Walker::optional(*o, "groups")) {
+    std::string const gptr = pointer_append(ptr, "groups");
+    if (auto const* a = w.array(*groups, gptr)) {
+      if (a->size() > kMaxGroups) {
+        w.add(Errc::plan_too_large, gptr, "more than " + std::to_string(kMaxGroups) + " groups");
+      } else {
+        for (std::size_t i = 0; i < a->size(); ++i) {
+          if (w.unsigned_int((*a)[i], pointer_append(gptr, i), kMaxId, code, n)) {
+            u.groups.push_back(static_cast<std::uint32_t>(n));
+          }
+        }
+        // Supplementary groups are a set to the kernel: sort so that one set has one encoding.
+        std::sort(u.groups.begin(), u.groups.end());
+        if (std::adjacent_find(u.groups.begin(), u.groups.end()) != u.groups.end()) {
+          w.add(code, gptr, "lists a group more than once");
+        }
+      }
+    }
+  }
+  if (w.diags.size() != before) return;
+  validate_user(u, ptr, w.diags);
+  out = std::move(u);
+}
+
+void parse_sandbox(Walker& w, json::value const& v, std::string const& ptr) {
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  // Sandbox requirements are not implemented by this version: accepting and dropping them
+  // would run a restricted plan unrestricted, so any requirement at all is refused.
+  if (!o->empty()) {
+    w.add(Errc::sandbox_unsupported, ptr,
+          "sandbox requirements are not supported by this version; send {} or omit the member");
+  }
+}
+
+void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Backend& out) {
+  std::size_t const before = w.diags.size();
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  w.only(*o, ptr, {"kind", "container", "socket"});
+  if (auto const* kind = w.required(*o, ptr, "kind")) {
+    std::string s;
+    std::string const kptr = pointer_append(ptr, "kind");
+    if (w.string(*kind, kptr, s)) {
+      if (auto k = backend_kind_from(s)) {
+        out.kind = *k;
+      } else {
+        w.add(Errc::plan_invalid_backend, kptr, "must be native, reference, docker or podman");
+      }
+    }
+  }
+  for (auto [key, member] : {std::pair{std::string_view{"container"}, &out.container},
+                             std::pair{std::string_view{"socket"}, &out.socket}}) {
+    if (auto const* m = Walker::optional(*o, key)) {
+      std::string s;
+      if (w.string(*m, pointer_append(ptr, key), s)) *member = std::move(s);
+    }
+  }
+  then_validate(w, before, [&](auto& d) { validate_backend(out, ptr, d); });
+}
+
+}  // namespace
+
+Result<ExecutionIdentity> parse_identity(json::value const& v, std::string_view pointer_base) {
+  Walker w;
+  std::string const base{pointer_base};
+  ExecutionIdentity id;
+  auto const* o = w.object(v, base);
+  if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
+  w.only(*o, base, {kIdentityIdNames[0], kIdentityIdNames[1], kIdentityIdNames[2],
+                    kIdentityIdNames[3], kIdentityIdNames[4], kIdentityIdNames[5],
+                    kIdentityIdNames[6], kIdentityIdNames[7], kIdentityIdNames[8],
+                    kIdentityIdNames[9], "generation", "revision"});
+  auto ids = identity_ids(id);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::string const ptr = pointer_append(base, kIdentityIdNames[i]);
+    auto const* m = w.required(*o, base, kIdentityIdNames[i]);
+    if (m == nullptr || !w.string(*m, ptr, *ids[i])) continue;
+    if (ids[i]->find('\0') != std::string::npos) {
+      w.add(Errc::plan_nul_byte, ptr, "contains a NUL byte");
+    } else if (auto why = id_problem(*ids[i])) {
+      w.add(Errc::plan_invalid_id, ptr, "id " + *why);
+    }
+  }
+  for (auto [key, member] : {std::pair{std::string_view{"generation"}, &id.generation},
+                             std::pair{std::string_view{"revision"}, &id.revision}}) {
+    if (auto const* m = w.required(*o, base, key)) {
+      (void)w.unsigned_int(*m, pointer_append(base, key), std::numeric_limits<std::uint64_t>::max(),
+                           Errc::plan_invalid_value, *member);
+    }
+  }
+  if (!w.diags.empty()) return Error::from_diagnostics(std::move(w.diags));
+  return id;
+}
+
+Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_base) {
+  Walker w;
+  std::string const base{pointer_base};
+  ExecutionPlan plan;
+  auto const* o = w.object(v, base);
+  if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
+  w.only(*o, base, {"command", "workspace", "cwd", "env", "io", "limits", "output", "escalation",
+                    "user", "sandbox", "backend"});
+  auto at = [&](std::string_view key) { return pointer_append(base, key); };
+  if (auto const* m = w.required(*o, base, "command")) parse_command(w, *m, at("command"), plan.command);
+  if (auto const* m = w.required(*o, base, "workspace")) parse_workspace(w, *m, at("workspace"), plan.workspace);
+  if (auto const* m = Walker::optional(*o, "cwd")) parse_cwd(w, *m, at("cwd"), plan.cwd);
+  if (auto const* m = Walker::optional(*o, "env")) parse_env(w, *m, at("env"), plan.env);
+  if (auto const* m = Walker::optional(*o, "io")) parse_io(w, *m, at("io"), plan.io);
+  if (auto const* m = Walker::optional(*o, "limits")) parse_limits(w, *m, at("limits"), plan.limits);
+  if (auto const* m = Walker::optional(*o, "output")) parse_output(w, *m, at("output"), plan.output);
+  if (auto const* m = Walker::optional(*o, "escalation")) parse_escalation(w, *m, at("escalation"), plan.escalation);
+  if (auto const* m = Walker::optional(*o, "user")) parse_user(w, *m, at("user"), plan.user);
+  if (auto const* m = Walker::optional(*o, "sandbox")) parse_sandbox(w, *m, at("sandbox"));
+  if (auto const* m = Walker::optional(*o, "backend")) parse_backend(w, *m, at("backend"), plan.backend);
+  if (!w.diags.empty()) return Error::from_diagnostics(std::move(w.diags));
+  return plan;
+}
+
+// ------------------------------------------------------------------------------ to_json
+
+json::value to_json(ExecutionIdentity const& id) {
+  json::object o;
+  auto const ids = identity_ids(id);
+  for (std::size_t i = 0; i < ids.size(); ++i) o[kIdentityIdNames[i]] = *ids[i];
+  o["generation"] = id.generation;
+  o["revision"] = id.revision;
+  return o;
+}
+
+json::value to_json(ExecutionPlan const& p) {
+  json::object o;
+  json::array argv;
+  for (auto const& a : p.command.argv) argv.emplace_back(a);
+  o["command"] = json::object{{"executable", p.command.executable}, {"argv", std::move(argv)}};
+  o["workspace"] = json::object{{"root", p.workspace.root}, {"access", to_string(p.workspace.access)}};
+  o["cwd"] = p.cwd;
+  json::array env;
+  for (auto const& e : p.env) {
+    if (e.inherits()) {
+      env.emplace_back(json::object{{"name", e.name}, {"inherit", true}});
+    } else {
+      env.emplace_back(json::object{{"name", e.name}, {"value", *e.value}});
+    }
+  }
+  o["env"] = std::move(env);
+  if (p.io.mode == IoMode::pty) {
+    o["io"] = json::object{{"mode", "pty"}, {"rows", p.io.rows}, {"cols", p.io.cols}, {"resize", p.io.resize}};
+  } else {
+    o["io"] = json::object{{"mode", "pipes"}};
+  }
+  json::object limits;
+  auto const members = limit_members(p.limits);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (*members[i]) {
+      limits[kLimitNames[i]] = **members[i];
+    } else {
+      limits[kLimitNames[i]] = "unlimited";
+    }
+  }
+  o["limits"] = std::move(limits);
+  o["output"] = json::object{{"chunk_bytes", p.output.chunk_bytes},
+                             {"retained_bytes", p.output.retained_bytes},
+                             {"spool_bytes", p.output.spool_bytes},
+                             {"max_events", p.output.max_events},
+                             {"on_limit", to_string(p.output.on_limit)}};
+  o["escalation"] = json::object{{"signal", signal_name(p.escalation.signal).value_or("SIGTERM")},
+                                 {"grace_ms", p.escalation.grace_ms},
+                                 {"kill_after_ms", p.escalation.kill_after_ms}};
+  if (p.user) {
+    json::array groups;
+    for (auto g : p.user->groups) groups.emplace_back(g);
+    o["user"] = json::object{{"uid", p.user->uid}, {"gid", p.user->gid}, {"groups", std::move(groups)}};
+  }
+  o["sandbox"] = json::object{};
+  json::object backend{{"kind", to_string(p.backend.kind)}};
+  if (p.backend.container) backend["container"] = *p.backend.container;
+  if (p.backend.socket) backend["socket"] = *p.backend.socket;
+  o["backend"] = std::move(backend);
+  return o;
+}
+
+Result<json::value> parse_json_text(std::string_view text) {
+  json::parse_options opts;
+  opts.max_depth = 64;
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec, json::storage_ptr{}, opts);
+  if (ec) return Error{Errc::plan_invalid_json, ec.message()};
+  return v;
+}
+
+}  // namespace custos::core

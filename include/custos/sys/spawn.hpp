@@ -1,0 +1,128 @@
+// Staged spawn: clone3(CLONE_PIDFD [| CLONE_INTO_CGROUP [| CLONE_NEWCGROUP]]) into a child that
+// blocks on a barrier until the parent has recorded who it is.
+//
+// The sequence the daemon follows:
+//   auto staged = CUSTOS_TRY(spawn_staged(spec));   // child exists, runs no user code
+//   record(staged.identity());                      // durable ownership first
+//   auto running = CUSTOS_TRY(std::move(staged).release());  // now execve happens
+// Dropping a StagedChild without release() SIGKILLs the child through its pidfd and reaps it.
+// The child setup order is documented in docs/process-model.md.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "custos/core/result.hpp"
+#include "custos/sys/identity.hpp"
+#include "custos/sys/pidfd.hpp"
+#include "custos/sys/rlimits.hpp"
+#include "custos/sys/unique_fd.hpp"
+
+namespace custos::sys {
+
+struct SpawnCredentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups, set exactly (empty clears them)
+};
+
+// Everything the child needs, prepared before clone3. File descriptors here are *borrowed*: they
+// must stay open until spawn_staged() returns; the child gets its own copies.
+struct SpawnSpec {
+  std::string executable;              // absolute path, passed to execve as is (no PATH search)
+  std::vector<std::string> argv;       // argv[0] included; must not be empty
+  std::vector<std::string> envp;       // "NAME=VALUE", exactly the child's environment
+  int stdin_fd = -1;                   // -1: /dev/null
+  int stdout_fd = -1;                  // -1: /dev/null
+  int stderr_fd = -1;                  // -1: /dev/null
+  int pty_slave_fd = -1;               // >= 0: used for all three stdio fds, overrides the above
+  bool controlling_tty = true;         // with a pty: TIOCSCTTY (needs new_session)
+  int workspace_root_fd = -1;          // -1: the child keeps the daemon's cwd
+  std::string cwd;                     // relative to workspace_root_fd; empty: the root itself
+  std::vector<Rlimit> rlimits;         // applied in order in the child
+  int cgroup_fd = -1;                  // >= 0: CLONE_INTO_CGROUP with this cgroup v2 dir fd
+  bool new_cgroup_namespace = false;   // CLONE_NEWCGROUP; only together with cgroup_fd
+  std::optional<SpawnCredentials> credentials;  // setgroups/setresgid/setresuid in the child
+  bool new_session = true;             // setsid()
+};
+
+class RunningChild;
+
+// A child blocked on its barrier. Move-only; the destructor kills and reaps an unreleased child.
+class StagedChild {
+ public:
+  StagedChild(StagedChild&&) noexcept = default;
+  StagedChild& operator=(StagedChild&& other) noexcept;
+  StagedChild(StagedChild const&) = delete;
+  StagedChild& operator=(StagedChild const&) = delete;
+  ~StagedChild();
+
+  [[nodiscard]] std::int32_t pid() const noexcept { return pidfd_.pid(); }
+  [[nodiscard]] Pidfd const& pidfd() const noexcept { return pidfd_; }
+  [[nodiscard]] PidfsIdentity const& identity() const noexcept { return identity_; }
+
+  // Lets the child run: writes the barrier byte, then blocks until the child's error pipe closes
+  // (execve succeeded: CLOEXEC closed it) or carries an {errno, step} report. Only the steps
+  // after the barrier ("barrier", "execve") can fail here; setup failures surface earlier, from
+  // spawn_staged().
+  // Errors: spawn.failed with the step name in the context ("step=execve ...") and the child's
+  // errno; the child has then exited and been reaped. The StagedChild is consumed either way.
+  [[nodiscard]] Result<RunningChild> release() &&;
+
+ private:
+  friend Result<StagedChild> spawn_staged(SpawnSpec const& spec);
+  StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable) noexcept;
+  void kill_and_reap() noexcept;
+
+  Pidfd pidfd_;
+  PidfsIdentity identity_;
+  std::string executable_;  // for error contexts only
+  UniqueFd barrier_;  // our end of the barrier socketpair
+  UniqueFd error_;    // read end of the child's CLOEXEC error pipe
+};
+
+// A child that has passed execve. Holds its Pidfd and identity. If the pidfd is still held when
+// it is destroyed and the child has not been reaped, it is SIGKILLed and reaped (no zombie and no
+// unowned process); take the pidfd (take_pidfd) to manage the process elsewhere.
+class RunningChild {
+ public:
+  RunningChild(RunningChild&&) noexcept = default;
+  RunningChild& operator=(RunningChild&& other) noexcept;
+  RunningChild(RunningChild const&) = delete;
+  RunningChild& operator=(RunningChild const&) = delete;
+  ~RunningChild();
+
+  [[nodiscard]] std::int32_t pid() const noexcept { return pidfd_.pid(); }
+  [[nodiscard]] Pidfd& pidfd() noexcept { return pidfd_; }
+  [[nodiscard]] Pidfd const& pidfd() const noexcept { return pidfd_; }
+  [[nodiscard]] PidfsIdentity const& identity() const noexcept { return identity_; }
+  // Hands the process over; this object no longer kills it on destruction.
+  [[nodiscard]] Pidfd take_pidfd() && noexcept { return std::move(pidfd_); }
+
+ private:
+  friend class StagedChild;
+  RunningChild(Pidfd pidfd, PidfsIdentity identity) noexcept
+      : pidfd_(std::move(pidfd)), identity_(std::move(identity)) {}
+
+  Pidfd pidfd_;
+  PidfsIdentity identity_;
+};
+
+// Creates the child and returns once it has completed its whole setup (signals, session, stdio,
+// fds, limits, credentials, cwd) and is blocked on its barrier, with its identity read.
+// Errors: spawn.failed with "step=<setup step>" and the child's errno when a setup step failed
+// in the child (the child is reaped); plan.invalid_executable / plan.empty_argv / plan.nul_byte / plan.invalid_value for a
+// malformed spec; workspace.escape when cwd leaves the workspace root; sys.unsupported when the
+// kernel has no clone3 (ENOSYS); spawn.failed with "step=clone3" for other clone3 failures
+// (EPERM, EBUSY from CLONE_INTO_CGROUP into a cgroup with controllers in use, EAGAIN ...);
+// sys.error for pipe/open failures in the parent.
+[[nodiscard]] Result<StagedChild> spawn_staged(SpawnSpec const& spec);
+
+// The names of the child setup steps, as reported in spawn.failed contexts.
+[[nodiscard]] char const* spawn_step_name(int step) noexcept;
+
+}  // namespace custos::sys

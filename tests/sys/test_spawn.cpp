@@ -1,0 +1,392 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "custos/sys/identity.hpp"
+#include "custos/sys/openat2.hpp"
+#include "custos/sys/rlimits.hpp"
+#include "custos/sys/spawn.hpp"
+#include "sys/process_fixture.hpp"
+#include "sys/process_util.hpp"
+
+namespace custos::sys {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FdLeakTest;
+using testing::read_until_eof;
+using testing::run_capture;
+using testing::simple_spec;
+
+class SpawnTest : public FdLeakTest {};
+
+// A private temp directory removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "custos-spawn-XXXXXX").string();
+    char* made = ::mkdtemp(tmpl.data());
+    path_ = made != nullptr ? fs::path(made) : fs::path();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(TempDir const&) = delete;
+  TempDir& operator=(TempDir const&) = delete;
+  [[nodiscard]] fs::path const& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+bool proc_exists(std::int32_t pid) {
+  struct stat st {};
+  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+}
+
+TEST_F(SpawnTest, TrueExitsZero) {
+  auto r = run_capture(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->status, ExitStatus::exited(0));
+}
+
+TEST_F(SpawnTest, ShellExitCodeIsReported) {
+  auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "exit 3"}));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->status, ExitStatus::exited(3));
+}
+
+TEST_F(SpawnTest, KilledChildReportsSignal) {
+  auto staged = spawn_staged(simple_spec("/bin/sleep", {"sleep", "30"}));
+  ASSERT_TRUE(staged) << staged.error().message();
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running) << running.error().message();
+  auto sent = running->pidfd().send_signal(SIGKILL);
+  ASSERT_TRUE(sent);
+  EXPECT_TRUE(*sent);
+  auto st = running->pidfd().wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, ExitStatus::signaled(SIGKILL));
+}
+
+TEST_F(SpawnTest, MissingExecutableIsSpawnFailedNot127) {
+  auto staged = spawn_staged(simple_spec("/nonexistent/custos-no-such-binary", {"x"}));
+  ASSERT_TRUE(staged) << staged.error().message();
+  std::int32_t const pid = staged->pid();
+  auto running = std::move(*staged).release();
+  ASSERT_FALSE(running);
+  EXPECT_EQ(running.error().code, Errc::spawn_failed);
+  EXPECT_EQ(running.error().sys_errno, ENOENT);
+  EXPECT_NE(running.error().context.find("step=execve"), std::string::npos) << running.error().context;
+  // The failed child was reaped: no zombie remains.
+  EXPECT_FALSE(proc_exists(pid));
+}
+
+TEST_F(SpawnTest, NonExecutableFileIsEacces) {
+  TempDir dir;
+  fs::path const file = dir.path() / "data.txt";
+  std::ofstream(file) << "not a program\n";
+  auto staged = spawn_staged(simple_spec(file.string(), {"data"}));
+  ASSERT_TRUE(staged);
+  auto running = std::move(*staged).release();
+  ASSERT_FALSE(running);
+  EXPECT_EQ(running.error().code, Errc::spawn_failed);
+  EXPECT_EQ(running.error().sys_errno, EACCES);
+}
+
+TEST_F(SpawnTest, InvalidSpecsAreRefusedBeforeClone) {
+  auto rel = spawn_staged(simple_spec("bin/true", {"true"}));
+  ASSERT_FALSE(rel);
+  EXPECT_EQ(rel.error().code, Errc::plan_invalid_executable);
+  auto empty = spawn_staged(simple_spec("/bin/true", {}));
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code, Errc::plan_empty_argv);
+  auto ns = simple_spec("/bin/true", {"true"});
+  ns.new_cgroup_namespace = true;
+  auto nsr = spawn_staged(ns);
+  ASSERT_FALSE(nsr);
+  EXPECT_EQ(nsr.error().code, Errc::plan_invalid_value);
+  auto bad_env = simple_spec("/bin/true", {"true"});
+  bad_env.envp = {"NOEQUALS"};
+  auto ber = spawn_staged(bad_env);
+  ASSERT_FALSE(ber);
+  EXPECT_EQ(ber.error().code, Errc::plan_invalid_env_name);
+  auto bad_limit = simple_spec("/bin/true", {"true"});
+  bad_limit.rlimits = {Rlimit{RLIMIT_NOFILE, 10, 5}};
+  auto blr = spawn_staged(bad_limit);
+  ASSERT_FALSE(blr);
+  EXPECT_EQ(blr.error().code, Errc::plan_invalid_limit);
+}
+
+TEST_F(SpawnTest, CwdIsResolvedBeneathTheWorkspace) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "ws" / "sub");
+  fs::create_directories(dir.path() / "outside");
+  fs::create_symlink(dir.path() / "outside", dir.path() / "ws" / "out");
+  fs::create_symlink("../sub", dir.path() / "ws" / "sub" / "back");  // stays inside: allowed
+  auto root = open_directory((dir.path() / "ws").string());
+  ASSERT_TRUE(root) << root.error().message();
+
+  auto spec = simple_spec("/bin/pwd", {"pwd", "-P"});
+  spec.workspace_root_fd = root->get();
+  spec.cwd = "sub";
+  auto r = run_capture(spec);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, fs::canonical(dir.path() / "ws" / "sub").string() + "\n");
+
+  spec.cwd = "sub/back";
+  auto inside = run_capture(spec);
+  ASSERT_TRUE(inside) << inside.error().message();
+  EXPECT_EQ(inside->out, fs::canonical(dir.path() / "ws" / "sub").string() + "\n");
+
+  for (std::string const cwd : {"..", "sub/../..", "out", "/tmp"}) {
+    spec.cwd = cwd;
+    auto escaped = spawn_staged(spec);
+    ASSERT_FALSE(escaped) << cwd;
+    EXPECT_EQ(escaped.error().code, Errc::workspace_escape) << cwd << ": " << escaped.error().message();
+  }
+  spec.cwd = "missing";
+  auto missing = spawn_staged(spec);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::sys_error);
+  EXPECT_EQ(missing.error().sys_errno, ENOENT);
+}
+
+TEST_F(SpawnTest, ChildDoesNotRunBeforeRelease) {
+  TempDir dir;
+  fs::path const marker = dir.path() / "touched";
+  auto staged = spawn_staged(simple_spec("/bin/touch", {"touch", marker.string()}));
+  ASSERT_TRUE(staged) << staged.error().message();
+  // Give a child that ignored the barrier ample time to run.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_TRUE(staged->pidfd().alive());
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running) << running.error().message();
+  auto st = running->pidfd().wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, ExitStatus::exited(0));
+  EXPECT_TRUE(fs::exists(marker));
+}
+
+TEST_F(SpawnTest, DroppingAStagedChildKillsAndReapsIt) {
+  TempDir dir;
+  fs::path const marker = dir.path() / "touched";
+  std::int32_t pid = 0;
+  {
+    auto staged = spawn_staged(simple_spec("/bin/touch", {"touch", marker.string()}));
+    ASSERT_TRUE(staged) << staged.error().message();
+    pid = staged->pid();
+    EXPECT_TRUE(proc_exists(pid));
+  }
+  // Killed and reaped synchronously: neither a live process nor a zombie remains.
+  EXPECT_FALSE(proc_exists(pid));
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+TEST_F(SpawnTest, IdentityIsPidfsBasedAndMatchesProc) {
+  auto a = spawn_staged(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(a) << a.error().message();
+  auto b = spawn_staged(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(b) << b.error().message();
+  auto const& ia = a->identity();
+  auto boot = read_boot_id();
+  ASSERT_TRUE(boot);
+  EXPECT_EQ(ia.boot_id, *boot);
+  EXPECT_EQ(ia.pid, a->pid());
+  auto start = read_start_time(a->pid());
+  ASSERT_TRUE(start);
+  EXPECT_EQ(ia.start_time_ticks, *start);
+
+  // A second pidfd for the same process has the same pidfs inode ...
+  auto again = Pidfd::open(a->pid());
+  ASSERT_TRUE(again);
+  auto ia2 = read_identity(*again);
+  ASSERT_TRUE(ia2) << ia2.error().message();
+  EXPECT_EQ(*ia2, ia);
+  // ... and another process a different one.
+  EXPECT_EQ(b->identity().pidfs_dev, ia.pidfs_dev);
+  EXPECT_NE(b->identity().pidfs_ino, ia.pidfs_ino);
+  EXPECT_NE(b->identity(), ia);
+}
+
+TEST_F(SpawnTest, IdentityOfExitedProcessIsRefused) {
+  auto staged = spawn_staged(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(staged);
+  auto second = staged->pidfd().dup();
+  ASSERT_TRUE(second);
+  { auto drop = std::move(*staged); }  // killed and reaped
+  auto id = read_identity(*second);
+  ASSERT_FALSE(id);
+  EXPECT_EQ(id.error().code, Errc::identity_mismatch);
+}
+
+TEST_F(SpawnTest, EnvironmentIsExactlyTheGivenOne) {
+  ::setenv("CUSTOS_TEST_LEAK", "must-not-appear", 1);
+  auto spec = simple_spec("/usr/bin/env", {"env"});
+  spec.envp = {"A=1", "B=two words", "EMPTY="};
+  auto r = run_capture(spec);
+  ::unsetenv("CUSTOS_TEST_LEAK");
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "A=1\nB=two words\nEMPTY=\n");
+  EXPECT_EQ(r->status, ExitStatus::exited(0));
+
+  spec.envp.clear();
+  auto none = run_capture(spec);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->out, "");
+}
+
+TEST_F(SpawnTest, ChildSeesOnlyStdio) {
+  // A descriptor without O_CLOEXEC in the parent must still not reach the child.
+  int raw[2] = {-1, -1};
+  ASSERT_EQ(::pipe(raw), 0);
+  UniqueFd keep_r(raw[0]);
+  UniqueFd keep_w(raw[1]);
+  auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "ls /proc/$$/fd"}));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "0\n1\n2\n");
+}
+
+TEST_F(SpawnTest, StdioCanBeSwappedAndNulled) {
+  // stdout and stderr both to one pipe, stdin from /dev/null.
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  auto spec = simple_spec("/bin/sh", {"sh", "-c", "read x || echo eof; echo err >&2"});
+  spec.stdout_fd = pipe->second.get();
+  spec.stderr_fd = pipe->second.get();
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged);
+  pipe->second.reset();
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running);
+  EXPECT_EQ(read_until_eof(pipe->first), "eof\nerr\n");
+  ASSERT_TRUE(running->pidfd().wait());
+}
+
+TEST_F(SpawnTest, RlimitsAreAppliedBeforeRelease) {
+  auto spec = simple_spec("/bin/sh", {"sh", "-c", "ulimit -n; ulimit -H -n"});
+  spec.rlimits = {Rlimit{RLIMIT_NOFILE, 64, 128}};
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  spec.stdout_fd = pipe->second.get();
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged) << staged.error().message();
+  pipe->second.reset();
+  // Applied in the child before the barrier: visible while it is still staged.
+  auto lim = get_rlimit(staged->pid(), RLIMIT_NOFILE);
+  ASSERT_TRUE(lim) << lim.error().message();
+  EXPECT_EQ(lim->soft, 64U);
+  EXPECT_EQ(lim->hard, 128U);
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running);
+  EXPECT_EQ(read_until_eof(pipe->first), "64\n128\n");
+  ASSERT_TRUE(running->pidfd().wait());
+}
+
+TEST_F(SpawnTest, SignalDispositionsAndMaskAreReset) {
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  struct sigaction old {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &ign, &old), 0);
+  auto r = run_capture(simple_spec("/bin/grep", {"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"}));
+  ::sigaction(SIGUSR1, &old, nullptr);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
+
+TEST_F(SpawnTest, NewSessionByDefault) {
+  auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "ps -o sid= -p $$; echo $$"}));
+  ASSERT_TRUE(r) << r.error().message();
+  if (r->status != ExitStatus::exited(0)) GTEST_SKIP() << "ps not available";
+  std::istringstream in(r->out);
+  long sid = 0;
+  long self = 0;
+  in >> sid >> self;
+  EXPECT_EQ(sid, self);
+}
+
+TEST_F(SpawnTest, CredentialsAreSwitched) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch credentials";
+  auto spec = simple_spec("/usr/bin/id", {"id"});
+  spec.credentials = SpawnCredentials{65534, 65534, {65534}};
+  auto r = run_capture(spec);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out.rfind("uid=65534", 0), 0U) << r->out;
+  EXPECT_NE(r->out.find("gid=65534"), std::string::npos) << r->out;
+  EXPECT_EQ(r->out.find("(root)"), std::string::npos) << r->out;
+}
+
+// CLONE_INTO_CGROUP (+ CLONE_NEWCGROUP) into a throwaway v2 cgroup. The mount is found from
+// mountinfo here without the cgroup layer, which this test must not depend on.
+std::string find_cgroup2_root() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto const dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    if (line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream f(line);
+    std::string id, parent, devno, root, mount;
+    f >> id >> parent >> devno >> root >> mount;
+    return mount;
+  }
+  return {};
+}
+
+TEST_F(SpawnTest, CloneIntoCgroupWithNamespace) {
+  std::string const mount = find_cgroup2_root();
+  if (mount.empty()) GTEST_SKIP() << "no cgroup2 mount";
+  std::random_device rd;
+  fs::path const cg = fs::path(mount) / ("custos-test-spawn-" + std::to_string(::getpid()) + "-" +
+                                         std::to_string(rd()));
+  if (::mkdir(cg.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a test cgroup: " << std::strerror(errno);
+  std::string const rel = "/" + cg.filename().string();
+  {
+    UniqueFd cgfd(::open(cg.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(cgfd.valid());
+    auto spec = simple_spec("/bin/grep", {"grep", "^0::", "/proc/self/cgroup"});
+    spec.cgroup_fd = cgfd.get();
+    auto plain = run_capture(spec);
+    ASSERT_TRUE(plain) << plain.error().message();
+    EXPECT_EQ(plain->out, "0::" + rel + "\n");
+    spec.new_cgroup_namespace = true;
+    auto ns = run_capture(spec);
+    ASSERT_TRUE(ns) << ns.error().message();
+    EXPECT_EQ(ns->out, "0::/\n");
+  }
+  EXPECT_EQ(::rmdir(cg.c_str()), 0) << std::strerror(errno);
+}
+
+}  // namespace
+}  // namespace custos::sys
+
+namespace custos::sys {
+namespace {
+
+TEST_F(SpawnTest, SetupFailureIsReportedBySpawnStaged) {
+  // A pipe is not a terminal: TIOCSCTTY fails in the child before the barrier, and the failure
+  // comes back from spawn_staged itself, before any ownership would be recorded.
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  auto spec = simple_spec("/bin/true", {"true"});
+  spec.pty_slave_fd = pipe->second.get();
+  auto staged = spawn_staged(spec);
+  ASSERT_FALSE(staged);
+  EXPECT_EQ(staged.error().code, Errc::spawn_failed);
+  EXPECT_EQ(staged.error().sys_errno, ENOTTY);
+  EXPECT_NE(staged.error().context.find("step=controlling_tty"), std::string::npos)
+      << staged.error().context;
+}
+
+}  // namespace
+}  // namespace custos::sys

@@ -182,7 +182,6 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
   add(caps, "cgroup_controllers", limits, list.empty() ? "no controllers enabled" : "controllers: " + list);
   add(caps, "nsdelegate", caps.cgroup.nsdelegate,
       caps.cgroup.nsdelegate ? "cgroup2 mounted with nsdelegate" : "cgroup2 mounted without nsdelegate");
-  add(caps, "cgroup_kill", caps.cgroup.kill, caps.cgroup.kill ? "cgroup.kill present" : "no cgroup.kill file");
 
   // Writability and clone3 are tested in a scratch cgroup that is removed before returning.
   std::optional<CgroupDir> parent;
@@ -202,6 +201,10 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
     if (s) scratch = std::move(*s);
     else why_not = s.error().message();
   }
+  // The root cgroup has no cgroup.kill even where the kernel supports it: a child shows it.
+  if (scratch && !caps.cgroup.kill) caps.cgroup.kill = ::faccessat(scratch->fd().get(), "cgroup.kill", F_OK, 0) == 0;
+  add(caps, "cgroup_kill", caps.cgroup.kill,
+      caps.cgroup.kill ? "cgroup.kill present" : "no cgroup.kill file in the daemon's cgroup or a scratch child");
   caps.cgroup.writable = scratch.has_value();
   add(caps, "cgroup_writable", caps.cgroup.writable,
       scratch ? "created and removed a child cgroup of " + parent_path : why_not);

@@ -107,8 +107,50 @@ Result<std::uint64_t> expected_ns(std::optional<std::uint64_t> given, std::strin
   return pid_namespace_inode("self", proc_root);
 }
 
-Result<MarkerScanResult> scan_once(std::string const& needle, std::uint64_t ns_inode,
-                                   std::string const& proc_root, std::size_t max_environ_bytes) {
+// Field 22 (starttime, clock ticks after boot) of <proc_root>/<pid>/stat, which stays
+// world-readable when environ is not. nullopt when it cannot be read or parsed.
+std::optional<std::uint64_t> start_ticks(std::string const& proc_root, std::int32_t pid) {
+  std::string const path = proc_root + "/" + std::to_string(pid) + "/stat";
+  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  UniqueFd const guard(fd);
+  char buf[1024];
+  ssize_t const n = ::read(fd, buf, sizeof buf - 1);
+  if (n <= 0) return std::nullopt;
+  std::string_view const text(buf, static_cast<std::size_t>(n));
+  // The command name may hold spaces and ')': fields restart after the last ')', at field 3.
+  std::size_t const close = text.rfind(')');
+  if (close == std::string_view::npos) return std::nullopt;
+  std::size_t i = close + 1;
+  int field = 2;
+  while (i < text.size()) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    std::size_t const b = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\n') ++i;
+    if (i == b) break;
+    if (++field == 22) {
+      std::uint64_t v = 0;
+      for (std::size_t k = b; k < i; ++k) {
+        if (text[k] < '0' || text[k] > '9') return std::nullopt;
+        v = v * 10 + static_cast<std::uint64_t>(text[k] - '0');
+      }
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+struct ScanParams {
+  std::string const& needle;
+  std::uint64_t ns_inode;
+  std::string const& proc_root;
+  std::size_t max_environ_bytes;
+  std::optional<std::uint64_t> not_before_ticks;
+};
+
+Result<MarkerScanResult> scan_once(ScanParams const& sp) {
+  std::string const& needle = sp.needle;
+  std::string const& proc_root = sp.proc_root;
   DIR* dir = ::opendir(proc_root.c_str());
   if (dir == nullptr) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
   MarkerScanResult out;
@@ -126,13 +168,22 @@ Result<MarkerScanResult> scan_once(std::string const& needle, std::uint64_t ns_i
     if (!parse_pid(e->d_name, pid)) continue;
     ++out.scanned;
     if (pid == self) continue;
+    if (sp.not_before_ticks) {
+      // Started before the execution's first process: cannot be one of its descendants.
+      // An unreadable stat is no proof of age, so such a process is inspected as usual.
+      auto const started = start_ticks(proc_root, pid);
+      if (started && *started < *sp.not_before_ticks) {
+        ++out.older;
+        continue;
+      }
+    }
     NsProbe const ns = process_pid_ns(proc_root, pid);
     if (!ns.inode) {
       if (ns.state == EnvironState::unreadable) out.unreadable.push_back(pid);
       continue;
     }
-    if (*ns.inode != ns_inode) continue;  // another pid namespace: never ours to touch
-    switch (read_environ_state(proc_root, pid, needle, max_environ_bytes)) {
+    if (*ns.inode != sp.ns_inode) continue;  // another pid namespace: never ours to touch
+    switch (read_environ_state(proc_root, pid, needle, sp.max_environ_bytes)) {
       case EnvironState::marked: out.matched.push_back(pid); break;
       case EnvironState::unreadable: out.unreadable.push_back(pid); break;
       case EnvironState::gone:
@@ -180,7 +231,7 @@ Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name, s
 }
 
 Result<void> write_file_at(UniqueFd const& dir, std::string const& name, std::string_view data) {
-  int const fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  int const fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Error(Errc::sys_error, "open " + name, errno);
   UniqueFd const guard(fd);
   for (;;) {
@@ -254,7 +305,8 @@ bool environ_has_marker(std::string_view environ, Marker const& marker) {
 
 Result<MarkerScanResult> marker_scan(Marker const& marker, MarkerScanOptions const& options) {
   std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
-  return scan_once(marker_needle(marker), ns, options.proc_root, options.max_environ_bytes);
+  std::string const needle = marker_needle(marker);
+  return scan_once(ScanParams{needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks});
 }
 
 Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions const& options) {
@@ -264,7 +316,8 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
   MarkerSweepResult out;
   std::uint32_t const max_rounds = std::max<std::uint32_t>(options.max_rounds, 1);
   while (out.rounds < max_rounds) {
-    MarkerScanResult const scan = CUSTOS_TRY(scan_once(needle, ns, options.proc_root, options.max_environ_bytes));
+    MarkerScanResult const scan = CUSTOS_TRY(scan_once(
+        ScanParams{needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks}));
     ++out.rounds;
     out.unreadable = static_cast<std::uint32_t>(scan.unreadable.size());
     out.unreadable_pids.assign(scan.unreadable.begin(),

@@ -76,12 +76,19 @@ struct MarkerScanOptions {
   // Upper bound on the bytes read from one environ file; a longer environment is read in
   // chunks and the rest is skipped only past this bound (then the process counts as unreadable).
   std::size_t max_environ_bytes = 4 * 1024 * 1024;
+  // Start time (clock ticks after boot, /proc/<pid>/stat field 22) of the execution's first
+  // process. A process that started earlier cannot descend from it and is skipped before any
+  // inspection — which matters because some processes (PID 1 of a container host, processes
+  // holding capabilities the daemon lacks) are unreadable even to root and would otherwise make
+  // every sweep unconfirmed. nullopt: inspect every process.
+  std::optional<std::uint64_t> not_before_ticks;
 };
 
 struct MarkerScanResult {
   std::vector<std::int32_t> matched;     // pids whose environ held the marker at scan time
   std::vector<std::int32_t> unreadable;  // pids that could not be inspected (EACCES, EIO, ...)
   std::uint32_t scanned = 0;             // entries of <proc_root> that looked like pids
+  std::uint32_t older = 0;               // skipped: started before not_before_ticks
 };
 
 // One pass over `<proc_root>/*`: no signals. A process that vanishes during the pass is gone,
@@ -101,6 +108,7 @@ struct MarkerSweepOptions {
   std::chrono::milliseconds round_pause{5};
   std::string proc_root = "/proc";
   std::size_t max_environ_bytes = 4 * 1024 * 1024;
+  std::optional<std::uint64_t> not_before_ticks;  // as MarkerScanOptions; pass it whenever known
 };
 
 struct MarkerSweepResult {

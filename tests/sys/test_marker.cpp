@@ -1,0 +1,276 @@
+// The marker boundary: the real /proc with real marked trees (no cgroup), plus a fake proc tree
+// for the cases the real kernel will not produce on demand.
+#include <grp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "custos/sys/identity.hpp"
+#include "custos/sys/procfs.hpp"
+#include "sys/cgroup_fixture.hpp"
+
+namespace custos::sys {
+namespace {
+
+using testing::eventually;
+using testing::FdLeakTest;
+using testing::kill_and_reap;
+using testing::start_shell;
+using testing::TempDir;
+using testing::write_text;
+
+class MarkerTest : public FdLeakTest {};
+
+std::string comm_of(std::int32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+std::vector<std::int32_t> scan_matches(Marker const& m) {
+  auto r = marker_scan(m);
+  if (!r) return {};
+  std::vector<std::int32_t> v = r->matched;
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST_F(MarkerTest, MarkerTextForms) {
+  auto a = Marker::generate();
+  auto b = Marker::generate();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(Marker::env_name(), "CUSTOS_MARKER");
+  std::string const hex = a->env_value();
+  ASSERT_EQ(hex.size(), 32u);
+  EXPECT_TRUE(std::all_of(hex.begin(), hex.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }));
+  EXPECT_EQ(a->env_entry(), "CUSTOS_MARKER=" + hex);
+  EXPECT_EQ(Marker::from_hex(hex).value(), *a);
+  EXPECT_FALSE(Marker::from_hex(hex.substr(1)));
+  std::string upper = hex;
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) { return c == 'a' ? 'A' : c; });
+  if (upper != hex) {
+    EXPECT_FALSE(Marker::from_hex(upper));
+  }
+  EXPECT_FALSE(Marker::from_hex(std::string(32, 'g')));
+}
+
+TEST_F(MarkerTest, EnvironMatchesWholeEntriesOnly) {
+  Marker const m = Marker::generate().value();
+  std::string const e = m.env_entry();
+  using namespace std::string_literals;
+  EXPECT_TRUE(environ_has_marker(e + "\0"s, m));
+  EXPECT_TRUE(environ_has_marker("A=1\0"s + e + "\0B=2\0"s, m));
+  EXPECT_TRUE(environ_has_marker("A=1\0"s + e, m)) << "last entry without its NUL";
+  EXPECT_FALSE(environ_has_marker(e + "0\0"s, m)) << "a longer value is another marker";
+  EXPECT_FALSE(environ_has_marker("X" + e + "\0"s, m)) << "a longer name is another variable";
+  EXPECT_FALSE(environ_has_marker("A=" + e + "\0"s, m)) << "inside another variable's value";
+  EXPECT_FALSE(environ_has_marker("", m));
+  Marker const other = Marker::generate().value();
+  EXPECT_FALSE(environ_has_marker(other.env_entry() + "\0"s, m));
+}
+
+// A marked tree outside any cgroup: the shell exec's a sleep, starts a setsid'd grandchild
+// through a shell that exits, and a double-forked sleep. The sweep must find and kill all three.
+TEST_F(MarkerTest, SweepKillsADoubleForkedMarkedTree) {
+  Marker const m = Marker::generate().value();
+  Pidfd root = start_shell("setsid sh -c 'sleep 300 &' ; (sleep 300 &) ; exec sleep 300",
+                           {"PATH=/usr/bin:/bin", m.env_entry()});
+  ASSERT_TRUE(root.valid());
+  std::vector<std::int32_t> found;
+  ASSERT_TRUE(eventually([&] {
+    found = scan_matches(m);
+    return found.size() == 3 &&
+           std::all_of(found.begin(), found.end(), [](std::int32_t p) { return comm_of(p) == "sleep"; });
+  })) << "matched " << found.size();
+  EXPECT_TRUE(std::find(found.begin(), found.end(), root.pid()) != found.end());
+  std::vector<Pidfd> members;
+  for (std::int32_t const pid : found) members.push_back(Pidfd::open(pid).value());
+
+  // Processes older than the tree's root cannot descend from it (PID 1 here is unreadable even
+  // to root, and without this bound would make every sweep unconfirmed).
+  MarkerSweepOptions o;
+  o.not_before_ticks = read_start_time(root.pid()).value();
+  auto r = marker_sweep(m, o);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_TRUE(r->confirmed) << "unreadable " << r->unreadable << " (first " << (r->unreadable_pids.empty() ? -1 : r->unreadable_pids[0]) << ") remaining " << r->remaining;
+  EXPECT_GE(r->signalled, 3u) << "a dying process seen again is signalled again";
+  EXPECT_GE(r->rounds, 2u) << "a final scan must have found nothing";
+  EXPECT_EQ(r->remaining, 0u);
+  for (Pidfd const& p : members) {
+    EXPECT_TRUE(eventually([&] { return !p.alive(); }, std::chrono::seconds(5))) << "survivor " << p.pid();
+  }
+  auto st = root.wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->signal, SIGKILL);
+  root = Pidfd();
+  EXPECT_TRUE(scan_matches(m).empty());
+}
+
+// The limit of the boundary, pinned down: a process that exec's with the marker removed is
+// invisible to the sweep, which then believes the tree is gone. This is why a cgroup is
+// preferred, and why docs/boundaries.md says so. The test cleans it up by its own pidfd.
+TEST_F(MarkerTest, AProcessThatScrubsItsEnvironmentEscapesTheSweep) {
+  Marker const m = Marker::generate().value();
+  std::vector<std::string> const env = {"PATH=/usr/bin:/bin", m.env_entry()};
+  Pidfd scrubbed = start_shell("exec env -u CUSTOS_MARKER sleep 300", env);
+  Pidfd marked = start_shell("exec sleep 300", env);
+  ASSERT_TRUE(scrubbed.valid() && marked.valid());
+  ASSERT_TRUE(eventually([&] {
+    return comm_of(scrubbed.pid()) == "sleep" && scan_matches(m) == std::vector<std::int32_t>{marked.pid()} &&
+           comm_of(marked.pid()) == "sleep";
+  }));
+
+  MarkerSweepOptions o;
+  o.not_before_ticks = std::min(read_start_time(scrubbed.pid()).value(), read_start_time(marked.pid()).value());
+  auto r = marker_sweep(m, o);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_GE(r->signalled, 1u);
+  EXPECT_EQ(r->remaining, 0u);
+  EXPECT_TRUE(r->confirmed) << "the sweep cannot know about the scrubbed process";
+  EXPECT_TRUE(scrubbed.alive()) << "the scrubbed process escaped, as documented";
+  EXPECT_TRUE(scan_matches(m).empty());
+
+  auto st = marked.wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->signal, SIGKILL);
+  marked = Pidfd();
+  kill_and_reap(scrubbed);
+}
+
+// A scanner that cannot read some process (here: it runs as nobody, the marked process as
+// root) must never report confirmed, and must not signal what it could not verify.
+TEST_F(MarkerTest, UnreadableProcessesMakeTheSweepUnconfirmed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a scanner under another uid";
+  Marker const m = Marker::generate().value();
+  Pidfd target = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", m.env_entry()});
+  ASSERT_TRUE(target.valid());
+  ASSERT_TRUE(eventually([&] { return scan_matches(m) == std::vector<std::int32_t>{target.pid()}; }));
+  std::uint64_t const ns = pid_namespace_inode("self").value();
+  std::uint64_t const not_before = read_start_time(target.pid()).value();
+
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  pid_t const scanner = ::fork();
+  if (scanner == 0) {
+    pipe->first.reset();
+    unsigned char out[4] = {0, 0, 0, 0};
+    if (::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
+        ::setresuid(65534, 65534, 65534) == 0) {
+      MarkerSweepOptions o;
+      o.pid_ns_inode = ns;
+      o.max_rounds = 1;
+      o.not_before_ticks = not_before;  // the target itself is not older: it must be inspected
+      auto res = marker_sweep(m, o);
+      out[0] = res ? 1 : 0;
+      out[1] = res && res->confirmed ? 1 : 0;
+      out[2] = res && res->unreadable > 0 ? 1 : 0;
+      out[3] = res ? static_cast<unsigned char>(std::min<std::uint32_t>(res->signalled, 255)) : 255;
+    }
+    (void)!::write(pipe->second.get(), out, sizeof out);
+    ::_exit(0);
+  }
+  ASSERT_GT(scanner, 0);
+  pipe->second.reset();
+  Pidfd scan_proc = Pidfd::open(scanner).value();
+  unsigned char got[4] = {9, 9, 9, 9};
+  ASSERT_EQ(::read(pipe->first.get(), got, sizeof got), 4);
+  ASSERT_TRUE(scan_proc.wait());
+  EXPECT_EQ(got[0], 1) << "the sweep ran as nobody";
+  EXPECT_EQ(got[1], 0) << "an unreadable process must make the result unconfirmed";
+  EXPECT_EQ(got[2], 1) << "root's processes are unreadable to nobody";
+  EXPECT_EQ(got[3], 0) << "nothing unverified is signalled";
+  EXPECT_TRUE(target.alive());
+  kill_and_reap(target);
+}
+
+// A fake proc tree: hard links share one inode, so "same pid namespace" is the same file.
+TEST_F(MarkerTest, FakeProcTreeScanAndSweep) {
+  using namespace std::string_literals;
+  TempDir t;
+  ASSERT_FALSE(t.path().empty());
+  Marker const m = Marker::generate().value();
+  std::string const root = t.path();
+  auto mk = [&](std::string const& rel) { ASSERT_EQ(::mkdir((root + "/" + rel).c_str(), 0755), 0) << rel; };
+  mk("self");
+  mk("self/ns");
+  write_text(root + "/self/ns/pid", "ns");
+  auto proc = [&](std::string const& pid, bool same_ns) {
+    mk(pid);
+    mk(pid + "/ns");
+    if (same_ns) {
+      ASSERT_EQ(::link((root + "/self/ns/pid").c_str(), (root + "/" + pid + "/ns/pid").c_str()), 0);
+    } else {
+      write_text(root + "/" + pid + "/ns/pid", "other");
+    }
+  };
+  proc("100", true);
+  mk("100/environ");  // a directory: read() fails with EISDIR, i.e. unreadable
+  proc("101", true);
+  write_text(root + "/101/environ", "A=1\0"s + m.env_entry() + "\0"s);
+  proc("102", false);  // marked, but in another pid namespace: never ours
+  write_text(root + "/102/environ", m.env_entry() + "\0"s);
+  proc("103", true);
+  write_text(root + "/103/environ", m.env_entry() + "0\0"s);
+  proc("104", true);
+  write_text(root + "/104/environ", "B=2\0"s + m.env_entry());
+  proc("106", true);  // unreadable, but older than the execution: skipped when that is known
+  mk("106/environ");
+  write_text(root + "/106/stat", "106 (a b) c) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 500 0 0\n");
+  mk("105");  // vanished mid-scan: no ns, no environ -> gone, not unreadable
+  mk("abc");
+
+  MarkerScanOptions so;
+  so.proc_root = root;
+  auto scan = marker_scan(m, so);
+  ASSERT_TRUE(scan) << scan.error().message();
+  std::vector<std::int32_t> matched = scan->matched;
+  std::sort(matched.begin(), matched.end());
+  EXPECT_EQ(matched, (std::vector<std::int32_t>{101, 104}));
+  std::vector<std::int32_t> unreadable = scan->unreadable;
+  std::sort(unreadable.begin(), unreadable.end());
+  EXPECT_EQ(unreadable, (std::vector<std::int32_t>{100, 106}));
+  EXPECT_EQ(scan->scanned, 7u);
+
+  so.not_before_ticks = 501;  // 106 started at tick 500
+  auto bounded = marker_scan(m, so);
+  ASSERT_TRUE(bounded);
+  EXPECT_EQ(bounded->unreadable, std::vector<std::int32_t>{100});
+  EXPECT_EQ(bounded->older, 1u);
+  so.not_before_ticks = 500;  // same tick: not provably older, so inspected
+  EXPECT_EQ(marker_scan(m, so).value().older, 0u);
+
+  // The fake tree's pids are not pids of this namespace: scanned, never signalled through.
+  MarkerSweepOptions wo;
+  wo.proc_root = root;
+  wo.not_before_ticks = 501;
+  auto sweep = marker_sweep(m, wo);
+  ASSERT_TRUE(sweep) << sweep.error().message();
+  EXPECT_FALSE(sweep->confirmed);
+  EXPECT_EQ(sweep->signalled, 0u);
+  EXPECT_EQ(sweep->remaining, 2u);
+  EXPECT_EQ(sweep->unreadable, 1u);
+  EXPECT_EQ(sweep->unreadable_pids, std::vector<std::int32_t>{100});
+  EXPECT_EQ(sweep->rounds, 1u);
+
+  // Only the unreadable entry left: still unconfirmed.
+  ASSERT_EQ(::unlink((root + "/101/environ").c_str()), 0);
+  ASSERT_EQ(::unlink((root + "/104/environ").c_str()), 0);
+  auto again = marker_sweep(m, wo);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->confirmed);
+  EXPECT_EQ(again->remaining, 0u);
+
+  // A proc root that cannot be listed is an error, not an empty (confirmed) scan.
+  MarkerSweepOptions missing;
+  missing.proc_root = root + "/does-not-exist";
+  missing.pid_ns_inode = 1;
+  auto bad = marker_sweep(m, missing);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::procfs_failed);
+}
+
+}  // namespace
+}  // namespace custos::sys

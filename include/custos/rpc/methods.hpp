@@ -10,6 +10,10 @@
 #include "custos/core/result.hpp"
 #include "custos/rpc/dispatcher.hpp"
 
+namespace custos::supervisor {
+class ExecutionManager;
+}
+
 namespace custos::rpc {
 
 // host.info: open to every local caller. `describe` builds the result (version, boot_id,
@@ -19,6 +23,11 @@ void register_host_methods(Dispatcher& d, std::function<Result<boost::json::obje
 // rpc.methods: the names this daemon serves (sorted), open to every caller. Names starting with
 // "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of API.md.
 void register_introspection(Dispatcher& d);
+
+// exec.check, exec.start, exec.get, exec.list, exec.wait, exec.cancel, exec.input, exec.resize,
+// exec.subscribe, exec.unsubscribe, exec.output (API.md), admin-only until the gateway issue.
+// `manager` must outlive every connection of the server (the daemon closes them first).
+void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager);
 
 // The methods of API.md that belong to later issues (authority.*, lease.*, holder.quiescence)
 // are deliberately not registered: callers get -32601 method not found.

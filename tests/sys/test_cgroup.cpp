@@ -8,6 +8,7 @@
 #include <set>
 
 #include "custos/sys/cgroup.hpp"
+#include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
 #include "sys/cgroup_fixture.hpp"
 
@@ -271,6 +272,51 @@ TEST_F(CgroupKernelTest, LimitsOnlyWhereTheControllerIsEnabled) {
   if (!have.contains("pids")) {
     EXPECT_FALSE(st->pids_current.has_value());
   }
+}
+
+// The documented limit of the cgroup boundary (docs/boundaries.md): without nsdelegate, a root
+// process can leave its execution's cgroup even from inside its own cgroup namespace. The cgroup
+// teardown then misses it, and the final marker sweep is what catches it.
+TEST_F(CgroupKernelTest, RootEscapeFromACgroupNamespaceIsCaughtByTheFinalMarkerSweep) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the escape needs root";
+  if (::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "no unshare(1)";
+  auto mount = find_cgroup2_mount().value();
+  if (mount.nsdelegate) GTEST_SKIP() << "nsdelegate: the kernel forbids this escape here";
+  auto made_a = CgroupDir::create(cg_, "execution");
+  auto made_b = CgroupDir::create(cg_, "elsewhere");
+  ASSERT_TRUE(made_a && made_b);
+  extra_.push_back(std::move(*made_a));
+  extra_.push_back(std::move(*made_b));
+  CgroupDir const& exec_cg = extra_[0];
+  CgroupDir const& other = extra_[1];
+
+  Marker const m = Marker::generate().value();
+  std::string const script = "exec unshare --cgroup sh -c 'echo $$ > " + other.path() +
+                             "/cgroup.procs && exec sleep 300'";
+  Pidfd child = start_shell(script, {"PATH=/usr/bin:/bin", m.env_entry()}, exec_cg.path() + "/cgroup.procs");
+  ASSERT_TRUE(child.valid());
+  ASSERT_TRUE(eventually([&] {
+    auto p = other.procs();
+    return p && p->size() == 1;
+  })) << "the process moved itself out";
+  EXPECT_EQ(other.procs().value(), std::vector<std::int32_t>{child.pid()});
+
+  // Teardown of the execution's cgroup: it is empty, yet the process lives on.
+  ASSERT_TRUE(exec_cg.kill());
+  ASSERT_TRUE(exec_cg.wait_empty(std::chrono::seconds(5)));
+  EXPECT_TRUE(child.alive()) << "cgroup.kill could not reach it";
+
+  // The final marker sweep still finds it by its environment.
+  MarkerSweepOptions o;
+  o.not_before_ticks = read_start_time(child.pid()).value();
+  auto r = marker_sweep(m, o);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_GE(r->signalled, 1u);
+  EXPECT_TRUE(r->confirmed);
+  auto st = child.wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->signal, SIGKILL);
+  child = Pidfd();
 }
 
 TEST_F(CgroupKernelTest, EnsureSubtreeCreatesThenReopens) {

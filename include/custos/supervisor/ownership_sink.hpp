@@ -1,0 +1,59 @@
+// OwnershipSink: the durable hook the ExecutionManager calls while it launches and closes an
+// execution. The registry implements it; tests and the reference wiring may pass nullptr (the
+// manager then keeps everything in memory only).
+//
+// Order and blocking: the manager calls these in the order below, on the event loop, and waits
+// for each Result before it continues. A failure of record_authorized, record_staged or
+// record_committed aborts the launch before any user code runs (the staged child is killed and
+// reaped at its barrier). A failure of the later calls never changes what happened to the
+// process: it is reported in the execution's view (`sink_error`) and the terminal record is
+// still delivered to waiters.
+#pragma once
+
+#include <string>
+
+#include "custos/core/result.hpp"
+#include "custos/supervisor/types.hpp"
+
+namespace custos::sys {
+struct PidfsIdentity;
+}
+
+namespace custos::supervisor {
+
+class OwnershipSink {
+ public:
+  virtual ~OwnershipSink() = default;
+
+  // The execution record exists (phase authorized) with its identity, plan and plan digest.
+  [[nodiscard]] virtual Result<> record_authorized(std::string const& execution_id,
+                                                   core::ExecutionIdentity const& identity,
+                                                   core::ExecutionPlan const& plan,
+                                                   std::string const& plan_digest) = 0;
+
+  // The child exists and waits on its barrier; `identity` is its pidfs identity (the only
+  // positive process authority). Must be durable before it returns: the barrier is released
+  // only after this succeeds.
+  [[nodiscard]] virtual Result<> record_staged(std::string const& execution_id,
+                                               sys::PidfsIdentity const& identity,
+                                               Boundary boundary, std::string const& cgroup_path,
+                                               std::string const& marker_value) = 0;
+
+  // The barrier was released and execve succeeded: ownership slot staged -> committed.
+  [[nodiscard]] virtual Result<> record_committed(std::string const& execution_id) = 0;
+
+  // Every phase change after authorized, in order (starting, running, stopping, exited, closed).
+  [[nodiscard]] virtual Result<> record_phase(std::string const& execution_id,
+                                              core::Phase phase) = 0;
+
+  // Final output accounting of one stream, called at close before record_terminal.
+  [[nodiscard]] virtual Result<> record_output(std::string const& execution_id,
+                                               StreamId stream,
+                                               core::StreamAccounting const& accounting) = 0;
+
+  // The one terminal record (with its digest). Called exactly once per execution.
+  [[nodiscard]] virtual Result<> record_terminal(std::string const& execution_id,
+                                                 core::TerminalRecord const& record) = 0;
+};
+
+}  // namespace custos::supervisor

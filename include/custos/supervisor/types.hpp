@@ -1,0 +1,165 @@
+// Value types of the supervisor API (docs/supervisor.md): what the rpc layer passes in and gets
+// back from the ExecutionManager. Everything here is plain data; no I/O.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "custos/core/accounting.hpp"
+#include "custos/core/cancellation.hpp"
+#include "custos/core/identity.hpp"
+#include "custos/core/lifecycle.hpp"
+#include "custos/core/plan.hpp"
+#include "custos/core/terminal.hpp"
+
+namespace custos::supervisor {
+
+class OwnershipSink;
+
+// Who asked, as the kernel reported it on the socket (SO_PEERCRED).
+struct CallerCreds {
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::int32_t pid = 0;
+};
+
+struct LaunchRequest {
+  core::ExecutionIdentity identity;
+  core::ExecutionPlan plan;
+  CallerCreds caller;
+  // The CALLER's environment (the client sends it with the request). Only names the plan marks
+  // `inherit: true` are copied from here; a name absent here is simply not set in the child.
+  // The daemon's own environment is never consulted.
+  std::map<std::string, std::string> inherited_env;
+};
+
+// Which ownership boundary an execution got (part of its record): core's enum.
+using Boundary = core::Boundary;
+
+// How the manager chooses: `automatic` = cgroup when a writable subtree exists, else marker.
+enum class BoundaryPreference : std::uint8_t { automatic, cgroup, marker };
+
+// Output streams (core's enum): stdout and stderr in pipe mode, `pty` in PTY mode.
+using StreamId = core::Stream;
+
+// One numbered event of an execution. Kinds: started, output, input_closed, limit,
+// cancel_requested, signal_sent, exited, closed, terminal.
+struct Event {
+  std::string execution_id;
+  std::uint64_t seq = 0;            // strictly increasing per execution from 1, no gaps
+  std::string plan_digest;
+  std::string kind;
+  boost::json::object fields;       // kind-specific fields (stream, offset, trigger, exit, ...)
+  std::vector<std::uint8_t> data;   // raw bytes of an `output` event (base64 only in to_json)
+
+  // The `exec.event` params minus `subscription`: execution_id, seq, plan_digest, kind, the
+  // fields, and `data_b64` for output events.
+  [[nodiscard]] boost::json::object to_json() const;
+};
+
+struct StartResult {
+  std::string execution_id;
+  std::string plan_digest;
+  core::Phase phase = core::Phase::starting;
+  Boundary boundary = Boundary::marker;
+  std::int32_t pid = 0;  // 0 when the spawn failed
+
+  [[nodiscard]] boost::json::object to_json() const;
+};
+
+struct ExecutionView {
+  std::string execution_id;
+  core::ExecutionIdentity identity;
+  std::string plan_digest;
+  core::Phase phase = core::Phase::authorized;
+  Boundary boundary = Boundary::marker;
+  bool kernel_enforced = false;         // containment: cgroup boundary the process cannot leave
+  std::int32_t pid = 0;
+  std::string executable;
+  std::chrono::system_clock::time_point started_at{};
+  std::optional<core::Trigger> trigger;  // the first accepted trigger
+  core::OutputAccounting output;          // per stream of this execution's mode
+  std::uint64_t events = 0;              // events emitted so far (= last seq)
+  std::optional<core::TerminalRecord> terminal;
+  std::optional<std::string> sink_error;  // a durable write after launch failed (see sink)
+
+  [[nodiscard]] boost::json::object to_json() const;
+};
+
+struct ListFilter {
+  std::optional<core::Phase> phase;
+  std::optional<std::string> session_id;
+  std::size_t limit = 1000;
+};
+
+struct CancelResult {
+  bool accepted = false;
+  std::optional<core::Trigger> trigger;  // the first accepted trigger (this one or an earlier)
+};
+
+struct OutputSlice {
+  std::vector<std::uint8_t> data;
+  bool eof = false;       // offset+data reached the end of what the stream will ever hold
+  bool complete = true;   // false if anything of this stream was dropped
+};
+
+struct SubscriptionHandle {
+  std::string execution_id;
+  std::uint64_t id = 0;
+  // The first seq actually replayed: larger than the requested from_seq when older events were
+  // no longer retained (the client can fetch the missed output with exec.output).
+  std::uint64_t replay_from = 0;
+};
+
+enum class ShutdownPolicy : std::uint8_t { cancel, detach };
+
+struct ManagerConfig {
+  // The daemon-owned cgroup v2 directory under which per-execution cgroups are created
+  // (`<subtree>/<execution_id>`). Empty: no writable subtree, every execution uses the marker.
+  std::string cgroup_subtree;
+  BoundaryPreference boundary = BoundaryPreference::automatic;
+  // Root of spool files: `<state_dir>/spool/<execution_id>/{stdout,stderr}`.
+  std::filesystem::path state_dir;
+  OwnershipSink* sink = nullptr;
+  // True when the cgroup2 mount has nsdelegate: then a root execution cannot leave its cgroup.
+  // The manager detects it from sys::find_cgroup2_mount() when `detect_nsdelegate` is true.
+  bool detect_nsdelegate = true;
+  bool nsdelegate = false;
+  // Become PR_SET_CHILD_SUBREAPER at construction so orphans reparent to this process.
+  bool become_subreaper = true;
+
+  std::chrono::milliseconds sample_interval{250};   // resource sampler cadence
+  std::chrono::milliseconds disk_sample_interval{2000};
+  std::uint64_t disk_walk_max_entries = 100000;
+  std::chrono::milliseconds reap_interval{1000};    // periodic orphan reaping
+  // After the root exits while descendants still hold its output pipes: how long the readers
+  // may drain before the tree is killed.
+  std::chrono::milliseconds exit_drain{1000};
+  // After the tree was killed: how long the readers may still take to reach EOF before they
+  // are closed and the stream (and the cleanup) is recorded incomplete/unconfirmed.
+  std::chrono::milliseconds reader_close_bound{2000};
+  std::size_t stdin_queue_bytes = 256 * 1024;        // in-memory stdin queue bound
+  std::size_t retained_event_count = 4096;           // replay buffer bound in events
+  std::size_t terminal_history = 4096;               // terminal executions kept for get/wait
+  std::uint32_t marker_sweep_rounds = 64;
+};
+
+struct ManagerStats {
+  std::uint64_t started = 0;
+  std::uint64_t spawn_failed = 0;
+  std::uint64_t terminal = 0;
+  std::uint64_t dropped_subscribers = 0;   // sinks that returned false (the rpc tells clients)
+  std::uint64_t orphans_reaped = 0;
+  std::uint64_t orphans_attributed = 0;    // of those, attributed to a known execution
+};
+
+}  // namespace custos::supervisor

@@ -1,0 +1,277 @@
+#include "custos/supervisor/manager.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include <boost/asio/post.hpp>
+
+#include "custos/sys/procfs.hpp"
+#include "custos/sys/subreaper.hpp"
+#include "plan_view.hpp"
+#include "supervisor.hpp"
+
+namespace custos::supervisor {
+namespace {
+
+constexpr std::chrono::milliseconds kShutdownPoll{10};
+
+Result<std::string> new_execution_id() {
+  // 64 random bits, from the same getrandom source as markers: ids must not be guessable
+  // sequence numbers (they name executions across restarts).
+  auto m = sys::Marker::generate();
+  if (!m) return m.error();
+  return "ex-" + m->env_value().substr(0, 16);
+}
+
+}  // namespace
+
+ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig config)
+    : io_(io),
+      config_(std::move(config)),
+      reap_timer_(io),
+      shutdown_timer_(io),
+      alive_(std::make_shared<bool>(true)) {
+  // A child that closed its stdin must turn our next write into EPIPE, not kill the daemon.
+  // Children do not inherit this: sys/spawn resets every disposition before execve.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (config_.become_subreaper) (void)sys::become_child_subreaper();
+  if (config_.state_dir.empty()) {
+    std::error_code ec;
+    config_.state_dir = std::filesystem::temp_directory_path(ec) /
+                        ("custos-supervisor-" + std::to_string(::getpid()));
+  }
+  if (auto m = sys::find_cgroup2_mount()) {
+    cgroup_mount_ = m->path;
+    if (config_.detect_nsdelegate) config_.nsdelegate = m->nsdelegate;
+  }
+  nsdelegate_ = config_.nsdelegate;
+  if (!config_.cgroup_subtree.empty() && config_.boundary != BoundaryPreference::marker) {
+    // Not writable or absent: every execution falls back to the marker boundary (and its
+    // record says so); the daemon logs the reason at startup.
+    if (auto dir = sys::CgroupDir::open(config_.cgroup_subtree)) subtree_ = std::move(*dir);
+  }
+  schedule_reap();
+}
+
+ExecutionManager::~ExecutionManager() {
+  *alive_ = false;
+  reap_timer_.cancel();
+  shutdown_timer_.cancel();
+  for (auto& [id, sup] : executions_) sup->detach();
+}
+
+std::size_t ExecutionManager::live_count() const noexcept {
+  std::size_t n = 0;
+  for (auto const& [id, sup] : executions_) {
+    if (!sup->terminal()) ++n;
+  }
+  return n;
+}
+
+std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_id) const {
+  auto it = executions_.find(execution_id);
+  return it == executions_.end() ? nullptr : it->second;
+}
+
+bool ExecutionManager::is_direct_child(std::int32_t pid) const {
+  return std::any_of(executions_.begin(), executions_.end(),
+                     [pid](auto const& kv) { return kv.second->is_root_pid(pid); });
+}
+
+Result<StartResult> ExecutionManager::start(LaunchRequest request) {
+  if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
+  auto const& plan = request.plan;
+  if (plan.backend.kind != core::BackendKind::native) {
+    return Error(Errc::sys_unsupported,
+                 std::string{"backend "} + std::string{core::to_string(plan.backend.kind)} +
+                     " is not served by the native supervisor");
+  }
+  // Only root callers may name other credentials until the gateway checks authority for it.
+  if (plan.user && request.caller.uid != 0 &&
+      (plan.user->uid != request.caller.uid || plan.user->gid != request.caller.gid)) {
+    return Error(Errc::auth_user, "a non-root caller may only run as itself");
+  }
+  BoundaryPreference const pref = config_.boundary;
+  if (pref == BoundaryPreference::cgroup && !subtree_) {
+    return Error(Errc::cgroup_unavailable, "boundary=cgroup but no writable cgroup subtree");
+  }
+  Boundary const boundary =
+      pref != BoundaryPreference::marker && subtree_ ? Boundary::cgroup : Boundary::marker;
+
+  auto digest = compute_plan_digest(request.identity, request.plan);
+  if (!digest) return digest.error();
+  auto id = new_execution_id();
+  if (!id) return id.error();
+
+  PlanView view = view_plan(request.plan);
+  auto sup = std::make_shared<Supervisor>(*this, *id, std::move(request), std::move(view),
+                                          std::move(*digest));
+  std::size_t const live = live_count();
+  executions_.emplace(*id, sup);
+  auto res = sup->launch(boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_, live);
+  if (!res) {
+    executions_.erase(*id);
+    return res.error();
+  }
+  ++stats_.started;
+  if (sup->terminal() && res->pid == 0) ++stats_.spawn_failed;
+  return res;
+}
+
+Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->view();
+}
+
+std::vector<ExecutionView> ExecutionManager::list(ListFilter const& filter) const {
+  std::vector<std::shared_ptr<Supervisor>> picked;
+  for (auto const& [id, sup] : executions_) {
+    if (filter.phase && sup->phase() != *filter.phase) continue;
+    if (filter.session_id && sup->session_id() != *filter.session_id) continue;
+    picked.push_back(sup);
+  }
+  std::sort(picked.begin(), picked.end(), [](auto const& a, auto const& b) {
+    if (a->started_at() != b->started_at()) return a->started_at() > b->started_at();
+    return a->id() < b->id();
+  });
+  std::vector<ExecutionView> out;
+  for (auto const& sup : picked) {
+    if (out.size() >= filter.limit) break;
+    out.push_back(sup->view());
+  }
+  return out;
+}
+
+void ExecutionManager::wait(std::string const& execution_id,
+                            std::optional<std::chrono::milliseconds> timeout,
+                            std::function<void(Result<core::TerminalRecord>)> done) {
+  auto sup = find(execution_id);
+  if (!sup) {
+    boost::asio::post(io_, [done = std::move(done), execution_id]() {
+      done(Error(Errc::exec_not_found, execution_id));
+    });
+    return;
+  }
+  sup->wait(timeout, std::move(done));
+}
+
+Result<CancelResult> ExecutionManager::cancel(std::string const& execution_id,
+                                              core::Trigger trigger, std::string reason) {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->cancel(trigger, std::move(reason));
+}
+
+Result<std::uint64_t> ExecutionManager::input(std::string const& execution_id,
+                                              std::span<std::uint8_t const> data, bool eof) {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->input(data, eof);
+}
+
+Result<> ExecutionManager::resize(std::string const& execution_id, std::uint16_t rows,
+                                  std::uint16_t cols) {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->resize(rows, cols);
+}
+
+Result<SubscriptionHandle> ExecutionManager::subscribe(std::string const& execution_id,
+                                                       std::optional<std::uint64_t> from_seq,
+                                                       std::function<bool(Event const&)> sink) {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->subscribe(from_seq, std::move(sink));
+}
+
+void ExecutionManager::unsubscribe(SubscriptionHandle const& handle) {
+  if (auto sup = find(handle.execution_id)) sup->unsubscribe(handle.id);
+}
+
+Result<OutputSlice> ExecutionManager::output(std::string const& execution_id, StreamId stream,
+                                             std::uint64_t offset, std::uint64_t max_bytes) const {
+  auto sup = find(execution_id);
+  if (!sup) return Error(Errc::exec_not_found, execution_id);
+  return sup->output(stream, offset, max_bytes);
+}
+
+void ExecutionManager::on_terminal(std::string const& execution_id) {
+  ++stats_.terminal;
+  terminal_order_.push_back(execution_id);
+  // Keep a bounded history of terminal executions for get/wait/output; the oldest go first,
+  // with their spool files (the registry keeps the durable record).
+  while (terminal_order_.size() > config_.terminal_history) {
+    std::string const old = terminal_order_.front();
+    terminal_order_.erase(terminal_order_.begin());
+    if (auto it = executions_.find(old); it != executions_.end()) {
+      it->second->discard_spool();
+      // Erase later: the supervisor being closed may be the one evicted, still on the stack.
+      boost::asio::post(io_, [weak = std::weak_ptr<bool>(alive_), this, old]() {
+        if (auto a = weak.lock(); a && *a) executions_.erase(old);
+      });
+    }
+  }
+}
+
+void ExecutionManager::schedule_reap() {
+  if (shutting_down_) return;
+  reap_timer_.expires_after(config_.reap_interval);
+  reap_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this](boost::system::error_code ec) {
+    auto a = weak.lock();
+    if (ec || !a || !*a) return;
+    reap_orphans_now();
+    schedule_reap();
+  });
+}
+
+void ExecutionManager::reap_orphans_now() {
+  // Our own roots are waited through their pidfds (with their exit status); everything else
+  // that reparented to us is collected here so no zombie accumulates.
+  auto reaped = sys::reap_orphans([this](std::int32_t pid) { return is_direct_child(pid); });
+  stats_.orphans_reaped += reaped.size();
+}
+
+void ExecutionManager::shutdown(ShutdownPolicy policy, std::chrono::milliseconds bound,
+                                std::function<void()> done) {
+  shutting_down_ = true;
+  reap_timer_.cancel();
+  if (policy == ShutdownPolicy::detach) {
+    for (auto& [id, sup] : executions_) {
+      if (!sup->terminal()) sup->detach();
+    }
+    boost::asio::post(io_, std::move(done));
+    return;
+  }
+  for (auto& [id, sup] : executions_) {
+    if (!sup->terminal()) (void)sup->cancel(core::Trigger::supervisor_shutdown, "daemon shutdown");
+  }
+  poll_shutdown(std::chrono::steady_clock::now() + bound, std::move(done));
+}
+
+void ExecutionManager::poll_shutdown(std::chrono::steady_clock::time_point deadline,
+                                     std::function<void()> done) {
+  if (live_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
+    // Past the bound, whatever is still live is left to recovery at the next start.
+    for (auto& [id, sup] : executions_) {
+      if (!sup->terminal()) sup->detach();
+    }
+    reap_orphans_now();
+    boost::asio::post(io_, std::move(done));
+    return;
+  }
+  shutdown_timer_.expires_after(kShutdownPoll);
+  shutdown_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this, deadline,
+                              done = std::move(done)](boost::system::error_code ec) mutable {
+    auto a = weak.lock();
+    if (ec || !a || !*a) return;
+    poll_shutdown(deadline, std::move(done));
+  });
+}
+
+}  // namespace custos::supervisor

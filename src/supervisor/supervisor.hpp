@@ -1,0 +1,225 @@
+// Supervisor: one execution, from launch to its one terminal record, on the manager's event loop.
+// Internal to the supervisor layer; the public surface is ExecutionManager (docs/supervisor.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "custos/core/accounting.hpp"
+#include "custos/core/cancellation.hpp"
+#include "custos/core/lifecycle.hpp"
+#include "custos/core/resources.hpp"
+#include "custos/core/terminal.hpp"
+#include "custos/supervisor/event_log.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/types.hpp"
+#include "custos/sys/cgroup.hpp"
+#include "custos/sys/pidfd.hpp"
+#include "custos/sys/procfs.hpp"
+#include "custos/sys/pty.hpp"
+#include "custos/sys/unique_fd.hpp"
+#include "plan_view.hpp"
+
+namespace custos::supervisor {
+
+class Supervisor : public std::enable_shared_from_this<Supervisor> {
+ public:
+  Supervisor(ExecutionManager& manager, std::string execution_id, LaunchRequest request,
+             PlanView plan, std::string plan_digest);
+  ~Supervisor();
+  Supervisor(Supervisor const&) = delete;
+  Supervisor& operator=(Supervisor const&) = delete;
+
+  // The synchronous part of a launch (authorize record, stage, record, release). Errors only
+  // when nothing was launched and no record exists (record_authorized failed).
+  [[nodiscard]] Result<StartResult> launch(Boundary boundary, sys::CgroupDir const* subtree,
+                                           std::string const& cgroup_mount, bool nsdelegate,
+                                           std::size_t live_executions);
+
+  [[nodiscard]] ExecutionView view() const;
+  [[nodiscard]] std::string const& id() const noexcept { return id_; }
+  [[nodiscard]] bool terminal() const noexcept { return terminal_.has_value(); }
+  [[nodiscard]] core::TerminalRecord const* terminal_record() const noexcept {
+    return terminal_ ? &*terminal_ : nullptr;
+  }
+  [[nodiscard]] core::Phase phase() const noexcept { return life_.phase; }
+  [[nodiscard]] std::string const& session_id() const { return session_of(request_.identity); }
+  [[nodiscard]] std::chrono::system_clock::time_point started_at() const noexcept {
+    return started_wall_;
+  }
+  // True while this supervisor's root process is its unreaped direct child (orphan reaping must
+  // leave it to the pidfd waiter).
+  [[nodiscard]] bool is_root_pid(std::int32_t pid) const noexcept;
+
+  void wait(std::optional<std::chrono::milliseconds> timeout,
+            std::function<void(Result<core::TerminalRecord>)> done);
+  [[nodiscard]] Result<CancelResult> cancel(core::Trigger trigger, std::string reason);
+  [[nodiscard]] Result<std::uint64_t> input(std::span<std::uint8_t const> data, bool eof);
+  [[nodiscard]] Result<> resize(std::uint16_t rows, std::uint16_t cols);
+  [[nodiscard]] Result<SubscriptionHandle> subscribe(std::optional<std::uint64_t> from_seq,
+                                                     std::function<bool(Event const&)> sink);
+  void unsubscribe(std::uint64_t id);
+  [[nodiscard]] Result<OutputSlice> output(StreamId stream, std::uint64_t offset,
+                                           std::uint64_t max_bytes) const;
+  // Stops observing without signalling anything: every descriptor and timer is released.
+  void detach();
+  // Removes the spool directory (history eviction).
+  void discard_spool();
+
+ private:
+  struct Reader {
+    core::Stream stream = core::Stream::stdout_stream;
+    std::optional<boost::asio::posix::stream_descriptor> sd;
+    bool eof = false;
+    bool waiting = false;
+    core::StreamAccounting acc;
+    sys::UniqueFd spool;
+    std::uint64_t spool_size = 0;
+    bool limit_reported = false;
+  };
+  struct Writer {
+    std::optional<boost::asio::posix::stream_descriptor> sd;
+    std::deque<std::vector<std::uint8_t>> queue;
+    std::size_t front_offset = 0;
+    std::size_t queued = 0;
+    std::uint64_t accepted = 0;
+    bool eof_requested = false;
+    bool closed = false;
+    bool waiting = false;
+  };
+  struct Waiter {
+    std::function<void(Result<core::TerminalRecord>)> done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    bool fired = false;
+  };
+  enum class Stage : std::uint8_t { none, graceful, killing, done };
+
+  // launch helpers
+  void fail_spawn(core::SpawnFailure failure);
+  [[nodiscard]] Result<std::vector<std::string>> build_env() const;
+  void start_io();
+
+  // async plumbing
+  void arm_reader(std::size_t index);
+  void on_readable(std::size_t index);
+  void handle_chunk(Reader& r, std::uint8_t const* data, std::size_t n);
+  void reader_eof(Reader& r);
+  void arm_exit_observer();
+  void on_root_exit();
+  void kick_writer();
+  void close_writer(std::string_view reason);
+  void arm_deadline();
+  void arm_sampler();
+  void sample();
+
+  // teardown
+  [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string reason);
+  void begin_stop();
+  void arm_poll(std::chrono::milliseconds every);
+  void on_poll();
+  void kill_stage();
+  void final_stage();
+  [[nodiscard]] bool root_gone() const noexcept;
+  [[nodiscard]] bool tree_populated() const;
+  [[nodiscard]] std::uint32_t signal_tree(int sig);
+  [[nodiscard]] sys::MarkerSweepOptions sweep_options(int sig, std::uint32_t rounds) const;
+  [[nodiscard]] bool unknown_orphans_alive() const;
+  void force_close_readers();
+  void maybe_close();
+  void close_and_record();
+  void finish_terminal(core::TerminalRecord record);
+
+  void advance(core::LifecycleEvent const& ev);
+  void emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data = {});
+  void sink_error(std::string what, Error const& e);
+  [[nodiscard]] bool all_readers_eof() const noexcept;
+  [[nodiscard]] Reader* reader_for(core::Stream s) noexcept;
+  [[nodiscard]] Reader const* reader_for(core::Stream s) const noexcept;
+  [[nodiscard]] std::filesystem::path spool_path(core::Stream s) const;
+  [[nodiscard]] core::ResourceReport resource_report() const;
+  [[nodiscard]] core::OutputAccounting accounting() const;
+  void done_op();  // one async operation completed
+
+  ExecutionManager* manager_;
+  boost::asio::io_context& io_;
+  std::string id_;
+  LaunchRequest request_;
+  PlanView plan_;
+  std::string plan_digest_;
+  EventLog events_;
+
+  core::LifecycleState life_;
+  core::CancellationState cancel_;
+  std::optional<core::ExitStatus> exit_;
+  std::optional<core::SpawnFailure> spawn_failure_;
+  std::optional<core::TerminalRecord> terminal_;
+  std::optional<std::string> sink_error_;
+
+  Boundary boundary_ = Boundary::marker;
+  bool kernel_enforced_ = false;
+  std::optional<sys::Marker> marker_;
+  std::optional<sys::CgroupDir> cgroup_;
+  std::optional<sys::Pidfd> root_;
+  std::int32_t root_pid_ = 0;
+  std::uint64_t root_start_ticks_ = 0;
+  bool root_reaped_ = false;
+  sys::UniqueFd workspace_fd_;
+  std::optional<sys::Pty> pty_;  // kept for resize; I/O goes through dups of the master
+  std::string cgroup_rel_;       // the cgroup's path below the mount, as /proc/PID/cgroup shows it
+
+  std::vector<Reader> readers_;
+  Writer writer_;
+  std::optional<boost::asio::posix::stream_descriptor> exit_sd_;
+  boost::asio::steady_timer deadline_;
+  boost::asio::steady_timer stage_timer_;   // grace, then the kill bound
+  boost::asio::steady_timer poll_timer_;    // tree-empty polling during teardown
+  boost::asio::steady_timer drain_timer_;   // root exited, readers still open
+  boost::asio::steady_timer sampler_timer_;
+  boost::asio::steady_timer reader_timer_;  // readers still open after the tree is gone
+  boost::asio::steady_timer exit_retry_timer_;  // exit ready but not yet waitable (ptrace)
+  std::vector<std::shared_ptr<Waiter>> waiters_;
+
+  Stage stage_ = Stage::none;
+  bool graceful_sent_ = false;
+  bool forced_ = false;
+  bool tree_done_ = false;
+  bool support_cancelled_ = false;
+  bool detached_ = false;
+  bool closing_ = false;
+  bool readers_forced_ = false;
+  core::Cleanup cleanup_ = core::Cleanup::unconfirmed;
+  std::size_t pending_ = 0;
+  std::uint64_t output_events_ = 0;
+  bool max_events_reported_ = false;
+  std::uint64_t total_observed_allowed_ = 0;  // output bytes within limits.output_bytes
+  bool cpu_from_cgroup_ = false;
+  std::chrono::steady_clock::time_point started_{};
+  std::chrono::steady_clock::time_point kill_deadline_{};
+  std::chrono::steady_clock::time_point last_disk_sample_{};
+  std::optional<std::chrono::steady_clock::time_point> exited_at_;
+  std::chrono::system_clock::time_point started_wall_{};
+  std::size_t concurrency_ = 0;
+
+  // Peaks from the sampler.
+  std::optional<std::uint64_t> cpu_ms_;
+  std::optional<std::uint64_t> rss_peak_;
+  std::optional<std::uint64_t> procs_peak_;
+  std::optional<std::uint64_t> fds_peak_;
+  std::optional<std::uint64_t> disk_growth_peak_;
+  std::optional<std::uint64_t> disk_baseline_;
+  bool memory_hard_ = false;
+  bool pids_hard_ = false;
+};
+
+}  // namespace custos::supervisor

@@ -1,0 +1,64 @@
+#include "custos/supervisor/types.hpp"
+
+#include <chrono>
+
+#include "base64.hpp"
+#include "plan_view.hpp"
+
+namespace custos::supervisor {
+
+boost::json::object Event::to_json() const {
+  boost::json::object o;
+  o["execution_id"] = execution_id;
+  o["seq"] = seq;
+  o["plan_digest"] = plan_digest;
+  o["kind"] = kind;
+  for (auto const& [k, v] : fields) o[k] = v;
+  if (kind == "output") o["data_b64"] = base64_encode(data);
+  return o;
+}
+
+boost::json::object StartResult::to_json() const {
+  boost::json::object o;
+  o["execution_id"] = execution_id;
+  o["plan_digest"] = plan_digest;
+  o["phase"] = core::phase_wire(phase);
+  o["boundary"] = core::boundary_wire(boundary);
+  o["pid"] = pid;
+  return o;
+}
+
+boost::json::object ExecutionView::to_json() const {
+  boost::json::object o;
+  o["execution_id"] = execution_id;
+  o["identity"] = identity_json(identity);
+  o["plan_digest"] = plan_digest;
+  o["phase"] = core::phase_wire(phase);
+  o["boundary"] = core::boundary_wire(boundary);
+  o["containment"] = kernel_enforced ? "kernel_enforced" : "escapable";
+  o["pid"] = pid;
+  o["executable"] = executable;
+  o["started_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           started_at.time_since_epoch())
+                           .count();
+  if (trigger) o["trigger"] = core::trigger_wire(*trigger); else o["trigger"] = nullptr;
+  boost::json::object acc;
+  for (auto const& [stream, a] : output) {
+    boost::json::object s;
+    s["observed"] = a.observed;
+    s["retained"] = a.retained;
+    s["dropped"] = a.dropped;
+    s["complete"] = a.complete;
+    acc[core::stream_wire(stream)] = std::move(s);
+  }
+  o["accounting"] = std::move(acc);
+  o["events"] = events;
+  if (terminal) {
+    auto j = core::to_json(*terminal);
+    if (j) o["terminal"] = std::move(*j); else o["terminal"] = nullptr;
+  }
+  if (sink_error) o["sink_error"] = *sink_error;
+  return o;
+}
+
+}  // namespace custos::supervisor

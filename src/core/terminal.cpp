@@ -1,0 +1,483 @@
+// The terminal record: consistency rules, strict JSON, canonical bytes and digest.
+#include "custos/core/terminal.hpp"
+
+#include <boost/json.hpp>
+
+#include <array>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "custos/core/canonical.hpp"
+#include "custos/core/digest.hpp"
+
+namespace custos::core {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::array<std::string_view, 2> kBoundaryNames = {"cgroup", "marker"};
+constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
+
+template <class E, std::size_t N>
+std::optional<E> lookup(std::array<std::string_view, N> const& names, std::string_view wire) noexcept {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == wire) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+template <std::size_t N, class E>
+std::string_view name_of(std::array<std::string_view, N> const& names, E e) noexcept {
+  auto const i = static_cast<std::size_t>(e);
+  return i < N ? names[i] : std::string_view{"invalid"};
+}
+
+// ---- canonical layout (docs/canonical-encoding.md, "Terminal record") ----------------------
+// Record kinds in the lifecycle range 0x0100-0x01FF. Enumerations travel as their wire strings,
+// which are API and never change, so a reordered C++ enum cannot silently change a digest.
+constexpr RecordKind kKindTerminal = 0x0100;
+constexpr RecordKind kKindExit = 0x0101;
+constexpr RecordKind kKindEscalation = 0x0102;
+constexpr RecordKind kKindStream = 0x0103;
+constexpr RecordKind kKindResource = 0x0104;
+constexpr RecordKind kKindTree = 0x0105;
+constexpr RecordKind kKindSpawnError = 0x0106;
+
+namespace tag {
+constexpr Tag classification = 1, recovery = 2, exit = 3, trigger = 4, escalation = 5, output = 6,
+              resources = 7, tree = 8, spawn_error = 9;
+}  // namespace tag
+
+Error malformed(std::string what) { return Error{Errc::canonical_malformed, std::move(what)}; }
+
+template <class E>
+Result<E> decode_enum(Result<std::string> s, std::optional<E> (*from_wire)(std::string_view) noexcept,
+                      std::string_view what) {
+  if (!s) return s.error();
+  auto e = from_wire(*s);
+  if (!e.has_value()) return malformed("unknown " + std::string{what} + " \"" + *s + "\"");
+  return *e;
+}
+
+// ---- strict JSON helpers -------------------------------------------------------------------
+
+Error jerr(Errc code, std::string const& pointer, std::string message) {
+  return Error::from_diagnostics({Diagnostic{code, pointer, std::move(message)}});
+}
+
+// Every key of `o` must be in `allowed`; every key of `required` must be present.
+Result<> check_keys(json::object const& o, std::string const& ptr,
+                    std::initializer_list<std::string_view> allowed,
+                    std::initializer_list<std::string_view> required) {
+  for (auto const& kv : o) {
+    bool known = false;
+    for (auto a : allowed) known = known || kv.key() == a;
+    if (!known) return jerr(Errc::plan_unknown_field, ptr + "/" + std::string{kv.key()}, "unknown field");
+  }
+  for (auto r : required) {
+    if (!o.contains(r)) return jerr(Errc::plan_missing_field, ptr + "/" + std::string{r}, "missing field");
+  }
+  return ok();
+}
+
+Result<json::object const*> as_object(json::value const& v, std::string const& ptr) {
+  if (!v.is_object()) return jerr(Errc::plan_wrong_type, ptr, "expected an object");
+  return &v.get_object();
+}
+
+Result<std::string_view> as_string(json::value const& v, std::string const& ptr) {
+  if (!v.is_string()) return jerr(Errc::plan_wrong_type, ptr, "expected a string");
+  return std::string_view{v.get_string()};
+}
+
+Result<bool> as_bool(json::value const& v, std::string const& ptr) {
+  if (!v.is_bool()) return jerr(Errc::plan_wrong_type, ptr, "expected a boolean");
+  return v.get_bool();
+}
+
+Result<std::uint64_t> as_u64(json::value const& v, std::string const& ptr) {
+  if (v.is_uint64()) return v.get_uint64();
+  if (v.is_int64()) {
+    if (v.get_int64() < 0) return jerr(Errc::plan_invalid_value, ptr, "must not be negative");
+    return static_cast<std::uint64_t>(v.get_int64());
+  }
+  return jerr(Errc::plan_wrong_type, ptr, "expected an unsigned integer");
+}
+
+Result<std::int32_t> as_i32(json::value const& v, std::string const& ptr) {
+  std::int64_t x = 0;
+  if (v.is_int64()) {
+    x = v.get_int64();
+  } else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+    x = static_cast<std::int64_t>(v.get_uint64());
+  } else {
+    return jerr(Errc::plan_wrong_type, ptr, "expected a 32-bit integer");
+  }
+  if (x < std::numeric_limits<std::int32_t>::min() || x > std::numeric_limits<std::int32_t>::max()) {
+    return jerr(Errc::plan_invalid_value, ptr, "out of the 32-bit range");
+  }
+  return static_cast<std::int32_t>(x);
+}
+
+template <class E>
+Result<E> as_enum(json::value const& v, std::string const& ptr,
+                  std::optional<E> (*from_wire)(std::string_view) noexcept) {
+  auto s = CUSTOS_TRY(as_string(v, ptr));
+  auto e = from_wire(s);
+  if (!e.has_value()) return jerr(Errc::plan_invalid_value, ptr, "unknown value \"" + std::string{s} + "\"");
+  return *e;
+}
+
+json::value opt_json(std::optional<std::uint64_t> v) {
+  return v.has_value() ? json::value(*v) : json::value(nullptr);
+}
+
+json::value opt_json(std::optional<std::int32_t> v) {
+  return v.has_value() ? json::value(static_cast<std::int64_t>(*v)) : json::value(nullptr);
+}
+
+Result<std::optional<std::uint64_t>> opt_u64(json::value const& v, std::string const& ptr) {
+  if (v.is_null()) return std::optional<std::uint64_t>{};
+  return std::optional<std::uint64_t>{CUSTOS_TRY(as_u64(v, ptr))};
+}
+
+Result<std::optional<std::int32_t>> opt_i32(json::value const& v, std::string const& ptr) {
+  if (v.is_null()) return std::optional<std::int32_t>{};
+  return std::optional<std::int32_t>{CUSTOS_TRY(as_i32(v, ptr))};
+}
+
+}  // namespace
+
+std::string_view boundary_wire(Boundary b) noexcept { return name_of(kBoundaryNames, b); }
+std::optional<Boundary> boundary_from_wire(std::string_view wire) noexcept {
+  return lookup<Boundary>(kBoundaryNames, wire);
+}
+std::string_view containment_wire(Containment c) noexcept { return name_of(kContainmentNames, c); }
+std::optional<Containment> containment_from_wire(std::string_view wire) noexcept {
+  return lookup<Containment>(kContainmentNames, wire);
+}
+
+// ---- consistency ---------------------------------------------------------------------------
+
+Result<> validate(TerminalRecord const& rec) {
+  auto inconsistent = [](std::string what) { return Error{Errc::lifecycle_illegal_transition, std::move(what)}; };
+  if (!rec.exit.valid()) return inconsistent("invalid exit status");
+  CUSTOS_TRYV(check(rec.output));
+  if (rec.recovery == RecoveryPath::already_terminal) {
+    return inconsistent("already_terminal describes a recovery pass, not how a record was reached");
+  }
+  // The classification must be exactly what classify() gives for these facts; success and the
+  // cleanup do not enter the classification, so `cleanup` is passed through as recorded.
+  ClassifyInput in;
+  in.exit = rec.exit;
+  in.spawn_failed = rec.spawn_error.has_value();
+  in.trigger = rec.trigger;
+  in.cleanup = rec.tree.cleanup;
+  in.sandbox_denied = rec.classification == Classification::sandbox_denied;
+  in.recovery = rec.recovery;
+  auto verdict = classify(in);
+  if (!verdict) return inconsistent("no classification fits: " + verdict.error().context);
+  if (verdict->classification != rec.classification) {
+    return inconsistent("classification " + std::string{classification_wire(rec.classification)} +
+                        " contradicts the facts, which give " +
+                        std::string{classification_wire(verdict->classification)});
+  }
+  return ok();
+}
+
+Result<TerminalRecord> make_terminal_record(ClassifyInput const& in,
+                                            std::optional<SpawnFailure> spawn_error) {
+  if (in.spawn_failed != spawn_error.has_value()) {
+    return Error{Errc::lifecycle_illegal_transition, "spawn_failed and spawn_error disagree"};
+  }
+  auto const verdict = CUSTOS_TRY(classify(in));
+  TerminalRecord rec;
+  rec.classification = verdict.classification;
+  rec.recovery = in.recovery;
+  rec.exit = in.exit;
+  rec.trigger = in.trigger;
+  rec.tree.cleanup = in.cleanup;
+  rec.spawn_error = std::move(spawn_error);
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) rec.resources.dims[i].fidelity = Fidelity::unavailable;
+  return rec;
+}
+
+// ---- canonical bytes -----------------------------------------------------------------------
+
+Result<std::vector<std::uint8_t>> canonical_bytes(TerminalRecord const& rec) {
+  CUSTOS_TRYV(validate(rec));
+  CanonicalWriter w{kKindTerminal};
+  w.string(tag::classification, classification_wire(rec.classification));
+  w.string(tag::recovery, recovery_path_wire(rec.recovery));
+  w.record(tag::exit, kKindExit, [&](CanonicalWriter& r) {
+    if (rec.exit.code.has_value()) r.i64(1, *rec.exit.code);
+    if (rec.exit.signal.has_value()) r.i64(2, *rec.exit.signal);
+  });
+  if (rec.trigger.has_value()) w.string(tag::trigger, trigger_wire(*rec.trigger));
+  w.record(tag::escalation, kKindEscalation, [&](CanonicalWriter& r) {
+    r.boolean(1, rec.escalation.graceful_sent).boolean(2, rec.escalation.forced);
+  });
+  // std::map iterates in Stream order, which makes the list order canonical.
+  w.begin_list(tag::output, FieldType::record);
+  for (auto const& [stream, acc] : rec.output) {
+    w.begin_element_record(kKindStream);
+    w.string(1, stream_wire(stream)).u64(2, acc.observed).u64(3, acc.retained).u64(4, acc.dropped);
+    w.boolean(5, acc.complete);
+    w.end_element_record();
+  }
+  w.end_list();
+  w.begin_list(tag::resources, FieldType::record);
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+    auto const& d = rec.resources.dims[i];
+    w.begin_element_record(kKindResource);
+    w.string(1, resource_dim_wire(static_cast<ResourceDim>(i)));
+    if (d.value.has_value()) w.u64(2, *d.value);
+    if (d.limit.has_value()) w.u64(3, *d.limit);
+    w.string(4, fidelity_wire(d.fidelity));
+    w.end_element_record();
+  }
+  w.end_list();
+  w.record(tag::tree, kKindTree, [&](CanonicalWriter& r) {
+    r.string(1, boundary_wire(rec.tree.boundary))
+        .string(2, cleanup_wire(rec.tree.cleanup))
+        .string(3, containment_wire(rec.tree.containment));
+  });
+  if (rec.spawn_error.has_value()) {
+    w.record(tag::spawn_error, kKindSpawnError, [&](CanonicalWriter& r) {
+      r.string(1, rec.spawn_error->code).i64(2, rec.spawn_error->sys_errno).string(3, rec.spawn_error->detail);
+    });
+  }
+  return std::move(w).finish();
+}
+
+namespace {
+
+Result<std::int32_t> i64_to_i32(Result<std::int64_t> v, std::string_view what) {
+  if (!v) return v.error();
+  if (*v < std::numeric_limits<std::int32_t>::min() || *v > std::numeric_limits<std::int32_t>::max()) {
+    return malformed(std::string{what} + " out of the 32-bit range");
+  }
+  return static_cast<std::int32_t>(*v);
+}
+
+}  // namespace
+
+Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> bytes) {
+  auto r = CUSTOS_TRY(CanonicalReader::open(bytes, kKindTerminal));
+  TerminalRecord rec;
+  rec.classification = CUSTOS_TRY(decode_enum(r.string(tag::classification), &classification_from_wire,
+                                              "classification"));
+  rec.recovery = CUSTOS_TRY(decode_enum(r.string(tag::recovery), &recovery_path_from_wire, "recovery"));
+  {
+    auto ex = CUSTOS_TRY(r.record(tag::exit, kKindExit));
+    if (ex.has(1)) rec.exit.code = CUSTOS_TRY(i64_to_i32(ex.i64(1), "exit code"));
+    if (ex.has(2)) rec.exit.signal = CUSTOS_TRY(i64_to_i32(ex.i64(2), "exit signal"));
+    CUSTOS_TRYV(ex.finish());
+  }
+  if (r.has(tag::trigger)) {
+    rec.trigger = CUSTOS_TRY(decode_enum(r.string(tag::trigger), &trigger_from_wire, "trigger"));
+  }
+  {
+    auto es = CUSTOS_TRY(r.record(tag::escalation, kKindEscalation));
+    rec.escalation.graceful_sent = CUSTOS_TRY(es.boolean(1));
+    rec.escalation.forced = CUSTOS_TRY(es.boolean(2));
+    CUSTOS_TRYV(es.finish());
+  }
+  {
+    auto list = CUSTOS_TRY(r.list(tag::output, FieldType::record));
+    std::optional<Stream> prev;
+    while (!list.done()) {
+      auto e = CUSTOS_TRY(list.next_record());
+      if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
+      auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
+      // Strictly increasing stream order: no duplicates, and one byte string per record.
+      if (prev.has_value() && *prev >= stream) return malformed("output streams out of order or repeated");
+      prev = stream;
+      StreamAccounting acc;
+      acc.observed = CUSTOS_TRY(e.u64(2));
+      acc.retained = CUSTOS_TRY(e.u64(3));
+      acc.dropped = CUSTOS_TRY(e.u64(4));
+      acc.complete = CUSTOS_TRY(e.boolean(5));
+      CUSTOS_TRYV(e.finish());
+      rec.output.emplace(stream, acc);
+    }
+    CUSTOS_TRYV(list.finish());
+  }
+  {
+    auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
+    if (list.size() != kResourceDimCount) return malformed("resources must list all eight dimensions");
+    for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+      auto e = CUSTOS_TRY(list.next_record());
+      if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
+      auto const dim = CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
+      if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
+      auto& d = rec.resources.dims[i];
+      d.value = CUSTOS_TRY(e.optional_u64(2));
+      d.limit = CUSTOS_TRY(e.optional_u64(3));
+      d.fidelity = CUSTOS_TRY(decode_enum(e.string(4), &fidelity_from_wire, "fidelity"));
+      CUSTOS_TRYV(e.finish());
+    }
+    CUSTOS_TRYV(list.finish());
+  }
+  {
+    auto t = CUSTOS_TRY(r.record(tag::tree, kKindTree));
+    rec.tree.boundary = CUSTOS_TRY(decode_enum(t.string(1), &boundary_from_wire, "boundary"));
+    rec.tree.cleanup = CUSTOS_TRY(decode_enum(t.string(2), &cleanup_from_wire, "cleanup"));
+    rec.tree.containment = CUSTOS_TRY(decode_enum(t.string(3), &containment_from_wire, "containment"));
+    CUSTOS_TRYV(t.finish());
+  }
+  if (r.has(tag::spawn_error)) {
+    auto s = CUSTOS_TRY(r.record(tag::spawn_error, kKindSpawnError));
+    SpawnFailure f;
+    f.code = CUSTOS_TRY(s.string(1));
+    f.sys_errno = CUSTOS_TRY(i64_to_i32(s.i64(2), "spawn errno"));
+    f.detail = CUSTOS_TRY(s.string(3));
+    CUSTOS_TRYV(s.finish());
+    rec.spawn_error = std::move(f);
+  }
+  CUSTOS_TRYV(r.finish());
+  if (auto v = validate(rec); !v) return malformed("terminal record is inconsistent: " + v.error().message());
+  return rec;
+}
+
+Result<std::string> terminal_digest(TerminalRecord const& rec) {
+  auto const bytes = CUSTOS_TRY(canonical_bytes(rec));
+  auto const digest = CUSTOS_TRY(sha256(bytes));
+  return digest.to_string();
+}
+
+// ---- JSON ----------------------------------------------------------------------------------
+
+Result<json::value> to_json(TerminalRecord const& rec) {
+  auto const digest = CUSTOS_TRY(terminal_digest(rec));  // also validates
+  json::object o;
+  o["classification"] = classification_wire(rec.classification);
+  o["recovery"] = recovery_path_wire(rec.recovery);
+  o["exit"] = json::object{{"code", opt_json(rec.exit.code)}, {"signal", opt_json(rec.exit.signal)}};
+  o["trigger"] = rec.trigger.has_value() ? json::value(trigger_wire(*rec.trigger)) : json::value(nullptr);
+  o["escalation"] = json::object{{"graceful_sent", rec.escalation.graceful_sent},
+                                 {"forced", rec.escalation.forced}};
+  json::object out;
+  for (auto const& [stream, acc] : rec.output) {
+    out[stream_wire(stream)] = json::object{{"observed", acc.observed},
+                                            {"retained", acc.retained},
+                                            {"dropped", acc.dropped},
+                                            {"complete", acc.complete}};
+  }
+  o["output"] = std::move(out);
+  json::object res;
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+    auto const& d = rec.resources.dims[i];
+    res[resource_dim_wire(static_cast<ResourceDim>(i))] =
+        json::object{{"value", opt_json(d.value)}, {"limit", opt_json(d.limit)},
+                     {"fidelity", fidelity_wire(d.fidelity)}};
+  }
+  o["resources"] = std::move(res);
+  o["tree"] = json::object{{"boundary", boundary_wire(rec.tree.boundary)},
+                           {"cleanup", cleanup_wire(rec.tree.cleanup)},
+                           {"containment", containment_wire(rec.tree.containment)}};
+  if (rec.spawn_error.has_value()) {
+    o["spawn_error"] = json::object{{"code", rec.spawn_error->code},
+                                    {"errno", rec.spawn_error->sys_errno},
+                                    {"detail", rec.spawn_error->detail}};
+  } else {
+    o["spawn_error"] = nullptr;
+  }
+  o["digest"] = digest;
+  return json::value(std::move(o));
+}
+
+Result<TerminalRecord> terminal_from_json(json::value const& v) {
+  auto const* o = CUSTOS_TRY(as_object(v, ""));
+  CUSTOS_TRYV(check_keys(*o, "",
+                         {"classification", "recovery", "exit", "trigger", "escalation", "output",
+                          "resources", "tree", "spawn_error", "digest"},
+                         {"classification", "recovery", "exit", "trigger", "escalation", "output",
+                          "resources", "tree", "spawn_error"}));
+  TerminalRecord rec;
+  rec.classification = CUSTOS_TRY(as_enum(o->at("classification"), "/classification", &classification_from_wire));
+  rec.recovery = CUSTOS_TRY(as_enum(o->at("recovery"), "/recovery", &recovery_path_from_wire));
+  {
+    auto const* ex = CUSTOS_TRY(as_object(o->at("exit"), "/exit"));
+    CUSTOS_TRYV(check_keys(*ex, "/exit", {"code", "signal"}, {"code", "signal"}));
+    rec.exit.code = CUSTOS_TRY(opt_i32(ex->at("code"), "/exit/code"));
+    rec.exit.signal = CUSTOS_TRY(opt_i32(ex->at("signal"), "/exit/signal"));
+  }
+  if (!o->at("trigger").is_null()) {
+    rec.trigger = CUSTOS_TRY(as_enum(o->at("trigger"), "/trigger", &trigger_from_wire));
+  }
+  {
+    auto const* es = CUSTOS_TRY(as_object(o->at("escalation"), "/escalation"));
+    CUSTOS_TRYV(check_keys(*es, "/escalation", {"graceful_sent", "forced"}, {"graceful_sent", "forced"}));
+    rec.escalation.graceful_sent = CUSTOS_TRY(as_bool(es->at("graceful_sent"), "/escalation/graceful_sent"));
+    rec.escalation.forced = CUSTOS_TRY(as_bool(es->at("forced"), "/escalation/forced"));
+  }
+  {
+    auto const* out = CUSTOS_TRY(as_object(o->at("output"), "/output"));
+    for (auto const& kv : *out) {
+      std::string const ptr = "/output/" + std::string{kv.key()};
+      auto const stream = stream_from_wire(kv.key());
+      if (!stream.has_value()) return jerr(Errc::plan_unknown_field, ptr, "unknown stream");
+      auto const* so = CUSTOS_TRY(as_object(kv.value(), ptr));
+      CUSTOS_TRYV(check_keys(*so, ptr, {"observed", "retained", "dropped", "complete"},
+                             {"observed", "retained", "dropped", "complete"}));
+      StreamAccounting acc;
+      acc.observed = CUSTOS_TRY(as_u64(so->at("observed"), ptr + "/observed"));
+      acc.retained = CUSTOS_TRY(as_u64(so->at("retained"), ptr + "/retained"));
+      acc.dropped = CUSTOS_TRY(as_u64(so->at("dropped"), ptr + "/dropped"));
+      acc.complete = CUSTOS_TRY(as_bool(so->at("complete"), ptr + "/complete"));
+      if (auto c = acc.check(); !c) return jerr(Errc::accounting_invariant, ptr, c.error().context);
+      if (!rec.output.emplace(*stream, acc).second) {
+        return jerr(Errc::plan_invalid_value, ptr, "stream listed twice");
+      }
+    }
+  }
+  {
+    auto const* res = CUSTOS_TRY(as_object(o->at("resources"), "/resources"));
+    for (auto const& kv : *res) {
+      if (!resource_dim_from_wire(kv.key()).has_value()) {
+        return jerr(Errc::plan_unknown_field, "/resources/" + std::string{kv.key()}, "unknown resource dimension");
+      }
+    }
+    for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+      auto const key = resource_dim_wire(static_cast<ResourceDim>(i));
+      std::string const ptr = "/resources/" + std::string{key};
+      if (!res->contains(key)) return jerr(Errc::plan_missing_field, ptr, "every dimension is required");
+      auto const* d = CUSTOS_TRY(as_object(res->at(key), ptr));
+      CUSTOS_TRYV(check_keys(*d, ptr, {"value", "limit", "fidelity"}, {"value", "limit", "fidelity"}));
+      auto& obs = rec.resources.dims[i];
+      obs.value = CUSTOS_TRY(opt_u64(d->at("value"), ptr + "/value"));
+      obs.limit = CUSTOS_TRY(opt_u64(d->at("limit"), ptr + "/limit"));
+      obs.fidelity = CUSTOS_TRY(as_enum(d->at("fidelity"), ptr + "/fidelity", &fidelity_from_wire));
+    }
+  }
+  {
+    auto const* t = CUSTOS_TRY(as_object(o->at("tree"), "/tree"));
+    CUSTOS_TRYV(check_keys(*t, "/tree", {"boundary", "cleanup", "containment"},
+                           {"boundary", "cleanup", "containment"}));
+    rec.tree.boundary = CUSTOS_TRY(as_enum(t->at("boundary"), "/tree/boundary", &boundary_from_wire));
+    rec.tree.cleanup = CUSTOS_TRY(as_enum(t->at("cleanup"), "/tree/cleanup", &cleanup_from_wire));
+    rec.tree.containment = CUSTOS_TRY(as_enum(t->at("containment"), "/tree/containment", &containment_from_wire));
+  }
+  if (!o->at("spawn_error").is_null()) {
+    auto const* s = CUSTOS_TRY(as_object(o->at("spawn_error"), "/spawn_error"));
+    CUSTOS_TRYV(check_keys(*s, "/spawn_error", {"code", "errno", "detail"}, {"code", "errno", "detail"}));
+    SpawnFailure f;
+    f.code = std::string{CUSTOS_TRY(as_string(s->at("code"), "/spawn_error/code"))};
+    f.sys_errno = CUSTOS_TRY(as_i32(s->at("errno"), "/spawn_error/errno"));
+    f.detail = std::string{CUSTOS_TRY(as_string(s->at("detail"), "/spawn_error/detail"))};
+    rec.spawn_error = std::move(f);
+  }
+  if (auto c = validate(rec); !c) return c.error();
+  if (o->contains("digest")) {
+    auto const claimed = CUSTOS_TRY(as_string(o->at("digest"), "/digest"));
+    auto const actual = CUSTOS_TRY(terminal_digest(rec));
+    if (claimed != actual) {
+      return Error{Errc::auth_digest_mismatch, "/digest: " + std::string{claimed} + " != " + actual};
+    }
+  }
+  return rec;
+}
+
+}  // namespace custos::core

@@ -1,0 +1,334 @@
+// The execution registry: one SQLite database (WAL) under the daemon's state directory that
+// remembers every execution from its one-use claim to its single terminal record.
+//
+// What it guarantees (docs/registry.md, docs/durability.md):
+//   - exactly one opener per state directory (flock on <state_dir>/registry.lock);
+//   - schema identity "custos-registry" + version in `meta`; older versions are migrated by
+//     append-only steps, a newer version is refused;
+//   - every record carries a SHA-256 checksum over its canonical bytes; a record whose checksum,
+//     encoding, digest or phase/ownership consistency fails at open is quarantined: kept, listed,
+//     never acted on, and the open still succeeds;
+//   - one-use claims (action_id, process_id), consumed in their own synchronous=FULL transaction;
+//   - ownership slots unassigned -> staged -> committed (pidfs identity); legacy_unverified
+//     (pid/start time only) is kept and shown but refused for any process action;
+//   - every phase change is checked with core::is_legal_progression before it is written;
+//   - concurrent writers share transactions and fsyncs (group commit).
+//
+// Thread safety: every public member may be called from any thread. Writes are queued and
+// committed in batches by whichever caller becomes the batch leader (no background thread, so a
+// forked child may open its own Registry).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "custos/core/accounting.hpp"
+#include "custos/core/cancellation.hpp"
+#include "custos/core/lifecycle.hpp"
+#include "custos/core/result.hpp"
+#include "custos/registry/sqlite.hpp"
+#include "custos/sys/unique_fd.hpp"
+
+namespace custos::registry {
+
+inline constexpr std::string_view kSchemaId = "custos-registry";
+// Version history (append-only; docs/registry.md "Migrations"):
+//   1  executions with a bare pid + start time as process identity, claims, meta
+//   2  pidfs ownership slots (state, boot id, pidfs dev/ino, pid namespace); v1 pid/start values
+//      become legacy_unverified
+//   3  artifact publication progress per stream, the quarantine table
+inline constexpr int kSchemaVersion = 3;
+
+// How hard a write is pushed to disk when its transaction commits (WAL mode):
+//   full    synchronous=FULL: the WAL is fsync'ed at commit; survives power loss.
+//   normal  synchronous=NORMAL: the commit is in the WAL (page cache) without fsync; survives a
+//           crash of the daemon process, not of the machine. The next FULL commit or checkpoint
+//           makes it durable, in order.
+enum class Durability : std::uint8_t { normal, full };
+
+struct OpenOptions {
+  // Create the state directory and database when missing.
+  bool create_if_missing = true;
+  // Group commit: at most this many queued writes share one transaction.
+  std::size_t max_batch = 64;
+  // Durability of ownership/phase/accounting writes and of the terminal record. Claims are
+  // always `full` (a consumed authorization must never come back); not configurable.
+  Durability ownership_durability = Durability::normal;
+  Durability terminal_durability = Durability::normal;
+  // Run PRAGMA quick_check at open (detects a truncated or damaged file before any record is
+  // trusted). Costs O(database size); on by default.
+  bool integrity_check = true;
+};
+
+enum class BoundaryKind : std::uint8_t { none, cgroup, marker };
+[[nodiscard]] std::string_view boundary_kind_wire(BoundaryKind k) noexcept;
+[[nodiscard]] std::optional<BoundaryKind> boundary_kind_from_wire(std::string_view w) noexcept;
+
+// Where the execution's process tree lives: a per-execution cgroup (absolute path of its v2
+// directory) and/or the marker carried in its environment (32 hex digits). The marker is kept
+// for every execution because the final sweep of a cgroup execution uses it too.
+struct BoundaryInfo {
+  BoundaryKind kind = BoundaryKind::none;
+  std::string cgroup_path;
+  std::string marker_hex;
+
+  friend bool operator==(BoundaryInfo const&, BoundaryInfo const&) = default;
+};
+
+enum class OwnershipState : std::uint8_t { unassigned, staged, committed, legacy_unverified };
+[[nodiscard]] std::string_view ownership_state_wire(OwnershipState s) noexcept;
+[[nodiscard]] std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept;
+
+// The process slot of an execution. Staged and committed hold a pidfs identity: boot id +
+// pidfs device + inode are the only positive authority; pid is a locator and start time / pid
+// namespace inode are negative evidence only. legacy_unverified holds pid + start time and
+// nothing else; it is never promoted to pidfs authority by observation.
+struct Ownership {
+  OwnershipState state = OwnershipState::unassigned;
+  std::string boot_id;                 // staged/committed
+  std::uint64_t pidfs_dev = 0;         // staged/committed
+  std::uint64_t pidfs_ino = 0;         // staged/committed
+  std::int32_t pid = 0;                // all but unassigned
+  std::uint64_t start_time_ticks = 0;  // all but unassigned (0 = unknown)
+  std::uint64_t pid_ns_ino = 0;        // staged/committed: the pid namespace pid is valid in
+
+  [[nodiscard]] bool has_pidfs_authority() const noexcept {
+    return state == OwnershipState::staged || state == OwnershipState::committed;
+  }
+  friend bool operator==(Ownership const&, Ownership const&) = default;
+};
+
+// Output accounting and artifact publication progress of one stream.
+struct StreamProgress {
+  core::StreamAccounting accounting;
+  std::uint64_t published_bytes = 0;  // bytes of the spool published to the artifact store
+  bool publication_done = false;
+
+  friend bool operator==(StreamProgress const&, StreamProgress const&) = default;
+};
+
+// The terminal record as stored: core canonical bytes + digest, and two denormalized columns
+// for listing without decoding.
+struct TerminalBlob {
+  std::vector<std::uint8_t> bytes;  // core::canonical_bytes(TerminalRecord)
+  std::string digest;               // "sha256:<hex>" of bytes
+  std::string classification;       // core::classification_wire
+  std::string recovery;             // core::recovery_path_wire
+
+  friend bool operator==(TerminalBlob const&, TerminalBlob const&) = default;
+};
+
+// What the registry needs to create a record (phase `authorized`).
+struct NewExecution {
+  std::string execution_id;
+  std::string action_id;
+  std::string process_id;
+  std::string session_id;
+  std::vector<std::uint8_t> plan_canonical;  // core canonical bytes of identity + effective plan
+  std::string plan_digest;                   // "sha256:<hex>" of plan_canonical
+  std::string backend;                       // "native", "reference", "docker", "podman"
+};
+
+struct ExecutionRecord {
+  std::string execution_id;
+  std::string action_id;
+  std::string process_id;
+  std::string session_id;
+  std::vector<std::uint8_t> plan_canonical;
+  std::string plan_digest;
+  std::string backend;
+  BoundaryInfo boundary;
+  core::Phase phase = core::Phase::authorized;
+  Ownership ownership;
+  std::optional<core::Trigger> trigger;  // first accepted cancellation trigger
+  StreamProgress out;                    // stdout, or the pty stream in PTY mode
+  StreamProgress err;                    // stderr (unused in PTY mode)
+  std::optional<TerminalBlob> terminal;
+  std::string checksum;                  // "sha256:<hex>" of record_canonical_bytes()
+  std::int64_t created_ns = 0;           // CLOCK_REALTIME, informational (not checksummed)
+  std::int64_t updated_ns = 0;
+
+  friend bool operator==(ExecutionRecord const&, ExecutionRecord const&) = default;
+};
+
+// The canonical bytes the checksum covers: every durable field above except checksum and the
+// timestamps, in core's canonical encoding (record kind 0x0300). Fields equal to their default
+// are omitted, so a column added by a later schema version with its default does not change the
+// bytes of records written before it (docs/registry.md "Checksum").
+[[nodiscard]] std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec);
+[[nodiscard]] std::string record_checksum(ExecutionRecord const& rec);
+// "sha256:<64 lowercase hex>" of bytes.
+[[nodiscard]] std::string sha256_tagged(std::span<std::uint8_t const> bytes);
+
+// Structural checks a record must pass before it is trusted: checksum, plan digest, terminal
+// digest, phase/ownership/terminal consistency, accounting invariants.
+// Errors: registry.corrupt_record (checksum, digest, encoding), registry.illegal_phase
+// (a phase the record could not legally be in).
+[[nodiscard]] Result<void> validate_record(ExecutionRecord const& rec);
+
+struct Claim {
+  std::string action_id;
+  std::string process_id;
+  std::string execution_id;
+  std::int64_t consumed_ns = 0;
+
+  friend bool operator==(Claim const&, Claim const&) = default;
+};
+
+struct QuarantinedRecord {
+  std::string execution_id;
+  std::string code;    // stable error code, e.g. "registry.corrupt_record"
+  std::string reason;  // human detail
+  std::int64_t detected_ns = 0;
+};
+
+struct ListFilter {
+  std::optional<core::Phase> phase;
+  std::optional<std::string> session_id;
+  std::string after_id;   // cursor: only ids greater than this
+  std::size_t limit = 1000;
+};
+
+// Counters of the write path, for benchmarks and doctor output.
+struct WriteStats {
+  std::uint64_t writes = 0;        // jobs committed or failed
+  std::uint64_t transactions = 0;  // transactions committed
+  std::uint64_t full_commits = 0;  // of which synchronous=FULL
+};
+
+class Registry {
+ public:
+  // Opens (creating when allowed) <state_dir>/registry.db, holding <state_dir>/registry.lock.
+  // Order: lock -> open -> integrity check -> schema id/version -> migrate -> validate every
+  // record (quarantine failures). No process is inspected here; see recover().
+  // Errors: registry.locked (another opener; the message names its pid when known),
+  // registry.corrupt_database (not a SQLite file, truncated, damaged),
+  // registry.schema_unknown (a SQLite file that is not a custos registry),
+  // registry.schema_newer (written by a newer custos), registry.migration_failed,
+  // registry.open_failed / registry.io.
+  [[nodiscard]] static Result<std::unique_ptr<Registry>> open(std::filesystem::path const& state_dir,
+                                                              OpenOptions const& options = {});
+  ~Registry();
+  Registry(Registry const&) = delete;
+  Registry& operator=(Registry const&) = delete;
+
+  [[nodiscard]] std::filesystem::path const& state_dir() const noexcept { return state_dir_; }
+  [[nodiscard]] std::filesystem::path db_path() const;
+  // The schema version the file had before this open migrated it (== kSchemaVersion if none).
+  [[nodiscard]] int opened_version() const noexcept { return opened_version_; }
+
+  // ---- claims ---------------------------------------------------------------------------------
+  // Consumes (action_id, process_id) for execution_id in its own BEGIN IMMEDIATE transaction
+  // committed with synchronous=FULL (concurrent claims share one fsync).
+  // Errors: registry.claim_consumed when the pair was ever consumed before.
+  [[nodiscard]] Result<void> consume_claim(std::string_view action_id, std::string_view process_id,
+                                           std::string_view execution_id);
+  [[nodiscard]] Result<std::optional<Claim>> find_claim(std::string_view action_id,
+                                                        std::string_view process_id);
+  // Claims whose execution record does not exist (a crash between claim and record). Kept
+  // forever: the pair stays consumed.
+  [[nodiscard]] Result<std::vector<Claim>> orphan_claims();
+
+  // ---- records --------------------------------------------------------------------------------
+  // Creates the record in phase `authorized`. The claim must already be consumed for this
+  // execution_id. Errors: registry.not_found (no claim for it), registry.corrupt_record (an
+  // execution with that id exists), registry.io.
+  [[nodiscard]] Result<void> create_execution(NewExecution const& ex);
+  // consume_claim + create_execution, as the launch path does them (two transactions: the claim
+  // is durable first; the failpoint after_claim sits between them).
+  [[nodiscard]] Result<void> record_authorized(NewExecution const& ex);
+
+  // Ownership unassigned -> staged with the child's pidfs identity (child waits at its barrier),
+  // and the boundary it was created in. Moves the phase authorized -> starting if needed.
+  // Errors: registry.illegal_phase (not authorized/starting, or ownership not unassigned),
+  // registry.legacy_unverified (the slot holds a legacy value), registry.not_found,
+  // registry.corrupt_record (quarantined).
+  [[nodiscard]] Result<void> record_staged(std::string_view execution_id, Ownership const& staged,
+                                           BoundaryInfo const& boundary);
+  // Ownership staged -> committed (same identity, exactly). Phase stays starting; the caller
+  // records `running` next.
+  [[nodiscard]] Result<void> record_committed(std::string_view execution_id);
+  // One phase step, checked with core::is_legal_progression. `running` and later phases need
+  // committed ownership. Errors: registry.illegal_phase, registry.not_found, corrupt_record.
+  [[nodiscard]] Result<void> record_phase(std::string_view execution_id, core::Phase phase);
+  // The first accepted trigger; a second different trigger is refused (registry.illegal_phase).
+  [[nodiscard]] Result<void> record_trigger(std::string_view execution_id, core::Trigger trigger);
+  // Output accounting of one stream (checked with StreamAccounting::check()).
+  // `stream_index` 0 = stdout/pty, 1 = stderr.
+  [[nodiscard]] Result<void> record_output(std::string_view execution_id, int stream_index,
+                                           core::StreamAccounting const& accounting);
+  // Artifact publication progress of one stream; never goes backwards.
+  [[nodiscard]] Result<void> record_publication(std::string_view execution_id, int stream_index,
+                                                std::uint64_t published_bytes, bool done);
+  // The one terminal record; `via` is how it was reached (observed normally). Phase moves to
+  // terminal with core::is_legal_progression(from, terminal, via).
+  // Errors: registry.illegal_phase (already terminal, or not reachable), corrupt_record when the
+  // digest does not match the bytes.
+  [[nodiscard]] Result<void> record_terminal(std::string_view execution_id, TerminalBlob const& t,
+                                             core::RecoveryPath via = core::RecoveryPath::observed);
+
+  // A record that passed validation. Errors: registry.not_found; registry.corrupt_record for a
+  // quarantined record, with the quarantine reason in the context.
+  [[nodiscard]] Result<ExecutionRecord> get(std::string_view execution_id);
+  [[nodiscard]] Result<std::vector<ExecutionRecord>> list(ListFilter const& filter = {});
+  // Records that are not terminal and not quarantined (what recovery looks at).
+  [[nodiscard]] Result<std::vector<ExecutionRecord>> non_terminal();
+  [[nodiscard]] Result<std::vector<QuarantinedRecord>> quarantined();
+  // Re-validates every record and quarantines new failures (done by open(); public for doctor).
+  // Returns the number of records newly quarantined.
+  [[nodiscard]] Result<std::size_t> revalidate();
+
+  [[nodiscard]] WriteStats write_stats() const;
+
+ private:
+  struct Job {
+    std::function<Result<void>(sql::Db&)> fn;
+    Durability durability = Durability::normal;
+    Result<void> result = ok();
+    bool done = false;
+  };
+
+  Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);
+
+  Result<void> write(Durability d, std::function<Result<void>(sql::Db&)> fn);
+  void run_batch(std::vector<Job*> const& batch);
+  Result<void> set_synchronous(Durability d);
+  // Loads a record inside a write job, refusing quarantined ones.
+  Result<ExecutionRecord> load_for_update(sql::Db& db, std::string_view execution_id);
+  Result<void> store(sql::Db& db, ExecutionRecord& rec);
+  Result<void> modify(Durability d, std::string_view execution_id,
+                      std::function<Result<void>(ExecutionRecord&)> change);
+
+  std::filesystem::path state_dir_;
+  OpenOptions options_;
+  sys::UniqueFd lock_fd_;
+  int opened_version_ = kSchemaVersion;
+
+  // db_mu_ guards db_ (one connection; SQLite is opened NOMUTEX). queue_mu_ guards the queue and
+  // the leader flag; a leader takes db_mu_ only after leaving queue_mu_.
+  mutable std::mutex db_mu_;
+  sql::Db db_;
+  std::optional<Durability> current_sync_;
+  WriteStats stats_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Job*> queue_;
+  bool leader_active_ = false;
+};
+
+// The pid namespace inode of the calling process (/proc/self/ns/pid), 0 when unreadable.
+[[nodiscard]] std::uint64_t current_pid_ns_ino() noexcept;
+
+}  // namespace custos::registry

@@ -1,0 +1,286 @@
+// The registry schema, its append-only migrations, and the row <-> record mapping.
+#include "schema.hpp"
+
+#include <time.h>
+
+#include <array>
+#include <string>
+
+namespace custos::registry::detail {
+
+namespace {
+
+// Version 1, as released. Process identity was a bare pid + start time.
+constexpr std::string_view kSchemaV1 = R"sql(
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE claims (
+  action_id    TEXT NOT NULL,
+  process_id   TEXT NOT NULL,
+  execution_id TEXT NOT NULL,
+  consumed_ns  INTEGER NOT NULL,
+  PRIMARY KEY (action_id, process_id)
+) WITHOUT ROWID;
+CREATE INDEX claims_by_execution ON claims (execution_id);
+CREATE TABLE executions (
+  execution_id    TEXT PRIMARY KEY,
+  action_id       TEXT NOT NULL,
+  process_id      TEXT NOT NULL,
+  session_id      TEXT NOT NULL,
+  plan_canonical  BLOB NOT NULL,
+  plan_digest     TEXT NOT NULL,
+  backend         TEXT NOT NULL,
+  boundary_kind   TEXT NOT NULL,
+  cgroup_path     TEXT NOT NULL,
+  marker          TEXT NOT NULL,
+  phase           TEXT NOT NULL,
+  pid             INTEGER,
+  start_time      INTEGER,
+  trigger         TEXT,
+  out_observed    INTEGER NOT NULL,
+  out_retained    INTEGER NOT NULL,
+  out_dropped     INTEGER NOT NULL,
+  out_complete    INTEGER NOT NULL,
+  err_observed    INTEGER NOT NULL,
+  err_retained    INTEGER NOT NULL,
+  err_dropped     INTEGER NOT NULL,
+  err_complete    INTEGER NOT NULL,
+  terminal        BLOB,
+  terminal_digest TEXT,
+  classification  TEXT,
+  recovery        TEXT,
+  checksum        TEXT NOT NULL,
+  created_ns      INTEGER NOT NULL,
+  updated_ns      INTEGER NOT NULL
+);
+CREATE INDEX executions_by_phase ON executions (phase);
+CREATE INDEX executions_by_session ON executions (session_id);
+INSERT INTO meta (key, value) VALUES ('schema_id', 'custos-registry'), ('schema_version', '1');
+)sql";
+
+// v1 -> v2: pidfs ownership slots. A v1 pid/start value is kept as legacy_unverified and is
+// never converted into pidfs authority (no observation happens here at all).
+constexpr std::string_view kMigrateV1toV2 = R"sql(
+ALTER TABLE executions ADD COLUMN ownership TEXT NOT NULL DEFAULT 'unassigned';
+ALTER TABLE executions ADD COLUMN boot_id TEXT;
+ALTER TABLE executions ADD COLUMN pidfs_dev INTEGER;
+ALTER TABLE executions ADD COLUMN pidfs_ino INTEGER;
+ALTER TABLE executions ADD COLUMN pid_ns_ino INTEGER;
+UPDATE executions SET ownership = 'legacy_unverified' WHERE pid IS NOT NULL;
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+)sql";
+
+// v2 -> v3: artifact publication progress per stream, and the quarantine list.
+constexpr std::string_view kMigrateV2toV3 = R"sql(
+ALTER TABLE executions ADD COLUMN out_published INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN out_pub_done INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN err_published INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE executions ADD COLUMN err_pub_done INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE quarantine (
+  execution_id TEXT PRIMARY KEY,
+  code         TEXT NOT NULL,
+  reason       TEXT NOT NULL,
+  detected_ns  INTEGER NOT NULL
+) WITHOUT ROWID;
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
+)sql";
+
+// kMigrations[i] moves version i+1 to i+2. Append only; never edit a released step.
+constexpr std::array<std::string_view, 2> kMigrations = {kMigrateV1toV2, kMigrateV2toV3};
+static_assert(kMigrations.size() + 1 == static_cast<std::size_t>(kSchemaVersion),
+              "every version above 1 needs exactly one migration step");
+
+constexpr std::string_view kColumns =
+    "execution_id, action_id, process_id, session_id, plan_canonical, plan_digest, backend, "
+    "boundary_kind, cgroup_path, marker, phase, pid, start_time, trigger, "
+    "out_observed, out_retained, out_dropped, out_complete, "
+    "err_observed, err_retained, err_dropped, err_complete, "
+    "terminal, terminal_digest, classification, recovery, checksum, created_ns, updated_ns, "
+    "ownership, boot_id, pidfs_dev, pidfs_ino, pid_ns_ino, "
+    "out_published, out_pub_done, err_published, err_pub_done";
+constexpr int kColumnCount = 38;
+
+// u64 values are stored bit-for-bit in SQLite's signed 64-bit INTEGER.
+std::int64_t to_i64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
+std::uint64_t to_u64(std::int64_t v) noexcept { return static_cast<std::uint64_t>(v); }
+
+}  // namespace
+
+std::string_view schema_v1_ddl() noexcept { return kSchemaV1; }
+std::string_view record_columns() noexcept { return kColumns; }
+
+std::int64_t now_ns() noexcept {
+  timespec ts{};
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+Result<void> migrate(sql::Db& db, int from) {
+  for (int v = from; v < kSchemaVersion; ++v) {
+    auto const step = kMigrations[static_cast<std::size_t>(v - 1)];
+    auto fail = [&](Error const& e) {
+      (void)db.exec("ROLLBACK");
+      return Error{Errc::registry_migration_failed,
+                   "migration v" + std::to_string(v) + " -> v" + std::to_string(v + 1) + ": " +
+                       e.message()};
+    };
+    if (auto r = db.exec("BEGIN IMMEDIATE"); !r) return fail(r.error());
+    if (auto r = db.exec(step); !r) return fail(r.error());
+    auto ver = db.query_text("SELECT value FROM meta WHERE key = 'schema_version'");
+    if (!ver) return fail(ver.error());
+    if (*ver != std::to_string(v + 1)) {
+      return fail(Error{Errc::registry_migration_failed, "version row not updated"});
+    }
+    if (auto r = db.exec("COMMIT"); !r) return fail(r.error());
+  }
+  return ok();
+}
+
+namespace {
+
+Error bad_row(std::string const& id, std::string what) {
+  return Error{Errc::registry_corrupt_record, id + ": " + std::move(what)};
+}
+
+Result<std::uint64_t> counter(sql::Stmt const& s, int col, std::string const& id,
+                              char const* name) {
+  if (s.type(col) != 1 /* SQLITE_INTEGER */) {
+    return bad_row(id, std::string{name} + " is not an integer");
+  }
+  std::int64_t const v = s.int64(col);
+  if (v < 0) return bad_row(id, std::string{name} + " is negative");
+  return static_cast<std::uint64_t>(v);
+}
+
+}  // namespace
+
+Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
+  ExecutionRecord r;
+  r.execution_id = s.text(0);
+  auto const& id = r.execution_id;
+  r.action_id = s.text(1);
+  r.process_id = s.text(2);
+  r.session_id = s.text(3);
+  r.plan_canonical = s.blob(4);
+  r.plan_digest = s.text(5);
+  r.backend = s.text(6);
+  auto bk = boundary_kind_from_wire(s.text(7));
+  if (!bk) return bad_row(id, "unknown boundary kind '" + s.text(7) + "'");
+  r.boundary.kind = *bk;
+  r.boundary.cgroup_path = s.text(8);
+  r.boundary.marker_hex = s.text(9);
+  auto ph = core::phase_from_wire(s.text(10));
+  if (!ph) return bad_row(id, "unknown phase '" + s.text(10) + "'");
+  r.phase = *ph;
+  auto own = ownership_state_from_wire(s.text(29));
+  if (!own) return bad_row(id, "unknown ownership state '" + s.text(29) + "'");
+  r.ownership.state = *own;
+  if (r.ownership.state != OwnershipState::unassigned) {
+    if (s.is_null(11)) return bad_row(id, "assigned ownership without a pid");
+    std::int64_t const pid = s.int64(11);
+    if (pid <= 0 || pid > 0x3fffffff) return bad_row(id, "pid out of range");
+    r.ownership.pid = static_cast<std::int32_t>(pid);
+    r.ownership.start_time_ticks = s.is_null(12) ? 0 : to_u64(s.int64(12));
+  } else if (!s.is_null(11)) {
+    return bad_row(id, "unassigned ownership with a pid");
+  }
+  if (r.ownership.has_pidfs_authority()) {
+    r.ownership.boot_id = s.text(30);
+    r.ownership.pidfs_dev = to_u64(s.int64(31));
+    r.ownership.pidfs_ino = to_u64(s.int64(32));
+    r.ownership.pid_ns_ino = s.is_null(33) ? 0 : to_u64(s.int64(33));
+  }
+  if (auto t = s.opt_text(13)) {
+    auto tr = core::trigger_from_wire(*t);
+    if (!tr) return bad_row(id, "unknown trigger '" + *t + "'");
+    r.trigger = *tr;
+  }
+  auto load_stream = [&](int base, int pub_base, StreamProgress& p) -> Result<void> {
+    p.accounting.observed = CUSTOS_TRY(counter(s, base, id, "observed"));
+    p.accounting.retained = CUSTOS_TRY(counter(s, base + 1, id, "retained"));
+    p.accounting.dropped = CUSTOS_TRY(counter(s, base + 2, id, "dropped"));
+    p.accounting.complete = s.int64(base + 3) != 0;
+    p.published_bytes = CUSTOS_TRY(counter(s, pub_base, id, "published"));
+    p.publication_done = s.int64(pub_base + 1) != 0;
+    return ok();
+  };
+  CUSTOS_TRYV(load_stream(14, 34, r.out));
+  CUSTOS_TRYV(load_stream(18, 36, r.err));
+  if (!s.is_null(22)) {
+    TerminalBlob t;
+    t.bytes = s.blob(22);
+    t.digest = s.text(23);
+    t.classification = s.text(24);
+    t.recovery = s.text(25);
+    r.terminal = std::move(t);
+  }
+  r.checksum = s.text(26);
+  r.created_ns = s.int64(27);
+  r.updated_ns = s.int64(28);
+  return r;
+}
+
+Result<void> write_row(sql::Db& db, ExecutionRecord const& r) {
+  std::string sql = "INSERT OR REPLACE INTO executions (";
+  sql += kColumns;
+  sql += ") VALUES (?";
+  for (int i = 1; i < kColumnCount; ++i) sql += ",?";
+  sql += ")";
+  sql::Stmt s = CUSTOS_TRY(db.prepare(sql));
+  auto const& o = r.ownership;
+  bool const assigned = o.state != OwnershipState::unassigned;
+  bool const pidfs = o.has_pidfs_authority();
+  auto opt_str = [](bool present, std::string_view v) {
+    return present ? std::optional<std::string_view>{v} : std::nullopt;
+  };
+  auto opt_int = [](bool present, std::int64_t v) {
+    return present ? std::optional<std::int64_t>{v} : std::nullopt;
+  };
+  CUSTOS_TRYV(s.bind(1, std::string_view{r.execution_id}));
+  CUSTOS_TRYV(s.bind(2, std::string_view{r.action_id}));
+  CUSTOS_TRYV(s.bind(3, std::string_view{r.process_id}));
+  CUSTOS_TRYV(s.bind(4, std::string_view{r.session_id}));
+  CUSTOS_TRYV(s.bind_blob(5, r.plan_canonical));
+  CUSTOS_TRYV(s.bind(6, std::string_view{r.plan_digest}));
+  CUSTOS_TRYV(s.bind(7, std::string_view{r.backend}));
+  CUSTOS_TRYV(s.bind(8, boundary_kind_wire(r.boundary.kind)));
+  CUSTOS_TRYV(s.bind(9, std::string_view{r.boundary.cgroup_path}));
+  CUSTOS_TRYV(s.bind(10, std::string_view{r.boundary.marker_hex}));
+  CUSTOS_TRYV(s.bind(11, core::phase_wire(r.phase)));
+  CUSTOS_TRYV(s.bind(12, opt_int(assigned, o.pid)));
+  CUSTOS_TRYV(s.bind(13, opt_int(assigned, to_i64(o.start_time_ticks))));
+  CUSTOS_TRYV(s.bind(14, opt_str(r.trigger.has_value(),
+                                 r.trigger ? core::trigger_wire(*r.trigger) : "")));
+  auto bind_stream = [&](int base, int pub_base, StreamProgress const& p) -> Result<void> {
+    CUSTOS_TRYV(s.bind(base, to_i64(p.accounting.observed)));
+    CUSTOS_TRYV(s.bind(base + 1, to_i64(p.accounting.retained)));
+    CUSTOS_TRYV(s.bind(base + 2, to_i64(p.accounting.dropped)));
+    CUSTOS_TRYV(s.bind(base + 3, std::int64_t{p.accounting.complete ? 1 : 0}));
+    CUSTOS_TRYV(s.bind(pub_base, to_i64(p.published_bytes)));
+    CUSTOS_TRYV(s.bind(pub_base + 1, std::int64_t{p.publication_done ? 1 : 0}));
+    return ok();
+  };
+  CUSTOS_TRYV(bind_stream(15, 35, r.out));
+  CUSTOS_TRYV(bind_stream(19, 37, r.err));
+  if (r.terminal) {
+    CUSTOS_TRYV(s.bind_blob(23, r.terminal->bytes));
+    CUSTOS_TRYV(s.bind(24, std::string_view{r.terminal->digest}));
+    CUSTOS_TRYV(s.bind(25, std::string_view{r.terminal->classification}));
+    CUSTOS_TRYV(s.bind(26, std::string_view{r.terminal->recovery}));
+  } else {
+    for (int i = 23; i <= 26; ++i) CUSTOS_TRYV(s.bind_null(i));
+  }
+  CUSTOS_TRYV(s.bind(27, std::string_view{r.checksum}));
+  CUSTOS_TRYV(s.bind(28, r.created_ns));
+  CUSTOS_TRYV(s.bind(29, r.updated_ns));
+  CUSTOS_TRYV(s.bind(30, ownership_state_wire(o.state)));
+  CUSTOS_TRYV(s.bind(31, opt_str(pidfs, o.boot_id)));
+  CUSTOS_TRYV(s.bind(32, opt_int(pidfs, to_i64(o.pidfs_dev))));
+  CUSTOS_TRYV(s.bind(33, opt_int(pidfs, to_i64(o.pidfs_ino))));
+  CUSTOS_TRYV(s.bind(34, opt_int(pidfs && o.pid_ns_ino != 0, to_i64(o.pid_ns_ino))));
+  return s.run();
+}
+
+}  // namespace custos::registry::detail

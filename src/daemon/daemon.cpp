@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <memory>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@
 #include "custos/sys/identity.hpp"
 #include "custos/sys/probes.hpp"
 #include "custos/sys/unique_fd.hpp"
+#include "custos/supervisor/manager.hpp"
 #include "logging.hpp"
 #include "socket_path.hpp"
 
@@ -64,6 +66,7 @@ class Daemon {
     CUSTOS_TRYV(step("recover", [&] { return recover(); }));
     CUSTOS_TRYV(step("create subtree", [&] { return create_subtree(); }));
     CUSTOS_TRYV(step("probe host", [&] { return probe(); }));
+    CUSTOS_TRYV(step("start execution manager", [&] { return start_manager(); }));
     CUSTOS_TRYV(step("register methods", [&] { return register_methods(); }));
     CUSTOS_TRYV(step("listen", [&] { return listen(); }));
     CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
@@ -146,6 +149,19 @@ class Daemon {
     return ok();
   }
 
+  Result<void> start_manager() {
+    supervisor::ManagerConfig mc;
+    mc.cgroup_subtree = subtree_ ? subtree_->path() : std::string{};
+    mc.boundary = config_.boundary == BoundaryMode::cgroup   ? supervisor::BoundaryPreference::cgroup
+                  : config_.boundary == BoundaryMode::marker ? supervisor::BoundaryPreference::marker
+                                                             : supervisor::BoundaryPreference::automatic;
+    mc.state_dir = config_.state_dir;
+    // Becomes PR_SET_CHILD_SUBREAPER here, so orphaned descendants reparent to the daemon.
+    mc.become_subreaper = true;
+    manager_ = std::make_unique<supervisor::ExecutionManager>(io_, std::move(mc));
+    return ok();
+  }
+
   Result<json::object> describe_host() const {
     json::object out{{"version", kVersion}, {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
@@ -164,6 +180,7 @@ class Daemon {
     dispatcher_.emplace(auth_);
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
+    rpc::register_exec_methods(*dispatcher_, *manager_);
     return ok();
   }
 
@@ -194,6 +211,7 @@ class Daemon {
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
     signals_.add(SIGHUP);
+    signals_.add(SIGCHLD);
     // A client that disappears mid-write must not kill the daemon.
     std::signal(SIGPIPE, SIG_IGN);
     wait_signal();
@@ -203,7 +221,10 @@ class Daemon {
   void wait_signal() {
     signals_.async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
-      if (sig == SIGHUP) {
+      if (sig == SIGCHLD) {
+        // Orphans reparented to us (subreaper) are reaped and attributed promptly.
+        if (manager_) manager_->reap_orphans_now();
+      } else if (sig == SIGHUP) {
         auto r = reopen_logs(config_);
         if (!r) spdlog::error("SIGHUP: reopening logs failed: {}", r.error().message());
         else spdlog::info("SIGHUP: logs reopened");
@@ -231,7 +252,18 @@ class Daemon {
     notify("STOPPING=1\nSTATUS=stopping");
     server_->stop_accepting();
     unlink_socket();
-    stop_loop();
+    if (!manager_) {
+      stop_loop();
+      return;
+    }
+    auto const policy = cancel ? supervisor::ShutdownPolicy::cancel : supervisor::ShutdownPolicy::detach;
+    spdlog::info("{} live execution(s); {}", manager_->live_count(),
+                 cancel ? "cancelling them and waiting for their terminal records"
+                        : "leaving them running for recovery by the next start");
+    manager_->shutdown(policy, config_.shutdown_timeout, [this] {
+      spdlog::info("executions settled");
+      stop_loop();
+    });
   }
 
   void stop_loop() {
@@ -249,6 +281,10 @@ class Daemon {
 
   void finish() {
     unlink_socket();
+    if (server_) server_->close_all();
+    // With the detach policy the executions must outlive us: the manager's destructor only
+    // releases its handles (supervisor-api.md), it never signals.
+    manager_.reset();
     if (subtree_ && subtree_created_) {
       // Only an empty subtree can be removed; with the detach policy it keeps its executions.
       auto r = subtree_->remove();
@@ -261,6 +297,8 @@ class Daemon {
   asio::io_context io_;
   asio::signal_set signals_{io_};
   rpc::AuthPolicy auth_;
+  // Declared before the server: connections (destroyed first) unsubscribe from the manager.
+  std::unique_ptr<supervisor::ExecutionManager> manager_;
   std::optional<rpc::Dispatcher> dispatcher_;
   std::optional<rpc::Server> server_;
   sys::UniqueFd state_lock_;

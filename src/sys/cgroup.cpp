@@ -342,4 +342,49 @@ Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name, std:
   return dir;
 }
 
+Result<ExecutionRoot> prepare_execution_root(std::string const& daemon_cgroup_dir, std::set<std::string> const& wanted,
+                                             std::string const& leaf, std::string const& subtree) {
+  auto opened = CgroupDir::open(daemon_cgroup_dir);
+  if (!opened) {
+    if (opened.error().sys_errno == ENOENT) {
+      return Error(Errc::cgroup_unavailable, "daemon cgroup " + daemon_cgroup_dir + " does not exist", ENOENT);
+    }
+    return std::move(opened).error();
+  }
+  CgroupDir const own = std::move(*opened);
+  ExecutionRoot out;
+  std::set<std::string> const available = CUSTOS_TRY(own.controllers());
+  std::set<std::string> want;
+  for (std::string const& c : wanted) {
+    if (available.contains(c)) want.insert(c);
+  }
+  // The v2 root is exempt from the no-internal-processes rule; it is the only cgroup without a
+  // cgroup.type file.
+  bool const is_root = ::faccessat(own.fd().get(), "cgroup.type", F_OK, 0) != 0;
+  std::set<std::string> enabled = CUSTOS_TRY(own.subtree_control());
+  bool const missing = std::any_of(want.begin(), want.end(), [&](std::string const& c) { return !enabled.contains(c); });
+  if (missing) {
+    if (!is_root) {
+      auto procs = own.procs();
+      bool const has_self = procs && std::find(procs->begin(), procs->end(), static_cast<std::int32_t>(::getpid())) != procs->end();
+      if (has_self) {
+        CgroupDir const leaf_dir = CUSTOS_TRY(ensure_subtree(own, leaf));
+        CUSTOS_TRYV(leaf_dir.attach(::getpid()));
+        out.moved_self = true;
+      }
+    }
+    for (std::string const& c : want) {
+      if (!enabled.contains(c) && own.enable_controllers({c})) enabled.insert(c);
+    }
+  }
+  std::set<std::string> usable;
+  for (std::string const& c : want) {
+    if (enabled.contains(c)) usable.insert(c);
+  }
+  out.dir = CUSTOS_TRY(ensure_subtree(own, subtree, usable));
+  // What each execution cgroup will see is what the subtree enables for its children.
+  out.controllers = CUSTOS_TRY(out.dir.subtree_control());
+  return out;
+}
+
 }  // namespace custos::sys

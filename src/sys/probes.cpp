@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <cerrno>
@@ -283,16 +285,15 @@ void probe_engines(HostCapabilities& caps, ProbeOptions const& options) {
   std::string const system_sock = options.run_root + "/podman/podman.sock";
   if (is_socket(system_sock)) caps.engines.podman.push_back(system_sock);
   std::string const users = options.run_root + "/user";
-  if (DIR* d = ::opendir(users.c_str())) {
+  if (std::unique_ptr<DIR, int (*)(DIR*)> const d(::opendir(users.c_str()), &::closedir); d) {
     std::vector<std::string> found;
-    while (dirent const* e = ::readdir(d)) {
+    while (dirent const* e = ::readdir(d.get())) {
       if (e->d_name[0] == '.') continue;
       for (char const* rel : {"/podman/podman.sock", "/podman.sock"}) {
         std::string const p = users + "/" + e->d_name + rel;
         if (is_socket(p)) found.push_back(p);
       }
     }
-    ::closedir(d);
     std::sort(found.begin(), found.end());
     caps.engines.podman.insert(caps.engines.podman.end(), found.begin(), found.end());
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 #include <thread>
 
 #include "custos/sys/pidfd.hpp"
@@ -151,16 +152,15 @@ struct ScanParams {
 Result<MarkerScanResult> scan_once(ScanParams const& sp) {
   std::string const& needle = sp.needle;
   std::string const& proc_root = sp.proc_root;
-  DIR* dir = ::opendir(proc_root.c_str());
-  if (dir == nullptr) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
+  std::unique_ptr<DIR, int (*)(DIR*)> const dir(::opendir(proc_root.c_str()), &::closedir);
+  if (!dir) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
   MarkerScanResult out;
   std::int32_t const self = static_cast<std::int32_t>(::getpid());
   for (;;) {
     errno = 0;
-    dirent const* e = ::readdir(dir);
+    dirent const* e = ::readdir(dir.get());
     if (e == nullptr) {
       int const err = errno;
-      ::closedir(dir);
       if (err != 0) return Error(Errc::procfs_failed, "readdir " + proc_root, err);
       break;
     }

@@ -319,6 +319,31 @@ TEST_F(CgroupKernelTest, RootEscapeFromACgroupNamespaceIsCaughtByTheFinalMarkerS
   child = Pidfd();
 }
 
+TEST_F(CgroupKernelTest, PrepareExecutionRootReportsWhatExecutionsReallyGet) {
+  std::set<std::string> const wanted = {"cpu", "memory", "pids"};
+  auto root = prepare_execution_root(cg_.path(), wanted);
+  ASSERT_TRUE(root) << root.error().message();
+  EXPECT_EQ(root->dir.path(), cg_.path() + "/executions");
+  EXPECT_FALSE(root->moved_self) << "the test runner is not in this cgroup, so it never moves";
+  std::set<std::string> const offered = cg_.controllers().value();
+  for (std::string const& c : root->controllers) {
+    EXPECT_TRUE(wanted.contains(c) && offered.contains(c)) << c;
+  }
+  if (offered.empty()) {
+    EXPECT_TRUE(root->controllers.empty()) << "nothing to enable on this host";
+  }
+  // Idempotent: a second call (daemon restart) opens the same subtree.
+  auto again = prepare_execution_root(cg_.path(), wanted);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->dir.path(), root->dir.path());
+  again->dir = CgroupDir();
+  extra_.push_back(std::move(root->dir));
+
+  auto missing = prepare_execution_root(cg_.path() + "/no-such-cgroup");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::cgroup_unavailable);
+}
+
 TEST_F(CgroupKernelTest, EnsureSubtreeCreatesThenReopens) {
   auto first = ensure_subtree(cg_, "executions", {"memory", "pids"});
   ASSERT_TRUE(first) << first.error().message();

@@ -129,4 +129,25 @@ class CgroupDir {
 [[nodiscard]] Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name,
                                                std::set<std::string> const& wanted = {});
 
+// Where execution cgroups go, and what the kernel will enforce in them.
+struct ExecutionRoot {
+  CgroupDir dir;                       // the subtree execution cgroups are created in
+  std::set<std::string> controllers;   // controllers available to each execution cgroup
+  bool moved_self = false;             // the daemon moved itself into the leaf cgroup
+};
+
+// Prepares the daemon-owned subtree below `daemon_cgroup_dir` (the absolute directory of the
+// daemon's own cgroup: mount path + own_cgroup()). cgroup v2 forbids enabling controllers for
+// children of a cgroup that holds processes itself (the "no internal processes" rule, the v2
+// root excepted). So when controllers of `wanted` are available and the daemon's cgroup is not
+// the hierarchy root, the daemon first moves itself (all its threads: its pid goes to
+// cgroup.procs) into the leaf `<dir>/<leaf>`, then enables the controllers it can, then creates
+// or opens `<dir>/<subtree>` with the same controllers enabled for its children. A controller
+// that cannot be enabled (another process still in the daemon's cgroup, or not delegated) is
+// left out: `controllers` reports what executions really get, so limits are recorded honestly.
+// Errors: cgroup.failed (open/mkdir/attach), cgroup.unavailable when the directory is missing.
+[[nodiscard]] Result<ExecutionRoot> prepare_execution_root(
+    std::string const& daemon_cgroup_dir, std::set<std::string> const& wanted = {"cpu", "memory", "pids"},
+    std::string const& leaf = "daemon", std::string const& subtree = "executions");
+
 }  // namespace custos::sys

@@ -255,6 +255,27 @@ TEST_F(MarkerTest, FakeProcTreeScanAndSweep) {
   EXPECT_EQ(sweep->unreadable_pids, std::vector<std::int32_t>{100});
   EXPECT_EQ(sweep->rounds, 1u);
 
+  // Long environments are streamed: a marker straddling the reader's 16 KiB chunks is found, and
+  // an environment beyond max_environ_bytes counts as unreadable rather than unmarked.
+  for (std::size_t const pad : {16384u - 5u, 16384u - 20u, 40000u}) {
+    TempDir big;
+    std::string const b = big.path();
+    ASSERT_EQ(::mkdir((b + "/self").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((b + "/self/ns").c_str(), 0755), 0);
+    write_text(b + "/self/ns/pid", "ns");
+    ASSERT_EQ(::mkdir((b + "/7").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((b + "/7/ns").c_str(), 0755), 0);
+    ASSERT_EQ(::link((b + "/self/ns/pid").c_str(), (b + "/7/ns/pid").c_str()), 0);
+    write_text(b + "/7/environ", "P=" + std::string(pad, 'x') + "\0"s + m.env_entry() + "\0Z=1\0"s);
+    MarkerScanOptions bo;
+    bo.proc_root = b;
+    EXPECT_EQ(marker_scan(m, bo).value().matched, std::vector<std::int32_t>{7}) << "pad " << pad;
+    bo.max_environ_bytes = 1000;
+    auto capped = marker_scan(m, bo).value();
+    EXPECT_TRUE(capped.matched.empty());
+    EXPECT_EQ(capped.unreadable, std::vector<std::int32_t>{7}) << "pad " << pad;
+  }
+
   // Only the unreadable entry left: still unconfirmed.
   ASSERT_EQ(::unlink((root + "/101/environ").c_str()), 0);
   ASSERT_EQ(::unlink((root + "/104/environ").c_str()), 0);

@@ -410,7 +410,11 @@ void Server::stop_accepting() {
 }
 
 void Server::close_all() {
-  auto conns = impl_->connections;
+  // Drop the server's references now: after close_all the loop may never run again, and a
+  // deferred erase would then leave Connection <-> Impl reference cycles behind.
+  auto conns = std::move(impl_->connections);
+  impl_->connections.clear();
+  impl_->stats.open = 0;
   for (auto& [ptr, conn] : conns) conn->close();
 }
 

@@ -205,6 +205,7 @@ inline std::uint64_t rss_kib(pid_t pid) {
 struct DaemonOptions {
   std::vector<std::string> extra_args;
   bool use_cgroup = true;  // a private subtree under the v2 mount, removed at the end
+  std::vector<std::string> env;  // NAME=VALUE added to the daemon's environment
 };
 
 // One `custos daemon` child with its own state dir and socket.
@@ -237,14 +238,15 @@ class Daemon {
       args.push_back(cgroup_);
     }
     for (auto const& a : opts_.extra_args) args.push_back(a);
-    pid_ = spawn(args);
+    pid_ = spawn(args, opts_.env);
     pidfd_ = pidfd_open(pid_);
     ready_ = wait_ready(20s);
   }
 
-  static pid_t spawn(std::vector<std::string> const& args) {
+  static pid_t spawn(std::vector<std::string> const& args, std::vector<std::string> const& env = {}) {
     pid_t pid = ::fork();
     if (pid == 0) {
+      for (auto const& e : env) ::putenv(const_cast<char*>(e.c_str()));
       std::vector<char*> argv;
       for (auto const& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -405,6 +407,54 @@ inline CliResult run_cli(std::vector<std::string> const& args, std::string const
   ::close(err_pipe[0]);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+}  // namespace custos::e2e
+
+namespace custos::e2e {
+
+// exec.start params for `argv` (argv[0] absolute), pipes, workspace /tmp, unique action id.
+inline json::object start_params(std::vector<std::string> const& argv, json::object limits = {},
+                                 json::object io = {{"mode", "pipes"}}) {
+  static std::atomic<int> n{0};
+  std::string const uniq = unique_suffix() + "-" + std::to_string(n++);
+  json::array a;
+  for (auto const& s : argv) a.emplace_back(s);
+  json::object plan{{"command", json::object{{"executable", argv.front()}, {"argv", std::move(a)}}},
+                    {"workspace", json::object{{"root", "/tmp"}, {"access", "read_only"}}},
+                    {"cwd", "."},
+                    {"env", json::array{json::object{{"name", "PATH"}, {"value", "/usr/bin:/bin"}}}},
+                    {"io", std::move(io)}};
+  if (!limits.empty()) plan["limits"] = std::move(limits);
+  json::object identity{{"project_id", "p1"}, {"session_id", "s1"}, {"run_id", "r1"},
+                        {"attempt_id", "a1"}, {"turn_id", "t1"}, {"action_id", "act-" + uniq},
+                        {"process_id", "proc-1"}, {"workspace_id", "w1"}, {"resource_id", "res1"},
+                        {"environment_id", "env1"}, {"generation", 1}, {"revision", 1}};
+  return json::object{{"identity", std::move(identity)}, {"plan", std::move(plan)},
+                      {"authority", json::object{{"epoch", 0}, {"grant_id", nullptr}, {"lease_id", nullptr}}}};
+}
+
+// Polls exec.get until `pred(record)` holds; returns the last record.
+template <class Pred>
+std::optional<json::object> wait_record(LineClient& c, std::string const& id, Pred pred,
+                                        std::chrono::milliseconds timeout = 20s) {
+  static std::atomic<std::int64_t> rid{100000};
+  auto const deadline = std::chrono::steady_clock::now() + timeout;
+  std::optional<json::object> last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = c.call(rid++, "exec.get", {{"execution_id", id}});
+    if (r && r->contains("result")) {
+      last = r->at("result").as_object();
+      if (pred(*last)) return last;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return last;
+}
+
+inline bool pid_alive(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
 }
 
 }  // namespace custos::e2e

@@ -792,7 +792,6 @@ void Supervisor::sample() {
   if (over(cpu_ms_, plan_.cpu_ms)) why = "cpu_ms " + std::to_string(*cpu_ms_);
   else if (over(rss_peak_, plan_.memory_bytes)) why = "memory_bytes " + std::to_string(*rss_peak_);
   else if (over(procs_peak_, plan_.processes)) why = "processes " + std::to_string(*procs_peak_);
-  else if (over(fds_peak_, plan_.open_files)) why = "open_files " + std::to_string(*fds_peak_);
   else if (over(disk_growth_peak_, plan_.disk_bytes)) why = "disk_bytes " + std::to_string(*disk_growth_peak_);
   if (!why.empty()) {
     boost::json::object f;
@@ -1181,7 +1180,10 @@ core::ResourceReport Supervisor::resource_report() const {
   // Every output byte is counted as it is read: exact, and the limit applies byte-exactly.
   set(core::ResourceDim::output, root_pid_ > 0 ? std::optional<std::uint64_t>(observed) : std::nullopt,
       plan_.output_bytes, core::Fidelity::hard);
-  set(core::ResourceDim::descriptors, fds_peak_, plan_.open_files, core::Fidelity::sampled);
+  // limits.open_files is RLIMIT_NOFILE of every process (kernel-enforced per process, hence
+  // hard); the value is the sampled peak of descriptors open over the whole tree.
+  set(core::ResourceDim::descriptors, fds_peak_, plan_.open_files,
+      plan_.open_files ? core::Fidelity::hard : core::Fidelity::sampled);
   set(core::ResourceDim::processes, procs_peak_, plan_.processes,
       pids_hard_ ? core::Fidelity::hard : core::Fidelity::sampled);
   set(core::ResourceDim::concurrency, concurrency_, std::nullopt, core::Fidelity::sampled);

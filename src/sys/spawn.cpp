@@ -1,6 +1,7 @@
 #include "custos/sys/spawn.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -239,6 +240,9 @@ Result<void> validate(SpawnSpec const& spec) {
   if (spec.pty_slave_fd >= 0 && spec.controlling_tty && !spec.new_session) {
     return Error(Errc::plan_invalid_io, "a controlling tty needs a new session", EINVAL);
   }
+  if (spec.setup_timeout.count() <= 0) {
+    return Error(Errc::plan_invalid_value, "setup_timeout must be positive", EINVAL);
+  }
   for (auto const& r : spec.rlimits) CUSTOS_TRYV(validate_rlimit(r));
   return ok();
 }
@@ -279,10 +283,24 @@ class SignalBlock {
 
 // Reads one ChildReport from the error pipe. Returns the number of bytes read: 0 at EOF,
 // sizeof(ChildReport) for a whole report, anything else for a torn one.
-Result<std::size_t> read_report(UniqueFd const& fd, ChildReport& report) {
+// Waits at most `timeout` in total; ETIMEDOUT when the child neither reported nor closed the pipe.
+Result<std::size_t> read_report(UniqueFd const& fd, ChildReport& report,
+                                std::chrono::milliseconds timeout) {
+  auto const deadline = std::chrono::steady_clock::now() + timeout;
   std::size_t got = 0;
   auto* bytes = reinterpret_cast<char*>(&report);
   while (got < sizeof report) {
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd.get(), POLLIN, 0};
+    int const ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return Error(Errc::spawn_failed, "polling the child's error pipe", errno);
+    }
+    if (ready == 0) {
+      return Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT);
+    }
     ssize_t const n = ::read(fd.get(), bytes + got, sizeof report - got);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -301,9 +319,11 @@ char const* spawn_step_name(int step) noexcept {
   return kStepNames[static_cast<std::size_t>(step)];
 }
 
-StagedChild::StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable) noexcept
+StagedChild::StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable,
+                         std::chrono::milliseconds timeout) noexcept
     : pidfd_(std::move(pidfd)),
       executable_(std::move(executable)),
+      timeout_(timeout),
       barrier_(std::move(barrier)),
       error_(std::move(error)) {}
 
@@ -313,6 +333,7 @@ StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
     pidfd_ = std::move(other.pidfd_);
     identity_ = std::move(other.identity_);
     executable_ = std::move(other.executable_);
+    timeout_ = other.timeout_;
     barrier_ = std::move(other.barrier_);
     error_ = std::move(other.error_);
   }
@@ -346,7 +367,8 @@ Result<RunningChild> StagedChild::release() && {
   // child's death) or one report. This blocks only for the few syscalls between the barrier
   // and execve.
   ChildReport report{};
-  std::size_t const got = CUSTOS_TRY(read_report(self.error_, report));
+  // On a timeout `self` goes out of scope armed: the child is killed and reaped.
+  std::size_t const got = CUSTOS_TRY(read_report(self.error_, report, self.timeout_));
   self.error_.reset();
 
   if (got == 0) {
@@ -470,7 +492,8 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
 
   // From here on the StagedChild is the guard: any early return kills and reaps the child.
   StagedChild staged(Pidfd::adopt(UniqueFd(pidfd_raw), static_cast<std::int32_t>(pid)),
-                     std::move(barrier_parent), std::move(error_read), spec.executable);
+                     std::move(barrier_parent), std::move(error_read), spec.executable,
+                     spec.setup_timeout);
 
   // Wait until the child has finished its setup and sits on the barrier, so that a setup
   // failure (cwd, credentials, limits ...) is reported here, before any ownership is recorded,
@@ -478,7 +501,7 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   // caller looks at the staged child.
   error_write.reset();
   ChildReport report{};
-  std::size_t const got = CUSTOS_TRY(read_report(staged.error_, report));
+  std::size_t const got = CUSTOS_TRY(read_report(staged.error_, report, spec.setup_timeout));
   if (got != sizeof report || report.step != kStepReady) {
     std::string context = "step=" + std::string(got == sizeof report ? spawn_step_name(report.step)
                                                                       : "setup") +

@@ -390,3 +390,28 @@ TEST_F(SpawnTest, SetupFailureIsReportedBySpawnStaged) {
 
 }  // namespace
 }  // namespace custos::sys
+
+namespace custos::sys {
+namespace {
+
+TEST_F(SpawnTest, ChildStuckBeforeExecIsKilledAfterTheTimeout) {
+  auto spec = simple_spec("/bin/true", {"true"});
+  spec.setup_timeout = std::chrono::milliseconds(300);
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged) << staged.error().message();
+  std::int32_t const pid = staged->pid();
+  // A stopped child never reads the barrier byte, so it never reaches execve.
+  ASSERT_TRUE(staged->pidfd().send_signal(SIGSTOP));
+  auto const t0 = std::chrono::steady_clock::now();
+  auto running = std::move(*staged).release();
+  auto const waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(running);
+  EXPECT_EQ(running.error().code, Errc::spawn_failed);
+  EXPECT_EQ(running.error().sys_errno, ETIMEDOUT);
+  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  EXPECT_FALSE(proc_exists(pid));  // killed and reaped
+}
+
+}  // namespace
+}  // namespace custos::sys

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ struct SpawnSpec {
   bool new_cgroup_namespace = false;   // CLONE_NEWCGROUP; only together with cgroup_fd
   std::optional<SpawnCredentials> credentials;  // setgroups/setresgid/setresuid in the child
   bool new_session = true;             // setsid()
+  // Bounds each wait on the child: for its setup report in spawn_staged() and for the execve
+  // verdict in release(). A child that overruns it is killed and reaped (spawn.failed, ETIMEDOUT).
+  std::chrono::milliseconds setup_timeout{10000};
 };
 
 class RunningChild;
@@ -75,12 +79,14 @@ class StagedChild {
 
  private:
   friend Result<StagedChild> spawn_staged(SpawnSpec const& spec);
-  StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable) noexcept;
+  StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable,
+              std::chrono::milliseconds timeout) noexcept;
   void kill_and_reap() noexcept;
 
   Pidfd pidfd_;
   PidfsIdentity identity_;
   std::string executable_;  // for error contexts only
+  std::chrono::milliseconds timeout_{0};
   UniqueFd barrier_;  // our end of the barrier socketpair
   UniqueFd error_;    // read end of the child's CLOEXEC error pipe
 };

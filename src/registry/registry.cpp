@@ -577,6 +577,32 @@ Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBl
                 });
 }
 
+Result<void> Registry::record_recovered(std::string_view execution_id,
+                                        std::vector<core::Phase> const& steps,
+                                        TerminalBlob const& t, core::RecoveryPath via) {
+  if (t.digest != sha256_tagged(t.bytes)) {
+    return Error{Errc::registry_corrupt_record,
+                 std::string{execution_id} + ": terminal digest does not match its bytes"};
+  }
+  return modify(options_.terminal_durability, execution_id,
+                [&](ExecutionRecord& rec) -> Result<void> {
+                  for (core::Phase const p : steps) {
+                    if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
+                    if (p == core::Phase::running &&
+                        rec.ownership.state != OwnershipState::committed) {
+                      return illegal_step(rec, "running needs committed pidfs ownership");
+                    }
+                    CUSTOS_TRYV(step_phase(rec, p));
+                  }
+                  if (rec.phase == core::Phase::terminal) {
+                    return illegal_step(rec, "a terminal record exists; exactly one is allowed");
+                  }
+                  CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
+                  rec.terminal = t;
+                  return ok();
+                });
+}
+
 // ---- reads ------------------------------------------------------------------------------------
 
 Result<ExecutionRecord> Registry::get(std::string_view execution_id) {

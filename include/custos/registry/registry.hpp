@@ -278,6 +278,14 @@ class Registry {
   [[nodiscard]] Result<void> record_terminal(std::string_view execution_id, TerminalBlob const& t,
                                              core::RecoveryPath via = core::RecoveryPath::observed);
 
+  // Startup recovery's single transaction for one record: walks `steps` (each checked with
+  // core::is_legal_progression; running and later need committed ownership) and writes the
+  // terminal record reached `via`. Atomic: a crash leaves the record as it was. Fires no
+  // failpoint (a daemon restarted with CUSTOS_FAILPOINT set must still be able to recover).
+  [[nodiscard]] Result<void> record_recovered(std::string_view execution_id,
+                                              std::vector<core::Phase> const& steps,
+                                              TerminalBlob const& t, core::RecoveryPath via);
+
   // A record that passed validation. Errors: registry.not_found; registry.corrupt_record for a
   // quarantined record, with the quarantine reason in the context.
   [[nodiscard]] Result<ExecutionRecord> get(std::string_view execution_id);

@@ -1,0 +1,102 @@
+// Startup recovery: re-acquire the processes of non-terminal records by exact pidfs identity,
+// or prove they are gone, and end every record with exactly one terminal record.
+//
+// Run once at daemon start, after Registry::open (which already validated and quarantined) and
+// before any call is accepted. For each non-terminal, non-quarantined record
+// (docs/registry.md "Recovery"):
+//   0. ownership unassigned: no program ever ran (the barrier protects it) -> absent_without_terminal.
+//      legacy_unverified: refused for any process action               -> indeterminate.
+//   1. stored boot id != current boot id: no pid lookup at all          -> absent_without_terminal,
+//      and the record's cgroup directory, if any, is removed.
+//      stored pid namespace != ours: the pid means nothing here         -> indeterminate.
+//   2. same boot: pidfd_open(pid) exactly once; ESRCH -> absent_without_terminal, any other
+//      error -> indeterminate. fstat the pidfd: device and inode must equal the stored ones
+//      exactly, else it is closed without action                      -> absent_without_terminal
+//      (the pid now names another process, so ours has ended).
+//   3. start time (when stored) must agree; a contradiction           -> indeterminate.
+//      A process that has already exited                             -> absent_without_terminal.
+//   4. otherwise                                                      -> live_owned, and that same
+//      pidfd is kept for every later action (returned to the caller; never a numeric pid).
+// recover() writes the terminal record of every absent_without_terminal / indeterminate record
+// itself (classification recovery_indeterminate; output accounted incomplete), and cleans up the
+// boundary where exact ownership allows it (the execution's own cgroup; its marker).
+// live_owned records are left to apply_restart_policy().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "custos/core/cancellation.hpp"
+#include "custos/core/result.hpp"
+#include "custos/registry/registry.hpp"
+#include "custos/sys/pidfd.hpp"
+
+namespace custos::registry {
+
+enum class RestartPolicy : std::uint8_t {
+  // Default: every live_owned execution is killed (its cgroup via cgroup.kill, else through the
+  // recovered pidfd plus a marker sweep), waited for, and terminal-recorded as cancelled by
+  // supervisor_shutdown with recovery live_owned.
+  cancel_and_reap,
+  // Leave live_owned executions running and non-terminal; the caller takes the returned pidfds
+  // and supervises them (exec.cancel works through them). Their terminal records are then the
+  // caller's to write.
+  keep_running,
+};
+
+[[nodiscard]] std::string_view restart_policy_wire(RestartPolicy p) noexcept;
+[[nodiscard]] std::optional<RestartPolicy> restart_policy_from_wire(std::string_view w) noexcept;
+
+struct RecoveryOptions {
+  // The current boot id; empty: read /proc/sys/kernel/random/boot_id. Tests inject another one.
+  std::string boot_id;
+  // The pid namespace pids are looked up in; 0: the caller's own.
+  std::uint64_t pid_ns_ino = 0;
+  RestartPolicy policy = RestartPolicy::cancel_and_reap;
+  // Bound on waiting for a killed tree (cgroup empty, root pidfd exited) per execution.
+  std::chrono::milliseconds kill_timeout{5000};
+  // Final marker sweep for executions that carry a marker (not done across a reboot: no process
+  // can have survived it, and the sweep would read every /proc entry).
+  bool marker_sweep = true;
+  // /proc root for the marker sweep (tests may point it elsewhere).
+  std::string proc_root = "/proc";
+};
+
+struct RecoveredExecution {
+  std::string execution_id;
+  core::RecoveryPath classification = core::RecoveryPath::indeterminate;
+  std::string detail;            // why this classification (human text)
+  bool pid_looked_up = false;    // pidfd_open was called for this record (at most once)
+  std::optional<sys::Pidfd> pidfd;  // live_owned: the matched pidfd, for every later action
+  bool terminal_written = false;
+  core::Cleanup cleanup = core::Cleanup::unconfirmed;
+  std::optional<core::ExitStatus> exit;  // live_owned after apply_restart_policy, when known
+};
+
+struct RecoveryReport {
+  std::string boot_id;
+  std::size_t already_terminal = 0;  // records that were terminal before recovery
+  std::vector<RecoveredExecution> executions;  // every non-terminal record, in id order
+  std::vector<Claim> orphan_claims;            // kept, reported (never re-usable)
+  std::vector<QuarantinedRecord> quarantined;  // kept, reported, never acted on
+  std::uint32_t pidfd_opens = 0;               // total pidfd_open calls (tests: fences)
+
+  [[nodiscard]] std::size_t count(core::RecoveryPath p) const noexcept;
+};
+
+// Classifies every non-terminal record and finishes the ones whose process is gone or
+// unprovable (see the header comment). Errors: registry.* on a write failure (the report so far
+// is lost; the daemon must not start), sys.error when the current boot id cannot be read.
+[[nodiscard]] Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& options = {});
+
+// Applies options.policy to the live_owned entries of `report` (cancel_and_reap: kill, wait,
+// terminal record with recovery live_owned; keep_running: nothing). Entries are updated in
+// place (terminal_written, cleanup, exit; the pidfd stays with the entry).
+// Errors: registry.* on a write failure.
+[[nodiscard]] Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
+                                                RecoveryOptions const& options = {});
+
+}  // namespace custos::registry

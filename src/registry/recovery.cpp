@@ -1,0 +1,394 @@
+// Startup recovery: PidfsRecoveryMatch per record, terminal records, restart policy.
+#include "custos/registry/recovery.hpp"
+
+#include <poll.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <csignal>
+
+#include "custos/registry/ownership.hpp"
+#include "custos/sys/cgroup.hpp"
+#include "custos/sys/identity.hpp"
+#include "custos/sys/procfs.hpp"
+
+namespace custos::registry {
+
+std::string_view restart_policy_wire(RestartPolicy p) noexcept {
+  switch (p) {
+    case RestartPolicy::cancel_and_reap: return "cancel_and_reap";
+    case RestartPolicy::keep_running: return "keep_running";
+  }
+  return "cancel_and_reap";
+}
+
+std::optional<RestartPolicy> restart_policy_from_wire(std::string_view w) noexcept {
+  for (auto p : {RestartPolicy::cancel_and_reap, RestartPolicy::keep_running}) {
+    if (restart_policy_wire(p) == w) return p;
+  }
+  return std::nullopt;
+}
+
+std::size_t RecoveryReport::count(core::RecoveryPath p) const noexcept {
+  std::size_t n = 0;
+  for (auto const& e : executions) n += e.classification == p ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+// Waits until the process behind `pidfd` has exited (pidfd readable), up to `timeout`.
+bool wait_exited(sys::Pidfd const& pidfd, std::chrono::milliseconds timeout) {
+  pollfd p{pidfd.fd().get(), POLLIN, 0};
+  auto const deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    int const r = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+// Kills and removes the execution's own cgroup. Everything inside it belongs to the execution:
+// only the daemon creates processes there (CLONE_INTO_CGROUP) and nobody else writes to its
+// cgroup.procs, so cgroup.kill here cannot reach a stranger.
+core::Cleanup kill_cgroup(std::string const& path, std::chrono::milliseconds timeout,
+                          std::string& detail) {
+  auto dir = sys::CgroupDir::open(path);
+  if (!dir) {
+    if (dir.error().sys_errno == ENOENT) return core::Cleanup::confirmed;  // already gone
+    detail += "; cgroup: " + dir.error().message();
+    return core::Cleanup::unconfirmed;
+  }
+  auto populated = dir->populated();
+  if (populated && *populated) {
+    if (auto k = dir->kill(); !k) {
+      detail += "; cgroup.kill: " + k.error().message();
+      return core::Cleanup::unconfirmed;
+    }
+    if (auto w = dir->wait_empty(timeout); !w) {
+      detail += "; cgroup not empty: " + w.error().message();
+      return core::Cleanup::unconfirmed;
+    }
+    detail += "; cgroup was populated, killed";
+  }
+  if (auto r = dir->remove(); !r) {
+    detail += "; rmdir: " + r.error().message();
+    return core::Cleanup::unconfirmed;
+  }
+  return core::Cleanup::confirmed;
+}
+
+// After a reboot a cgroup path from the old boot can only exist if someone re-created it, and
+// then it is not ours: remove it only when it is empty, never kill inside it.
+core::Cleanup remove_stale_cgroup(std::string const& path, std::string& detail) {
+  auto dir = sys::CgroupDir::open(path);
+  if (!dir) {
+    if (dir.error().sys_errno == ENOENT) return core::Cleanup::confirmed;
+    detail += "; cgroup: " + dir.error().message();
+    return core::Cleanup::unconfirmed;
+  }
+  auto populated = dir->populated();
+  if (!populated || *populated) {
+    detail += "; a populated cgroup exists at the old path; left untouched";
+    return core::Cleanup::unconfirmed;
+  }
+  if (auto r = dir->remove(); !r) {
+    detail += "; rmdir: " + r.error().message();
+    return core::Cleanup::unconfirmed;
+  }
+  return core::Cleanup::confirmed;
+}
+
+// Final marker sweep: SIGKILL to every process carrying the execution's marker, each re-checked
+// through its own pidfd before the signal. Returns whether the sweep confirmed none remain.
+bool sweep_marker(std::string const& marker_hex, RecoveryOptions const& options,
+                  std::uint64_t pid_ns, std::string& detail) {
+  auto marker = sys::Marker::from_hex(marker_hex);
+  if (!marker) {
+    detail += "; marker unreadable: " + marker.error().message();
+    return false;
+  }
+  sys::MarkerSweepOptions so;
+  so.signal = SIGKILL;
+  so.pid_ns_inode = pid_ns;
+  so.proc_root = options.proc_root;
+  auto r = sys::marker_sweep(*marker, so);
+  if (!r) {
+    detail += "; marker sweep: " + r.error().message();
+    return false;
+  }
+  if (r->signalled > 0) detail += "; marker sweep killed " + std::to_string(r->signalled);
+  if (!r->confirmed) {
+    detail += "; marker sweep unconfirmed (" + std::to_string(r->unreadable) + " unreadable, " +
+              std::to_string(r->remaining) + " remaining)";
+  }
+  return r->confirmed;
+}
+
+core::TerminalRecord base_terminal(ExecutionRecord const& rec, core::RecoveryPath via,
+                                   core::Cleanup cleanup) {
+  core::TerminalRecord t;
+  t.recovery = via;
+  t.trigger = rec.trigger;
+  // Whatever was in flight when the daemon died was never read: neither stream is complete.
+  auto incomplete = [](core::StreamAccounting const& a) {
+    auto m = core::account_mark_incomplete(a);
+    return m ? *m : core::StreamAccounting{a.observed, a.retained, a.dropped, false};
+  };
+  t.output[core::Stream::stdout_stream] = incomplete(rec.out.accounting);
+  t.output[core::Stream::stderr_stream] = incomplete(rec.err.accounting);
+  t.tree.boundary =
+      rec.boundary.kind == BoundaryKind::cgroup ? core::Boundary::cgroup : core::Boundary::marker;
+  t.tree.cleanup = cleanup;
+  // After a restart nothing is known about nsdelegate/uid at launch time: claim the weaker one.
+  t.tree.containment = core::Containment::escapable;
+  for (auto& d : t.resources.dims) d.fidelity = core::Fidelity::unavailable;
+  return t;
+}
+
+// Writes the recovery_indeterminate terminal record of an absent/indeterminate execution.
+Result<void> finish_unobserved(Registry& reg, ExecutionRecord const& rec, RecoveredExecution& out) {
+  core::TerminalRecord t = base_terminal(rec, out.classification, out.cleanup);
+  t.classification = core::Classification::recovery_indeterminate;
+  TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
+  CUSTOS_TRYV(reg.record_recovered(rec.execution_id, {}, blob, out.classification));
+  out.terminal_written = true;
+  return ok();
+}
+
+// PidfsRecoveryMatch for one record with a pidfs identity (steps 1-4 of the header).
+void match(ExecutionRecord const& rec, std::string const& boot,
+           std::uint64_t pid_ns, RecoveryReport& report, RecoveredExecution& out) {
+  auto const& o = rec.ownership;
+  using RP = core::RecoveryPath;
+  if (o.boot_id != boot) {
+    out.classification = RP::absent_without_terminal;
+    out.detail = "boot id changed (" + o.boot_id + " -> " + boot + "): no pid lookup";
+    return;
+  }
+  if (o.pid_ns_ino != 0 && o.pid_ns_ino != pid_ns) {
+    out.classification = RP::indeterminate;
+    out.detail = "pid " + std::to_string(o.pid) + " was recorded in another pid namespace";
+    return;
+  }
+  out.pid_looked_up = true;
+  ++report.pidfd_opens;
+  auto pidfd = sys::Pidfd::open(o.pid);  // exactly once
+  if (!pidfd) {
+    if (pidfd.error().sys_errno == ESRCH) {
+      out.classification = RP::absent_without_terminal;
+      out.detail = "no process with pid " + std::to_string(o.pid);
+    } else {
+      out.classification = RP::indeterminate;
+      out.detail = "pidfd_open(" + std::to_string(o.pid) + "): " + pidfd.error().message();
+    }
+    return;
+  }
+  struct stat st{};
+  if (::fstat(pidfd->fd().get(), &st) != 0) {
+    out.classification = RP::indeterminate;
+    out.detail = "fstat of the pidfd failed (errno " + std::to_string(errno) + ")";
+    return;
+  }
+  if (static_cast<std::uint64_t>(st.st_dev) != o.pidfs_dev ||
+      static_cast<std::uint64_t>(st.st_ino) != o.pidfs_ino) {
+    // The pid now names another process: ours ended (a live or unreaped process keeps its pid).
+    // The stranger's pidfd is closed here without any action.
+    out.classification = RP::absent_without_terminal;
+    out.detail = "pid " + std::to_string(o.pid) + " now belongs to another process (pidfs inode " +
+                 std::to_string(st.st_ino) + ", recorded " + std::to_string(o.pidfs_ino) + ")";
+    return;
+  }
+  // Negative evidence only: it can refuse the match, never make it.
+  if (o.start_time_ticks != 0) {
+    auto start = sys::read_start_time(o.pid);
+    if (start && *start != o.start_time_ticks && pidfd->alive()) {
+      out.classification = RP::indeterminate;
+      out.detail = "pidfs identity matches but the start time disagrees (" +
+                   std::to_string(*start) + " vs " + std::to_string(o.start_time_ticks) + ")";
+      return;
+    }
+  }
+  if (!pidfd->alive()) {
+    out.classification = RP::absent_without_terminal;
+    out.detail = "the owned process has exited; its end was not observed";
+    return;
+  }
+  out.classification = RP::live_owned;
+  out.detail = std::string{"re-acquired by pidfs identity ("} +
+               std::string{ownership_state_wire(o.state)} + ")";
+  out.pidfd = std::move(*pidfd);
+}
+
+}  // namespace
+
+Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& options) {
+  RecoveryReport report;
+  report.boot_id = options.boot_id;
+  if (report.boot_id.empty()) report.boot_id = CUSTOS_TRY(sys::read_boot_id());
+  std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
+
+  report.quarantined = CUSTOS_TRY(registry.quarantined());
+  report.orphan_claims = CUSTOS_TRY(registry.orphan_claims());
+  auto const records = CUSTOS_TRY(registry.non_terminal());
+  {
+    ListFilter f;
+    f.phase = core::Phase::terminal;
+    f.limit = 1'000'000;
+    report.already_terminal = CUSTOS_TRY(registry.list(f)).size();
+  }
+
+  for (ExecutionRecord const& rec : records) {
+    RecoveredExecution out;
+    out.execution_id = rec.execution_id;
+    auto const& o = rec.ownership;
+    bool same_boot = false;
+    switch (o.state) {
+      case OwnershipState::unassigned:
+        // No ownership was ever staged, so the barrier was never released: no program ran.
+        out.classification = core::RecoveryPath::absent_without_terminal;
+        out.detail = "no process was ever staged";
+        same_boot = true;
+        break;
+      case OwnershipState::legacy_unverified:
+        out.classification = core::RecoveryPath::indeterminate;
+        out.detail = "legacy pid/start-time ownership is never acted on";
+        break;
+      case OwnershipState::staged:
+      case OwnershipState::committed:
+        match(rec, report.boot_id, pid_ns, report, out);
+        same_boot = o.boot_id == report.boot_id;
+        break;
+    }
+
+    if (out.classification == core::RecoveryPath::absent_without_terminal) {
+      // The process is gone; what may remain is its tree. Clean it with exact ownership only:
+      // the execution's own cgroup, and (same boot) its marker.
+      out.cleanup = core::Cleanup::confirmed;
+      if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
+        out.cleanup = same_boot ? kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout,
+                                              out.detail)
+                                : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
+      }
+      if (same_boot && options.marker_sweep && !rec.boundary.marker_hex.empty()) {
+        if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, out.detail)) {
+          out.cleanup = core::Cleanup::unconfirmed;
+        }
+      }
+      CUSTOS_TRYV(finish_unobserved(registry, rec, out));
+    } else if (out.classification == core::RecoveryPath::indeterminate) {
+      // Nothing is signalled. Report whether the execution's cgroup still holds processes.
+      out.cleanup = core::Cleanup::unconfirmed;
+      if (rec.boundary.kind == BoundaryKind::cgroup) {
+        if (auto dir = sys::CgroupDir::open(rec.boundary.cgroup_path); dir) {
+          auto pop = dir->populated();
+          out.detail += pop ? (*pop ? "; its cgroup is populated" : "; its cgroup is empty") : "";
+        }
+      }
+      CUSTOS_TRYV(finish_unobserved(registry, rec, out));
+    }
+    report.executions.push_back(std::move(out));
+  }
+  return report;
+}
+
+Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
+                                  RecoveryOptions const& options) {
+  if (options.policy == RestartPolicy::keep_running) return ok();
+  std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
+  for (RecoveredExecution& e : report.executions) {
+    if (e.classification != core::RecoveryPath::live_owned || e.terminal_written || !e.pidfd) {
+      continue;
+    }
+    ExecutionRecord const rec = CUSTOS_TRY(registry.get(e.execution_id));
+    sys::Pidfd const& pidfd = *e.pidfd;
+
+    // Cancel and reap: the whole tree at once where a cgroup boundary exists, then the root
+    // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
+    bool confirmed = true;
+    if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
+      if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail) !=
+          core::Cleanup::confirmed) {
+        confirmed = false;
+      }
+    }
+    auto sent = pidfd.send_signal(SIGKILL);
+    if (!sent) {
+      e.detail += "; SIGKILL through the pidfd: " + sent.error().message();
+      confirmed = false;
+    }
+    if (!wait_exited(pidfd, options.kill_timeout)) {
+      e.detail += "; the root process did not exit in time";
+      confirmed = false;
+    }
+    if (options.marker_sweep && !rec.boundary.marker_hex.empty()) {
+      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, e.detail)) confirmed = false;
+    }
+    e.cleanup = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
+
+    // The raw exit: from PIDFD_GET_INFO once whoever inherited the process has reaped it;
+    // otherwise the SIGKILL this recovery delivered (the pidfd proves it reached our process).
+    std::optional<core::ExitStatus> exit;
+    if (auto info = pidfd.get_exit_info(); info && *info) {
+      if ((*info)->code) exit = core::ExitStatus::exited(*(*info)->code);
+      if ((*info)->signal) exit = core::ExitStatus::signaled(*(*info)->signal);
+    }
+    if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
+
+    core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
+    t.trigger = rec.trigger ? rec.trigger : std::optional<core::Trigger>{core::Trigger::supervisor_shutdown};
+    t.escalation.forced = true;
+    std::vector<core::Phase> steps;
+    if (rec.ownership.state == OwnershipState::staged) {
+      // Still at the barrier when the daemon died: the program never ran.
+      t.spawn_error = core::SpawnFailure{
+          "barrier", 0, "the daemon restarted before the barrier was released; killed by recovery"};
+    } else {
+      if (!exit) {
+        // Neither observed nor delivered: nobody can say how it ended.
+        e.detail += "; exit not observable";
+        t = base_terminal(rec, core::RecoveryPath::indeterminate, e.cleanup);
+        t.classification = core::Classification::recovery_indeterminate;
+        e.classification = core::RecoveryPath::indeterminate;
+        TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
+        CUSTOS_TRYV(registry.record_recovered(rec.execution_id, {}, blob, e.classification));
+        e.terminal_written = true;
+        continue;
+      }
+      t.exit = *exit;
+      e.exit = exit;
+      switch (rec.phase) {
+        case core::Phase::starting:
+          steps = {core::Phase::running, core::Phase::exited, core::Phase::closed};
+          break;
+        case core::Phase::running:
+          steps = {core::Phase::stopping, core::Phase::exited, core::Phase::closed};
+          break;
+        case core::Phase::stopping:
+          steps = {core::Phase::exited, core::Phase::closed};
+          break;
+        case core::Phase::exited:
+          steps = {core::Phase::closed};
+          break;
+        default:
+          break;
+      }
+    }
+    auto verdict = core::make_terminal_record(
+        core::ClassifyInput{t.exit, t.spawn_error.has_value(), t.trigger, t.tree.cleanup, false,
+                            core::RecoveryPath::live_owned},
+        t.spawn_error);
+    if (!verdict) return verdict.error();
+    t.classification = verdict->classification;
+    TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
+    CUSTOS_TRYV(registry.record_recovered(rec.execution_id, steps, blob,
+                                          core::RecoveryPath::live_owned));
+    e.terminal_written = true;
+  }
+  return ok();
+}
+
+}  // namespace custos::registry

@@ -140,6 +140,57 @@ TEST_F(MarkerTest, AProcessThatScrubsItsEnvironmentEscapesTheSweep) {
   kill_and_reap(scrubbed);
 }
 
+// What a sweep run as `uid` reported, passed back over a pipe from a forked scanner.
+struct ScannerReport {
+  bool ran = false;
+  bool confirmed = true;
+  bool target_unreadable = false;  // the target pid was among the unreadable processes
+  unsigned signalled = 255;
+};
+
+ScannerReport sweep_as(uid_t uid, Marker const& m, std::int32_t target) {
+  std::uint64_t const not_before = read_start_time(target).value();
+  ScannerReport rep;
+  std::uint64_t const ns = pid_namespace_inode("self").value();
+  auto pipe = make_pipe();
+  EXPECT_TRUE(pipe);
+  if (!pipe) return rep;
+  pid_t const scanner = ::fork();
+  if (scanner == 0) {
+    pipe->first.reset();
+    unsigned char out[4] = {0, 0, 0, 0};
+    if (::setgroups(0, nullptr) == 0 && ::setresgid(uid, uid, uid) == 0 && ::setresuid(uid, uid, uid) == 0) {
+      MarkerSweepOptions o;
+      o.pid_ns_inode = ns;
+      o.max_rounds = 1;
+      o.not_before_ticks = not_before;  // the target itself is not older: it must be inspected
+      MarkerScanOptions so;
+      so.pid_ns_inode = ns;
+      so.not_before_ticks = not_before;
+      auto scan = marker_scan(m, so);
+      auto res = marker_sweep(m, o);
+      out[0] = res && scan ? 1 : 0;
+      out[1] = res && res->confirmed ? 1 : 0;
+      out[2] = scan && std::find(scan->unreadable.begin(), scan->unreadable.end(), target) != scan->unreadable.end();
+      out[3] = res ? static_cast<unsigned char>(std::min<std::uint32_t>(res->signalled, 255)) : 255;
+    }
+    (void)!::write(pipe->second.get(), out, sizeof out);
+    ::_exit(0);
+  }
+  EXPECT_GT(scanner, 0);
+  if (scanner <= 0) return rep;
+  pipe->second.reset();
+  auto scan_proc = Pidfd::open(scanner);
+  unsigned char got[4] = {0, 1, 0, 255};
+  EXPECT_EQ(::read(pipe->first.get(), got, sizeof got), 4);
+  EXPECT_TRUE(scan_proc && scan_proc->wait());
+  rep.ran = got[0] == 1;
+  rep.confirmed = got[1] == 1;
+  rep.target_unreadable = got[2] == 1;
+  rep.signalled = got[3];
+  return rep;
+}
+
 // A scanner that cannot read some process (here: it runs as nobody, the marked process as
 // root) must never report confirmed, and must not signal what it could not verify.
 TEST_F(MarkerTest, UnreadableProcessesMakeTheSweepUnconfirmed) {
@@ -148,40 +199,45 @@ TEST_F(MarkerTest, UnreadableProcessesMakeTheSweepUnconfirmed) {
   Pidfd target = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", m.env_entry()});
   ASSERT_TRUE(target.valid());
   ASSERT_TRUE(eventually([&] { return scan_matches(m) == std::vector<std::int32_t>{target.pid()}; }));
-  std::uint64_t const ns = pid_namespace_inode("self").value();
-  std::uint64_t const not_before = read_start_time(target.pid()).value();
+  ScannerReport const rep = sweep_as(65534, m, target.pid());
+  EXPECT_TRUE(rep.ran) << "the sweep ran as nobody";
+  EXPECT_FALSE(rep.confirmed) << "an unreadable process must make the result unconfirmed";
+  EXPECT_TRUE(rep.target_unreadable) << "root's processes are unreadable to nobody";
+  EXPECT_EQ(rep.signalled, 0u) << "nothing unverified is signalled";
+  EXPECT_TRUE(target.alive());
+  kill_and_reap(target);
+}
 
-  auto pipe = make_pipe();
-  ASSERT_TRUE(pipe);
-  pid_t const scanner = ::fork();
-  if (scanner == 0) {
-    pipe->first.reset();
-    unsigned char out[4] = {0, 0, 0, 0};
-    if (::setgroups(0, nullptr) == 0 && ::setresgid(65534, 65534, 65534) == 0 &&
-        ::setresuid(65534, 65534, 65534) == 0) {
-      MarkerSweepOptions o;
-      o.pid_ns_inode = ns;
-      o.max_rounds = 1;
-      o.not_before_ticks = not_before;  // the target itself is not older: it must be inspected
-      auto res = marker_sweep(m, o);
-      out[0] = res ? 1 : 0;
-      out[1] = res && res->confirmed ? 1 : 0;
-      out[2] = res && res->unreadable > 0 ? 1 : 0;
-      out[3] = res ? static_cast<unsigned char>(std::min<std::uint32_t>(res->signalled, 255)) : 255;
-    }
-    (void)!::write(pipe->second.get(), out, sizeof out);
-    ::_exit(0);
+// The same uid is not enough: a marked process that made itself non-dumpable (prctl
+// PR_SET_DUMPABLE 0, as setuid programs and credential holders do) hides its environ from a
+// scanner of its own uid. (perl is Essential on Debian; syscall 157 is prctl on x86_64.)
+TEST_F(MarkerTest, NonDumpableProcessOfTheSameUidIsUnreadable) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start processes under another uid";
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "prctl syscall number below is x86_64's";
+#endif
+  if (::access("/usr/bin/setpriv", X_OK) != 0 || ::access("/usr/bin/perl", X_OK) != 0) {
+    GTEST_SKIP() << "needs setpriv and perl";
   }
-  ASSERT_GT(scanner, 0);
-  pipe->second.reset();
-  Pidfd scan_proc = Pidfd::open(scanner).value();
-  unsigned char got[4] = {9, 9, 9, 9};
-  ASSERT_EQ(::read(pipe->first.get(), got, sizeof got), 4);
-  ASSERT_TRUE(scan_proc.wait());
-  EXPECT_EQ(got[0], 1) << "the sweep ran as nobody";
-  EXPECT_EQ(got[1], 0) << "an unreadable process must make the result unconfirmed";
-  EXPECT_EQ(got[2], 1) << "root's processes are unreadable to nobody";
-  EXPECT_EQ(got[3], 0) << "nothing unverified is signalled";
+  Marker const m = Marker::generate().value();
+  Pidfd target = start_shell(
+      "exec setpriv --reuid 65534 --regid 65534 --clear-groups /usr/bin/perl -e "
+      "'syscall(157, 4, 0, 0, 0, 0) == 0 or exit 3; sleep 300'",
+      {"PATH=/usr/bin:/bin", m.env_entry()});
+  ASSERT_TRUE(target.valid());
+  // Wait until perl runs and has dropped dumpable (status shows it only indirectly: /proc files
+  // of a non-dumpable process become root-owned).
+  ASSERT_TRUE(eventually([&] {
+    struct stat st {};
+    std::string const p = "/proc/" + std::to_string(target.pid()) + "/environ";
+    return comm_of(target.pid()) == "perl" && ::stat(p.c_str(), &st) == 0 && st.st_uid == 0;
+  }));
+  ASSERT_TRUE(target.alive());
+  ScannerReport const rep = sweep_as(65534, m, target.pid());
+  EXPECT_TRUE(rep.ran);
+  EXPECT_FALSE(rep.confirmed);
+  EXPECT_TRUE(rep.target_unreadable) << "same uid, but not dumpable";
+  EXPECT_EQ(rep.signalled, 0u);
   EXPECT_TRUE(target.alive());
   kill_and_reap(target);
 }

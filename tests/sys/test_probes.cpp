@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <seccomp.h>
+#include <sys/prctl.h>
+
 #include <boost/json/serialize.hpp>
 
 #include "custos/sys/probes.hpp"
@@ -91,6 +94,64 @@ TEST_F(ProbeHostTest, ReportsWhatThisHostCanDo) {
   EXPECT_EQ(obj.at("cgroup").as_object().at("writable").as_bool(), true);
   EXPECT_EQ(obj.at("landlock_abi").as_int64(), caps->landlock_abi);
   EXPECT_EQ(obj.at("checks").as_array().size(), caps->checks.size());
+}
+
+// The facility-absent paths for real: a forked child loads a seccomp filter that makes
+// pidfd_open, clone3, landlock_create_ruleset and unshare fail with ENOSYS, then probes. Every
+// one of them must be reported unavailable (with its reason), and nothing may be left behind.
+TEST_F(ProbeHostTest, MissingFacilitiesAreReportedNotAssumed) {
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  std::string const scratch = cg_.path();
+  pid_t const child = ::fork();
+  if (child == 0) {
+    pipe->first.reset();
+    unsigned char out[8] = {};
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    int rc = ctx == nullptr ? -1 : 0;
+    for (int const nr : {SCMP_SYS(pidfd_open), SCMP_SYS(clone3), SCMP_SYS(landlock_create_ruleset), SCMP_SYS(unshare)}) {
+      if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+    }
+    if (rc == 0 && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && seccomp_load(ctx) == 0) {
+      ProbeOptions o;
+      o.scratch_cgroup_parent = scratch;
+      auto caps = probe_host(o);
+      if (caps) {
+        out[0] = 1;
+        out[1] = caps->pidfd;
+        out[2] = caps->clone3_into_cgroup;
+        out[3] = static_cast<unsigned char>(caps->landlock_abi);
+        out[4] = caps->user_namespaces || caps->pid_namespaces || caps->net_namespaces;
+        out[5] = caps->cgroup.writable;
+        out[6] = caps->pidfd_get_info;
+        bool details = true;
+        for (auto const& c : caps->checks) {
+          if (c.name == "pidfd" || c.name == "clone3_into_cgroup" || c.name == "landlock") {
+            details = details && !c.available && c.detail.find("38") != std::string::npos;  // ENOSYS
+          }
+        }
+        out[7] = details;
+      }
+    }
+    (void)!::write(pipe->second.get(), out, sizeof out);
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  pipe->second.reset();
+  auto waiter = Pidfd::open(child);
+  ASSERT_TRUE(waiter);
+  unsigned char got[8] = {};
+  ASSERT_EQ(::read(pipe->first.get(), got, sizeof got), 8);
+  ASSERT_TRUE(waiter->wait());
+  EXPECT_EQ(got[0], 1) << "probe_host itself must not fail";
+  EXPECT_EQ(got[1], 0) << "pidfd";
+  EXPECT_EQ(got[2], 0) << "clone3_into_cgroup";
+  EXPECT_EQ(got[3], 0) << "landlock_abi";
+  EXPECT_EQ(got[4], 0) << "namespaces";
+  EXPECT_EQ(got[5], 1) << "mkdir still works: the cgroup is writable";
+  EXPECT_EQ(got[6], 0) << "no pidfd, so no PIDFD_GET_INFO";
+  EXPECT_EQ(got[7], 1) << "each unavailable check names the errno";
+  EXPECT_EQ(child_cgroups(cg_.path()), 0u) << "the scratch cgroup was removed";
 }
 
 TEST_F(ProbeEnginesTest, NoCgroupMountMeansNothingCgroupIsClaimed) {

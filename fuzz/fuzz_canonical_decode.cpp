@@ -1,9 +1,9 @@
 // Fuzz target: arbitrary bytes → canonical decode (by the document's kind). Whatever decodes
 // must re-encode to exactly the input: the encoding is a bijection between valid values and
 // accepted byte strings (docs/canonical-encoding.md §7).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <cstdlib>
 #include <span>
 #include <vector>
@@ -18,7 +18,8 @@ void require(bool ok) {
   if (!ok) std::abort();
 }
 
-void same_bytes(custos::Result<std::vector<std::uint8_t>> const& re, std::span<std::uint8_t const> in) {
+void same_bytes(custos::Result<std::vector<std::uint8_t>> const& re,
+                std::span<std::uint8_t const> in) {
   require(static_cast<bool>(re));
   require(re->size() == in.size() && std::equal(re->begin(), re->end(), in.begin()));
 }
@@ -37,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
       if (auto plan = decode_plan(in)) same_bytes(encode_plan(*plan), in);
       break;
     case kind::execution:
-      if (auto req = decode_execution(in)) same_bytes(encode_execution(req->identity, req->plan), in);
+      if (auto req = decode_execution(in))
+        same_bytes(encode_execution(req->identity, req->plan), in);
       break;
     default:
       // Unknown kinds must be refused by every typed decoder.

@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   auto v = parse_json_text(text);
   if (!v) return 0;
   // Either exec.start-shaped params {identity, plan} or a bare identity / plan.
-  if (auto const* o = v->if_object(); o != nullptr && o->contains("identity") && o->contains("plan")) {
+  if (auto const* o = v->if_object();
+      o != nullptr && o->contains("identity") && o->contains("plan")) {
     auto id = parse_identity(o->at("identity"), "/identity");
     auto plan = parse_plan(o->at("plan"), "/plan");
     if (id) check_identity(*id);

@@ -18,7 +18,8 @@ int run_file(std::filesystem::path const& p) {
     std::fprintf(stderr, "cannot read %s\n", p.c_str());
     return 1;
   }
-  std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>{in},
+                                  std::istreambuf_iterator<char>{}};
   // A null data pointer for empty input mirrors what libFuzzer may pass.
   (void)LLVMFuzzerTestOneInput(bytes.empty() ? nullptr : bytes.data(), bytes.size());
   return 0;

@@ -11,16 +11,21 @@ namespace {
 
 // A misused writer is a bug in a fixed encoder, never a reaction to input; stopping is the only
 // way to guarantee that wrong bytes are never digested and stored.
-[[noreturn]] void writer_contract_violation() { std::abort(); }
+[[noreturn]] void writer_contract_violation() {
+  std::abort();
+}
 
-Error malformed(std::string what) { return Error{Errc::canonical_malformed, std::move(what)}; }
+Error malformed(std::string what) {
+  return Error{Errc::canonical_malformed, std::move(what)};
+}
 
 std::uint16_t get_u16(std::span<std::uint8_t const> b, std::size_t at) {
   return static_cast<std::uint16_t>((static_cast<unsigned>(b[at]) << 8U) | b[at + 1]);
 }
 
 std::uint32_t get_u32(std::span<std::uint8_t const> b, std::size_t at) {
-  return (static_cast<std::uint32_t>(b[at]) << 24U) | (static_cast<std::uint32_t>(b[at + 1]) << 16U) |
+  return (static_cast<std::uint32_t>(b[at]) << 24U) |
+         (static_cast<std::uint32_t>(b[at + 1]) << 16U) |
          (static_cast<std::uint32_t>(b[at + 2]) << 8U) | static_cast<std::uint32_t>(b[at + 3]);
 }
 
@@ -28,26 +33,33 @@ std::uint64_t get_u64(std::span<std::uint8_t const> b, std::size_t at) {
   return (static_cast<std::uint64_t>(get_u32(b, at)) << 32U) | get_u32(b, at + 4);
 }
 
-std::string tag_text(Tag tag) { return "tag " + std::to_string(tag); }
+std::string tag_text(Tag tag) {
+  return "tag " + std::to_string(tag);
+}
 
 // Fixed payload width of a scalar type, 0 for variable-length types.
 std::size_t fixed_width(FieldType t) {
   switch (t) {
     case FieldType::u8:
-    case FieldType::boolean: return 1;
-    case FieldType::u32: return 4;
+    case FieldType::boolean:
+      return 1;
+    case FieldType::u32:
+      return 4;
     case FieldType::u64:
-    case FieldType::i64: return 8;
+    case FieldType::i64:
+      return 8;
     case FieldType::bytes:
     case FieldType::string:
     case FieldType::record:
-    case FieldType::list: return 0;
+    case FieldType::list:
+      return 0;
   }
   return 0;
 }
 
 // Checks a scalar payload has exactly its type's width and, for booleans, a valid value.
-Result<> check_scalar(FieldType t, std::span<std::uint8_t const> payload, std::string const& where) {
+Result<> check_scalar(FieldType t, std::span<std::uint8_t const> payload,
+                      std::string const& where) {
   std::size_t const w = fixed_width(t);
   if (w != 0 && payload.size() != w) {
     return malformed(where + ": payload of " + std::to_string(payload.size()) +
@@ -67,7 +79,9 @@ Result<> check_scalar(FieldType t, std::span<std::uint8_t const> payload, std::s
 
 }  // namespace
 
-bool is_known_field_type(std::uint8_t t) noexcept { return t >= 0x01 && t <= 0x09; }
+bool is_known_field_type(std::uint8_t t) noexcept {
+  return t >= 0x01 && t <= 0x09;
+}
 
 // ---------------------------------------------------------------------------------- writer
 
@@ -86,7 +100,9 @@ CanonicalWriter::Frame& CanonicalWriter::top() {
   return stack_.back();
 }
 
-void CanonicalWriter::put_u8(std::uint8_t v) { out_.push_back(v); }
+void CanonicalWriter::put_u8(std::uint8_t v) {
+  out_.push_back(v);
+}
 
 void CanonicalWriter::put_u16(std::uint16_t v) {
   out_.push_back(static_cast<std::uint8_t>(v >> 8U));
@@ -105,7 +121,9 @@ void CanonicalWriter::put_u64(std::uint64_t v) {
   }
 }
 
-void CanonicalWriter::put_raw(std::span<std::uint8_t const> v) { out_.insert(out_.end(), v.begin(), v.end()); }
+void CanonicalWriter::put_raw(std::span<std::uint8_t const> v) {
+  out_.insert(out_.end(), v.begin(), v.end());
+}
 
 void CanonicalWriter::patch_length(std::size_t at) {
   std::size_t const len = out_.size() - (at + 4);
@@ -333,7 +351,8 @@ Result<CanonicalReader> CanonicalReader::make(RecordKind kind, std::span<std::ui
     std::string const where = tag_text(tag);
     if (tag == 0) return malformed("field tag 0 is reserved");
     if (tag <= last_tag) return malformed(where + ": tags not strictly increasing");
-    if (!is_known_field_type(type)) return malformed(where + ": unknown field type " + std::to_string(type));
+    if (!is_known_field_type(type))
+      return malformed(where + ": unknown field type " + std::to_string(type));
     at += kCanonicalFieldHeaderBytes;
     if (len > fields.size() - at) return malformed(where + ": payload runs past its record");
     CUSTOS_TRYV(check_scalar(static_cast<FieldType>(type), fields.subspan(at, len), where));

@@ -6,16 +6,17 @@
 namespace custos::core {
 
 std::vector<std::string*> identity_ids(ExecutionIdentity& id) {
-  return {&id.project_id,  &id.session_id,  &id.run_id,       &id.attempt_id,  &id.turn_id,
-          &id.action_id, &id.process_id, &id.workspace_id, &id.resource_id, &id.environment_id};
+  return {&id.project_id, &id.session_id, &id.run_id,       &id.attempt_id,  &id.turn_id,
+          &id.action_id,  &id.process_id, &id.workspace_id, &id.resource_id, &id.environment_id};
 }
 
 std::vector<std::string const*> identity_ids(ExecutionIdentity const& id) {
-  return {&id.project_id,  &id.session_id,  &id.run_id,       &id.attempt_id,  &id.turn_id,
-          &id.action_id, &id.process_id, &id.workspace_id, &id.resource_id, &id.environment_id};
+  return {&id.project_id, &id.session_id, &id.run_id,       &id.attempt_id,  &id.turn_id,
+          &id.action_id,  &id.process_id, &id.workspace_id, &id.resource_id, &id.environment_id};
 }
 
-std::vector<Diagnostic> validate_identity(ExecutionIdentity const& id, std::string_view pointer_base) {
+std::vector<Diagnostic> validate_identity(ExecutionIdentity const& id,
+                                          std::string_view pointer_base) {
   std::vector<Diagnostic> out;
   auto const ids = identity_ids(id);
   for (std::size_t i = 0; i < ids.size(); ++i) {

@@ -10,18 +10,23 @@
 namespace custos::core {
 namespace {
 
-bool has_nul(std::string_view s) noexcept { return s.find('\0') != std::string_view::npos; }
+bool has_nul(std::string_view s) noexcept {
+  return s.find('\0') != std::string_view::npos;
+}
 
 void add(std::vector<Diagnostic>& out, Errc code, std::string ptr, std::string msg) {
   out.push_back(Diagnostic{code, std::move(ptr), std::move(msg)});
 }
 
-std::string num(std::uint64_t v) { return std::to_string(v); }
+std::string num(std::uint64_t v) {
+  return std::to_string(v);
+}
 
 // Checks one plan number against [lo, hi] and reports with `code` when outside.
 void check_range(std::uint64_t v, std::uint64_t lo, std::uint64_t hi, Errc code,
                  std::string const& ptr, std::vector<Diagnostic>& out) {
-  if (v < lo || v > hi) add(out, code, ptr, "must be in " + num(lo) + ".." + num(hi) + ", is " + num(v));
+  if (v < lo || v > hi)
+    add(out, code, ptr, "must be in " + num(lo) + ".." + num(hi) + ", is " + num(v));
 }
 
 }  // namespace
@@ -48,7 +53,8 @@ bool is_valid_env_name(std::string_view name) noexcept {
   if (name.empty() || name.size() > kMaxEnvNameBytes) return false;
   auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
   if (!alpha(name.front())) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
 }
 
 bool is_valid_container_ref(std::string_view c) noexcept {
@@ -98,13 +104,20 @@ std::optional<std::uint32_t> signal_from_name(std::string_view name) noexcept {
 
 std::optional<std::string_view> signal_name(std::uint32_t number) noexcept {
   switch (number) {
-    case 1: return "SIGHUP";
-    case 2: return "SIGINT";
-    case 3: return "SIGQUIT";
-    case 10: return "SIGUSR1";
-    case 12: return "SIGUSR2";
-    case 15: return "SIGTERM";
-    default: return std::nullopt;
+    case 1:
+      return "SIGHUP";
+    case 2:
+      return "SIGINT";
+    case 3:
+      return "SIGQUIT";
+    case 10:
+      return "SIGUSR1";
+    case 12:
+      return "SIGUSR2";
+    case 15:
+      return "SIGTERM";
+    default:
+      return std::nullopt;
   }
 }
 
@@ -123,14 +136,22 @@ std::vector<Limit const*> limit_members(Limits const& l) {
 std::string_view to_string(WorkspaceAccess a) noexcept {
   return a == WorkspaceAccess::writable ? "writable" : "read_only";
 }
-std::string_view to_string(IoMode m) noexcept { return m == IoMode::pty ? "pty" : "pipes"; }
-std::string_view to_string(OnLimit o) noexcept { return o == OnLimit::cancel ? "cancel" : "truncate"; }
+std::string_view to_string(IoMode m) noexcept {
+  return m == IoMode::pty ? "pty" : "pipes";
+}
+std::string_view to_string(OnLimit o) noexcept {
+  return o == OnLimit::cancel ? "cancel" : "truncate";
+}
 std::string_view to_string(BackendKind k) noexcept {
   switch (k) {
-    case BackendKind::native: return "native";
-    case BackendKind::reference: return "reference";
-    case BackendKind::docker: return "docker";
-    case BackendKind::podman: return "podman";
+    case BackendKind::native:
+      return "native";
+    case BackendKind::reference:
+      return "reference";
+    case BackendKind::docker:
+      return "docker";
+    case BackendKind::podman:
+      return "podman";
   }
   return "native";
 }
@@ -280,8 +301,10 @@ void validate_io(IoPolicy const& io, std::string const& ptr, std::vector<Diagnos
     add(out, Errc::plan_invalid_io, pointer_append(ptr, "mode"), "must be pipes or pty");
     return;
   }
-  check_range(io.rows, 1, kMaxPtyDimension, Errc::plan_invalid_io, pointer_append(ptr, "rows"), out);
-  check_range(io.cols, 1, kMaxPtyDimension, Errc::plan_invalid_io, pointer_append(ptr, "cols"), out);
+  check_range(io.rows, 1, kMaxPtyDimension, Errc::plan_invalid_io, pointer_append(ptr, "rows"),
+              out);
+  check_range(io.cols, 1, kMaxPtyDimension, Errc::plan_invalid_io, pointer_append(ptr, "cols"),
+              out);
 }
 
 void validate_limits(Limits const& l, std::string const& ptr, std::vector<Diagnostic>& out) {
@@ -297,7 +320,8 @@ void validate_limits(Limits const& l, std::string const& ptr, std::vector<Diagno
 void validate_output(OutputPolicy const& o, std::string const& ptr, std::vector<Diagnostic>& out) {
   auto const code = Errc::plan_invalid_output_policy;
   check_range(o.chunk_bytes, 1, kMaxChunkBytes, code, pointer_append(ptr, "chunk_bytes"), out);
-  check_range(o.retained_bytes, 0, kMaxRetainedBytes, code, pointer_append(ptr, "retained_bytes"), out);
+  check_range(o.retained_bytes, 0, kMaxRetainedBytes, code, pointer_append(ptr, "retained_bytes"),
+              out);
   check_range(o.spool_bytes, 0, kMaxPlanNumber, code, pointer_append(ptr, "spool_bytes"), out);
   check_range(o.max_events, 1, kMaxPlanNumber, code, pointer_append(ptr, "max_events"), out);
   if (o.on_limit != OnLimit::truncate && o.on_limit != OnLimit::cancel) {
@@ -305,14 +329,16 @@ void validate_output(OutputPolicy const& o, std::string const& ptr, std::vector<
   }
 }
 
-void validate_escalation(Escalation const& e, std::string const& ptr, std::vector<Diagnostic>& out) {
+void validate_escalation(Escalation const& e, std::string const& ptr,
+                         std::vector<Diagnostic>& out) {
   auto const code = Errc::plan_invalid_escalation;
   if (!signal_name(e.signal)) {
     add(out, code, pointer_append(ptr, "signal"),
         "must be one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2");
   }
   check_range(e.grace_ms, 0, kMaxEscalationMs, code, pointer_append(ptr, "grace_ms"), out);
-  check_range(e.kill_after_ms, 1, kMaxEscalationMs, code, pointer_append(ptr, "kill_after_ms"), out);
+  check_range(e.kill_after_ms, 1, kMaxEscalationMs, code, pointer_append(ptr, "kill_after_ms"),
+              out);
 }
 
 void validate_user(UserSpec const& u, std::string const& ptr, std::vector<Diagnostic>& out) {

@@ -10,11 +10,14 @@
 namespace custos::core {
 namespace {
 
-Error malformed(std::string what) { return Error{Errc::canonical_malformed, std::move(what)}; }
+Error malformed(std::string what) {
+  return Error{Errc::canonical_malformed, std::move(what)};
+}
 
 Error invalid_decoded(std::vector<Diagnostic> diags) {
   Error e = Error::from_diagnostics(std::move(diags));
-  e.context = "decoded value breaks a plan rule (" + std::string{errc_wire(e.code)} + ": " + e.context + ")";
+  e.context = "decoded value breaks a plan rule (" + std::string{errc_wire(e.code)} + ": " +
+              e.context + ")";
   e.code = Errc::canonical_malformed;
   return e;
 }
@@ -39,7 +42,10 @@ void write_command(CanonicalWriter& w, Command const& c) {
 void write_workspace(CanonicalWriter& w, Workspace const& ws) {
   static_assert(Workspace::kFieldCount == 2);
   auto const& [root, access] = ws;
-  w.begin_record(2, kind::workspace).string(1, root).u8(2, static_cast<std::uint8_t>(access)).end_record();
+  w.begin_record(2, kind::workspace)
+      .string(1, root)
+      .u8(2, static_cast<std::uint8_t>(access))
+      .end_record();
 }
 
 void write_env(CanonicalWriter& w, std::vector<EnvEntry> const& env) {
@@ -50,7 +56,10 @@ void write_env(CanonicalWriter& w, std::vector<EnvEntry> const& env) {
     // Distinct record kinds, not a flag: an inherited entry and a literal one can never
     // encode to the same bytes, whatever the value.
     if (value) {
-      w.begin_element_record(kind::env_literal).string(1, name).string(2, *value).end_element_record();
+      w.begin_element_record(kind::env_literal)
+          .string(1, name)
+          .string(2, *value)
+          .end_element_record();
     } else {
       w.begin_element_record(kind::env_inherit).string(1, name).end_element_record();
     }
@@ -74,7 +83,8 @@ void write_limits(CanonicalWriter& w, Limits const& l) {
   auto const& [wall, cpu, memory, processes, open_files, disk, output, stdin_bytes] = l;
   w.begin_record(6, kind::limits);
   Tag tag = 1;
-  for (Limit const* v : {&wall, &cpu, &memory, &processes, &open_files, &disk, &output, &stdin_bytes}) {
+  for (Limit const* v :
+       {&wall, &cpu, &memory, &processes, &open_files, &disk, &output, &stdin_bytes}) {
     if (*v) w.u64(tag, **v);  // absent = unlimited
     ++tag;
   }
@@ -84,7 +94,11 @@ void write_limits(CanonicalWriter& w, Limits const& l) {
 void write_output(CanonicalWriter& w, OutputPolicy const& o) {
   static_assert(OutputPolicy::kFieldCount == 5);
   auto const& [chunk, retained, spool, max_events, on_limit] = o;
-  w.begin_record(7, kind::output_policy).u64(1, chunk).u64(2, retained).u64(3, spool).u64(4, max_events);
+  w.begin_record(7, kind::output_policy)
+      .u64(1, chunk)
+      .u64(2, retained)
+      .u64(3, spool)
+      .u64(4, max_events);
   w.u8(5, static_cast<std::uint8_t>(on_limit)).end_record();
 }
 
@@ -119,7 +133,8 @@ void write_backend(CanonicalWriter& w, Backend const& b) {
 
 void write_plan_fields(CanonicalWriter& w, ExecutionPlan const& p) {
   static_assert(ExecutionPlan::kFieldCount == 11);
-  auto const& [command, workspace, cwd, env, io, limits, output, escalation, user, sandbox, backend] = p;
+  auto const& [command, workspace, cwd, env, io, limits, output, escalation, user, sandbox,
+               backend] = p;
   write_command(w, command);
   write_workspace(w, workspace);
   w.string(3, cwd);
@@ -148,7 +163,8 @@ Result<ExecutionIdentity> read_identity_fields(CanonicalReader& r) {
 
 template <class Enum>
 Result<Enum> enum_from_u8(std::uint8_t v, std::uint8_t max, char const* what) {
-  if (v < 1 || v > max) return malformed(std::string{what} + " value " + std::to_string(v) + " unknown");
+  if (v < 1 || v > max)
+    return malformed(std::string{what} + " value " + std::to_string(v) + " unknown");
   return static_cast<Enum>(v);
 }
 
@@ -295,7 +311,8 @@ Result<std::vector<std::uint8_t>> encode_plan(ExecutionPlan const& plan) {
   return std::move(w).finish();
 }
 
-Result<std::vector<std::uint8_t>> encode_execution(ExecutionIdentity const& id, ExecutionPlan const& plan) {
+Result<std::vector<std::uint8_t>> encode_execution(ExecutionIdentity const& id,
+                                                   ExecutionPlan const& plan) {
   auto diags = validate_identity(id, "/identity");
   auto plan_diags = validate_plan(plan, "/plan");
   diags.insert(diags.end(), plan_diags.begin(), plan_diags.end());

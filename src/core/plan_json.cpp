@@ -19,14 +19,21 @@ namespace {
 
 std::string_view kind_name(json::kind k) {
   switch (k) {
-    case json::kind::null: return "null";
-    case json::kind::bool_: return "a boolean";
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a boolean";
     case json::kind::int64:
-    case json::kind::uint64: return "an integer";
-    case json::kind::double_: return "a floating-point number";
-    case json::kind::string: return "a string";
-    case json::kind::array: return "an array";
-    case json::kind::object: return "an object";
+    case json::kind::uint64:
+      return "an integer";
+    case json::kind::double_:
+      return "a floating-point number";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
   }
   return "a value";
 }
@@ -58,7 +65,8 @@ class Walker {
   }
 
   // Reports every member not in `allowed`, in document order.
-  void only(json::object const& o, std::string const& ptr, std::initializer_list<std::string_view> allowed) {
+  void only(json::object const& o, std::string const& ptr,
+            std::initializer_list<std::string_view> allowed) {
     for (auto const& kv : o) {
       if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end()) {
         add(Errc::plan_unknown_field, pointer_append(ptr, kv.key()), "unknown member");
@@ -99,8 +107,8 @@ class Walker {
   }
 
   // A non-negative integer no larger than `max`; a negative or too large one is `range_code`.
-  bool unsigned_int(json::value const& v, std::string const& ptr, std::uint64_t max, Errc range_code,
-                    std::uint64_t& out) {
+  bool unsigned_int(json::value const& v, std::string const& ptr, std::uint64_t max,
+                    Errc range_code, std::uint64_t& out) {
     if (auto const* i = v.if_int64()) {
       if (*i < 0) {
         add(range_code, ptr, "must not be negative");
@@ -122,8 +130,8 @@ class Walker {
 
   // Optional numeric member: leaves `out` at its default when absent.
   template <class T>
-  void opt_number(json::object const& o, std::string const& ptr, std::string_view key, std::uint64_t max,
-                  Errc range_code, T& out) {
+  void opt_number(json::object const& o, std::string const& ptr, std::string_view key,
+                  std::uint64_t max, Errc range_code, T& out) {
     if (auto const* v = optional(o, key)) {
       std::uint64_t n = 0;
       if (unsigned_int(*v, pointer_append(ptr, key), max, range_code, n)) out = static_cast<T>(n);
@@ -199,7 +207,8 @@ void parse_cwd(Walker& w, json::value const& v, std::string const& ptr, std::str
   then_validate(w, before, [&](auto& d) { validate_cwd(out, ptr, d); });
 }
 
-void parse_env(Walker& w, json::value const& v, std::string const& ptr, std::vector<EnvEntry>& out) {
+void parse_env(Walker& w, json::value const& v, std::string const& ptr,
+               std::vector<EnvEntry>& out) {
   auto const* a = w.array(v, ptr);
   if (a == nullptr) return;
   out.resize(a->size());
@@ -225,7 +234,8 @@ void parse_env(Walker& w, json::value const& v, std::string const& ptr, std::vec
         std::string s;
         if (w.string(*value, pointer_append(eptr, "value"), s)) out[i].value = std::move(s);
         if (has_inherit && inherit) {
-          w.add(Errc::plan_env_conflict, eptr, "has both inherit and value; an entry is one or the other");
+          w.add(Errc::plan_env_conflict, eptr,
+                "has both inherit and value; an entry is one or the other");
         }
       } else if (!has_inherit) {
         w.add(Errc::plan_env_conflict, eptr, "needs either \"inherit\": true or a \"value\"");
@@ -266,7 +276,8 @@ void parse_io(Walker& w, json::value const& v, std::string const& ptr, IoPolicy&
   if (w.diags.size() != before) return;
   if (out.mode == IoMode::pipes) {
     for (std::string_view key : {"rows", "cols", "resize"}) {
-      if (o->contains(key)) w.add(Errc::plan_invalid_io, pointer_append(ptr, key), "applies to mode pty only");
+      if (o->contains(key))
+        w.add(Errc::plan_invalid_io, pointer_append(ptr, key), "applies to mode pty only");
     }
     return;
   }
@@ -284,8 +295,9 @@ void parse_limits(Walker& w, json::value const& v, std::string const& ptr, Limit
   std::size_t const before = w.diags.size();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
-  w.only(*o, ptr, {kLimitNames[0], kLimitNames[1], kLimitNames[2], kLimitNames[3], kLimitNames[4],
-                   kLimitNames[5], kLimitNames[6], kLimitNames[7]});
+  w.only(*o, ptr,
+         {kLimitNames[0], kLimitNames[1], kLimitNames[2], kLimitNames[3], kLimitNames[4],
+          kLimitNames[5], kLimitNames[6], kLimitNames[7]});
   auto members = limit_members(out);
   for (std::size_t i = 0; i < members.size(); ++i) {
     auto const* lv = Walker::optional(*o, kLimitNames[i]);
@@ -351,7 +363,8 @@ void parse_escalation(Walker& w, json::value const& v, std::string const& ptr, E
   then_validate(w, before, [&](auto& d) { validate_escalation(out, ptr, d); });
 }
 
-void parse_user(Walker& w, json::value const& v, std::string const& ptr, std::optional<UserSpec>& out) {
+void parse_user(Walker& w, json::value const& v, std::string const& ptr,
+                std::optional<UserSpec>& out) {
   std::size_t const before = w.diags.size();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
@@ -361,10 +374,12 @@ void parse_user(Walker& w, json::value const& v, std::string const& ptr, std::op
   auto const code = Errc::plan_invalid_user;
   std::uint64_t n = 0;
   if (auto const* uid = w.required(*o, ptr, "uid")) {
-    if (w.unsigned_int(*uid, pointer_append(ptr, "uid"), kMaxId, code, n)) u.uid = static_cast<std::uint32_t>(n);
+    if (w.unsigned_int(*uid, pointer_append(ptr, "uid"), kMaxId, code, n))
+      u.uid = static_cast<std::uint32_t>(n);
   }
   if (auto const* gid = w.required(*o, ptr, "gid")) {
-    if (w.unsigned_int(*gid, pointer_append(ptr, "gid"), kMaxId, code, n)) u.gid = static_cast<std::uint32_t>(n);
+    if (w.unsigned_int(*gid, pointer_append(ptr, "gid"), kMaxId, code, n))
+      u.gid = static_cast<std::uint32_t>(n);
   }
   if (auto const* groups = Walker::optional(*o, "groups")) {
     std::string const gptr = pointer_append(ptr, "groups");
@@ -435,10 +450,10 @@ Result<ExecutionIdentity> parse_identity(json::value const& v, std::string_view 
   ExecutionIdentity id;
   auto const* o = w.object(v, base);
   if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
-  w.only(*o, base, {kIdentityIdNames[0], kIdentityIdNames[1], kIdentityIdNames[2],
-                    kIdentityIdNames[3], kIdentityIdNames[4], kIdentityIdNames[5],
-                    kIdentityIdNames[6], kIdentityIdNames[7], kIdentityIdNames[8],
-                    kIdentityIdNames[9], "generation", "revision"});
+  w.only(*o, base,
+         {kIdentityIdNames[0], kIdentityIdNames[1], kIdentityIdNames[2], kIdentityIdNames[3],
+          kIdentityIdNames[4], kIdentityIdNames[5], kIdentityIdNames[6], kIdentityIdNames[7],
+          kIdentityIdNames[8], kIdentityIdNames[9], "generation", "revision"});
   auto ids = identity_ids(id);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     std::string const ptr = pointer_append(base, kIdentityIdNames[i]);
@@ -467,20 +482,27 @@ Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_
   ExecutionPlan plan;
   auto const* o = w.object(v, base);
   if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
-  w.only(*o, base, {"command", "workspace", "cwd", "env", "io", "limits", "output", "escalation",
-                    "user", "sandbox", "backend"});
+  w.only(*o, base,
+         {"command", "workspace", "cwd", "env", "io", "limits", "output", "escalation", "user",
+          "sandbox", "backend"});
   auto at = [&](std::string_view key) { return pointer_append(base, key); };
-  if (auto const* m = w.required(*o, base, "command")) parse_command(w, *m, at("command"), plan.command);
-  if (auto const* m = w.required(*o, base, "workspace")) parse_workspace(w, *m, at("workspace"), plan.workspace);
+  if (auto const* m = w.required(*o, base, "command"))
+    parse_command(w, *m, at("command"), plan.command);
+  if (auto const* m = w.required(*o, base, "workspace"))
+    parse_workspace(w, *m, at("workspace"), plan.workspace);
   if (auto const* m = Walker::optional(*o, "cwd")) parse_cwd(w, *m, at("cwd"), plan.cwd);
   if (auto const* m = Walker::optional(*o, "env")) parse_env(w, *m, at("env"), plan.env);
   if (auto const* m = Walker::optional(*o, "io")) parse_io(w, *m, at("io"), plan.io);
-  if (auto const* m = Walker::optional(*o, "limits")) parse_limits(w, *m, at("limits"), plan.limits);
-  if (auto const* m = Walker::optional(*o, "output")) parse_output(w, *m, at("output"), plan.output);
-  if (auto const* m = Walker::optional(*o, "escalation")) parse_escalation(w, *m, at("escalation"), plan.escalation);
+  if (auto const* m = Walker::optional(*o, "limits"))
+    parse_limits(w, *m, at("limits"), plan.limits);
+  if (auto const* m = Walker::optional(*o, "output"))
+    parse_output(w, *m, at("output"), plan.output);
+  if (auto const* m = Walker::optional(*o, "escalation"))
+    parse_escalation(w, *m, at("escalation"), plan.escalation);
   if (auto const* m = Walker::optional(*o, "user")) parse_user(w, *m, at("user"), plan.user);
   if (auto const* m = Walker::optional(*o, "sandbox")) parse_sandbox(w, *m, at("sandbox"));
-  if (auto const* m = Walker::optional(*o, "backend")) parse_backend(w, *m, at("backend"), plan.backend);
+  if (auto const* m = Walker::optional(*o, "backend"))
+    parse_backend(w, *m, at("backend"), plan.backend);
   if (!w.diags.empty()) return Error::from_diagnostics(std::move(w.diags));
   return plan;
 }
@@ -501,7 +523,8 @@ json::value to_json(ExecutionPlan const& p) {
   json::array argv;
   for (auto const& a : p.command.argv) argv.emplace_back(a);
   o["command"] = json::object{{"executable", p.command.executable}, {"argv", std::move(argv)}};
-  o["workspace"] = json::object{{"root", p.workspace.root}, {"access", to_string(p.workspace.access)}};
+  o["workspace"] =
+      json::object{{"root", p.workspace.root}, {"access", to_string(p.workspace.access)}};
   o["cwd"] = p.cwd;
   json::array env;
   for (auto const& e : p.env) {
@@ -513,7 +536,8 @@ json::value to_json(ExecutionPlan const& p) {
   }
   o["env"] = std::move(env);
   if (p.io.mode == IoMode::pty) {
-    o["io"] = json::object{{"mode", "pty"}, {"rows", p.io.rows}, {"cols", p.io.cols}, {"resize", p.io.resize}};
+    o["io"] = json::object{
+        {"mode", "pty"}, {"rows", p.io.rows}, {"cols", p.io.cols}, {"resize", p.io.resize}};
   } else {
     o["io"] = json::object{{"mode", "pipes"}};
   }
@@ -538,7 +562,8 @@ json::value to_json(ExecutionPlan const& p) {
   if (p.user) {
     json::array groups;
     for (auto g : p.user->groups) groups.emplace_back(g);
-    o["user"] = json::object{{"uid", p.user->uid}, {"gid", p.user->gid}, {"groups", std::move(groups)}};
+    o["user"] =
+        json::object{{"uid", p.user->uid}, {"gid", p.user->gid}, {"groups", std::move(groups)}};
   }
   o["sandbox"] = json::object{};
   json::object backend{{"kind", to_string(p.backend.kind)}};

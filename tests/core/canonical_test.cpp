@@ -21,7 +21,11 @@ std::vector<std::uint8_t> bytes_of(std::string const& hex) {
 
 TEST(Canonical, EmptyDocumentIsHeaderOnly) {
   auto doc = CanonicalWriter{kTestKind}.finish();
-  EXPECT_EQ(to_hex(doc), "43535453" "0001" "7f01" "00000000");
+  EXPECT_EQ(to_hex(doc),
+            "43535453"
+            "0001"
+            "7f01"
+            "00000000");
   auto r = CanonicalReader::open(doc, kTestKind);
   ASSERT_TRUE(r);
   EXPECT_TRUE(r->finish());
@@ -29,18 +33,43 @@ TEST(Canonical, EmptyDocumentIsHeaderOnly) {
 
 TEST(Canonical, ScalarFieldsHaveExactBytes) {
   CanonicalWriter w{kTestKind};
-  w.u8(1, 0xAB).u32(2, 0x01020304).u64(3, 0x0102030405060708ULL).i64(4, -2).boolean(5, true).string(
-      6, "hi");
+  w.u8(1, 0xAB)
+      .u32(2, 0x01020304)
+      .u64(3, 0x0102030405060708ULL)
+      .i64(4, -2)
+      .boolean(5, true)
+      .string(6, "hi");
   auto doc = std::move(w).finish();
   std::string const body =
-      "0001" "01" "00000001" "ab"
-      "0002" "02" "00000004" "01020304"
-      "0003" "03" "00000008" "0102030405060708"
-      "0004" "04" "00000008" "fffffffffffffffe"
-      "0005" "05" "00000001" "01"
-      "0006" "07" "00000002" "6869";
+      "0001"
+      "01"
+      "00000001"
+      "ab"
+      "0002"
+      "02"
+      "00000004"
+      "01020304"
+      "0003"
+      "03"
+      "00000008"
+      "0102030405060708"
+      "0004"
+      "04"
+      "00000008"
+      "fffffffffffffffe"
+      "0005"
+      "05"
+      "00000001"
+      "01"
+      "0006"
+      "07"
+      "00000002"
+      "6869";
   auto expected_body = bytes_of(body);
-  std::vector<std::uint8_t> header = bytes_of("43535453" "0001" "7f01");
+  std::vector<std::uint8_t> header = bytes_of(
+      "43535453"
+      "0001"
+      "7f01");
   auto n = static_cast<std::uint32_t>(expected_body.size());
   header.push_back(static_cast<std::uint8_t>(n >> 24U));
   header.push_back(static_cast<std::uint8_t>(n >> 16U));

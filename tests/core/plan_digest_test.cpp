@@ -8,9 +8,10 @@
 #include <set>
 #include <string>
 
-#include "core/plan_fixtures.hpp"
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
+
+#include "core/plan_fixtures.hpp"
 
 namespace custos::core {
 namespace {
@@ -86,16 +87,17 @@ std::vector<Mutator> const& mutators() {
 // counted through its own members (plan.cwd is the plan's one direct leaf; the sandbox has none).
 constexpr std::size_t kLeafFields =
     ExecutionIdentity::kFieldCount + Command::kFieldCount + Workspace::kFieldCount + 1 /* cwd */ +
-    EnvEntry::kFieldCount + IoPolicy::kFieldCount + Limits::kFieldCount + OutputPolicy::kFieldCount +
-    Escalation::kFieldCount + UserSpec::kFieldCount + SandboxRequirements::kFieldCount +
-    Backend::kFieldCount;
+    EnvEntry::kFieldCount + IoPolicy::kFieldCount + Limits::kFieldCount +
+    OutputPolicy::kFieldCount + Escalation::kFieldCount + UserSpec::kFieldCount +
+    SandboxRequirements::kFieldCount + Backend::kFieldCount;
 // The plan's own members: command, workspace, cwd, env, io, limits, output, escalation, user,
 // sandbox, backend — each covered above through its leaves.
 static_assert(ExecutionPlan::kFieldCount == 11);
 
 TEST(PlanDigest, EveryFieldHasAMutator) {
   std::set<std::string> names;
-  for (auto const& m : mutators()) EXPECT_TRUE(names.insert(m.field).second) << "duplicate " << m.field;
+  for (auto const& m : mutators())
+    EXPECT_TRUE(names.insert(m.field).second) << "duplicate " << m.field;
   EXPECT_EQ(mutators().size(), kLeafFields)
       << "a struct member was added or removed: add its mutator here and encode it";
 }
@@ -114,7 +116,8 @@ TEST(PlanDigest, ChangingAnySingleFieldChangesTheDigest) {
     auto d = plan_digest(id, plan);
     ASSERT_TRUE(d) << m.field << ": " << d.error().message();
     EXPECT_NE(*d, *base) << m.field;
-    EXPECT_TRUE(digests.insert(d->to_string()).second) << m.field << " collides with another mutation";
+    EXPECT_TRUE(digests.insert(d->to_string()).second)
+        << m.field << " collides with another mutation";
     // And the decoded value carries the change.
     auto bytes = encode_execution(id, plan).value();
     auto back = decode_execution(bytes);

@@ -35,7 +35,8 @@ inline boost::json::object example_request() {
       "sandbox": {},
       "backend": {"kind": "native"}
     }
-  })").as_object();
+  })")
+      .as_object();
 }
 
 // A plan in which every member is meaningful (pty, user, engine backend, both env kinds), so
@@ -51,7 +52,8 @@ inline ExecutionPlan full_plan() {
   p.output = {4096, 8192, 16384, 32, OnLimit::cancel};
   p.escalation = {2, 100, 200};
   p.user = UserSpec{1000, 1001, {4, 27, 1002}};
-  p.backend = {BackendKind::podman, std::string{"c0ffee"}, std::string{"/run/user/1000/podman.sock"}};
+  p.backend = {BackendKind::podman, std::string{"c0ffee"},
+               std::string{"/run/user/1000/podman.sock"}};
   return p;
 }
 
@@ -62,7 +64,8 @@ inline ExecutionIdentity full_identity() {
 // ---------------------------------------------------------------------------- generators
 
 inline rc::Gen<std::string> gen_id() {
-  static const std::string kFirst = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:";
+  static const std::string kFirst =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:";
   static const std::string kRest = kFirst + ".-";
   return rc::gen::apply(
       [](char first, std::vector<char> rest) {
@@ -71,14 +74,32 @@ inline rc::Gen<std::string> gen_id() {
         return s;
       },
       rc::gen::elementOf(kFirst),  // never '.' or '-' first
-      rc::gen::container<std::vector<char>>(*rc::gen::inRange<std::size_t>(0, 20), rc::gen::elementOf(kRest)));
+      rc::gen::container<std::vector<char>>(*rc::gen::inRange<std::size_t>(0, 20),
+                                            rc::gen::elementOf(kRest)));
 }
 
 // Text made of whole UTF-8 pieces (ASCII, escapes, 2-, 3- and 4-byte sequences), never NUL.
 inline rc::Gen<std::string> gen_text(std::size_t max_pieces = 12) {
-  static const std::vector<std::string> kPieces = {
-      "a", "Z", "0", " ", "-", "_", "/", ".", "=", "\"", "\\", "\n", "\t", "\x01", "\xc3\xa9",
-      "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x9a\x80", "~", "$HOME", "'"};
+  static const std::vector<std::string> kPieces = {"a",
+                                                   "Z",
+                                                   "0",
+                                                   " ",
+                                                   "-",
+                                                   "_",
+                                                   "/",
+                                                   ".",
+                                                   "=",
+                                                   "\"",
+                                                   "\\",
+                                                   "\n",
+                                                   "\t",
+                                                   "\x01",
+                                                   "\xc3\xa9",
+                                                   "\xe6\x97\xa5\xe6\x9c\xac",
+                                                   "\xf0\x9f\x9a\x80",
+                                                   "~",
+                                                   "$HOME",
+                                                   "'"};
   return rc::gen::map(
       rc::gen::container<std::vector<std::string>>(*rc::gen::inRange<std::size_t>(0, max_pieces),
                                                    rc::gen::elementOf(kPieces)),
@@ -91,9 +112,9 @@ inline rc::Gen<std::string> gen_text(std::size_t max_pieces = 12) {
 
 inline rc::Gen<std::string> gen_component() {
   static const std::string kChars = "abcdefghijklmnopqrstuvwxyz0123456789_.-";
-  return rc::gen::suchThat(
-      rc::gen::container<std::string>(*rc::gen::inRange<std::size_t>(1, 8), rc::gen::elementOf(kChars)),
-      [](std::string const& c) { return c != "." && c != ".."; });
+  return rc::gen::suchThat(rc::gen::container<std::string>(*rc::gen::inRange<std::size_t>(1, 8),
+                                                           rc::gen::elementOf(kChars)),
+                           [](std::string const& c) { return c != "." && c != ".."; });
 }
 
 inline rc::Gen<std::string> gen_rel_path(std::size_t min_parts) {
@@ -127,7 +148,8 @@ inline ExecutionIdentity generate_identity() {
 inline ExecutionPlan generate_plan() {
   ExecutionPlan p;
   p.command.executable = *gen_abs_path(1);
-  p.command.argv = *rc::gen::container<std::vector<std::string>>(*rc::gen::inRange<std::size_t>(1, 6), gen_text());
+  p.command.argv = *rc::gen::container<std::vector<std::string>>(
+      *rc::gen::inRange<std::size_t>(1, 6), gen_text());
   p.workspace.root = *gen_abs_path(0);
   p.workspace.access = *rc::gen::element(WorkspaceAccess::read_only, WorkspaceAccess::writable);
   p.cwd = *rc::gen::oneOf(rc::gen::just(std::string{"."}), gen_rel_path(1));
@@ -135,7 +157,8 @@ inline ExecutionPlan generate_plan() {
   for (std::size_t i = 0; i < n_env; ++i) {
     EnvEntry e;
     // Unique by construction: the index is part of the name.
-    e.name = *rc::gen::element<std::string>("PATH", "HOME", "X", "_v", "LANG") + "_" + std::to_string(i);
+    e.name =
+        *rc::gen::element<std::string>("PATH", "HOME", "X", "_v", "LANG") + "_" + std::to_string(i);
     if (*rc::gen::arbitrary<bool>()) e.value = *gen_text();
     p.env.push_back(std::move(e));
   }
@@ -156,15 +179,15 @@ inline ExecutionPlan generate_plan() {
     UserSpec u;
     u.uid = *rc::gen::inRange<std::uint32_t>(0, 4294967295U);
     u.gid = *rc::gen::inRange<std::uint32_t>(0, 4294967295U);
-    auto groups = *rc::gen::container<std::vector<std::uint32_t>>(*rc::gen::inRange<std::size_t>(0, 6),
-                                                                   rc::gen::inRange<std::uint32_t>(0, 100000));
+    auto groups = *rc::gen::container<std::vector<std::uint32_t>>(
+        *rc::gen::inRange<std::size_t>(0, 6), rc::gen::inRange<std::uint32_t>(0, 100000));
     std::sort(groups.begin(), groups.end());
     groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
     u.groups = std::move(groups);
     p.user = std::move(u);
   }
-  p.backend.kind = *rc::gen::element(BackendKind::native, BackendKind::reference, BackendKind::docker,
-                                     BackendKind::podman);
+  p.backend.kind = *rc::gen::element(BackendKind::native, BackendKind::reference,
+                                     BackendKind::docker, BackendKind::podman);
   if (p.backend.kind == BackendKind::docker || p.backend.kind == BackendKind::podman) {
     p.backend.container = "c" + *gen_component();
     if (*rc::gen::arbitrary<bool>()) p.backend.socket = "/run/" + *gen_component() + ".sock";

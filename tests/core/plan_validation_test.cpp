@@ -5,8 +5,9 @@
 #include <functional>
 #include <string>
 
-#include "core/plan_fixtures.hpp"
 #include "custos/core/plan_json.hpp"
+
+#include "core/plan_fixtures.hpp"
 
 namespace custos::core {
 namespace {
@@ -21,9 +22,13 @@ struct Case {
   std::string pointer;
 };
 
-std::string big(std::size_t n) { return std::string(n, 'x'); }
+std::string big(std::size_t n) {
+  return std::string(n, 'x');
+}
 
-json::object& sub(json::object& o, char const* key) { return o[key].as_object(); }
+json::object& sub(json::object& o, char const* key) {
+  return o[key].as_object();
+}
 
 std::vector<Case> const& cases() {
   using I = json::object;
@@ -158,7 +163,9 @@ std::vector<Case> const& cases() {
 }
 
 // Printed by name only in failure messages.
-void PrintTo(Case const& c, std::ostream* os) { *os << c.name; }
+void PrintTo(Case const& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class PlanRule : public ::testing::TestWithParam<Case> {};
 
@@ -246,7 +253,8 @@ TEST(PlanParse, CwdIsNormalized) {
 
 TEST(PlanParse, GroupsAreSorted) {
   auto req = example_request();
-  req["plan"].as_object()["user"] = json::object{{"uid", 1}, {"gid", 2}, {"groups", json::array{30, 10, 20}}};
+  req["plan"].as_object()["user"] =
+      json::object{{"uid", 1}, {"gid", 2}, {"groups", json::array{30, 10, 20}}};
   auto plan = parse_plan(req["plan"]);
   ASSERT_TRUE(plan) << plan.error().message();
   EXPECT_EQ(plan->user->groups, (std::vector<std::uint32_t>{10, 20, 30}));

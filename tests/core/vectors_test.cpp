@@ -3,9 +3,8 @@
 //
 // CUSTOS_REGENERATE_VECTORS=1 rewrites each file's "expect" from the inputs instead of checking
 // (used once when a vector is added; the result is reviewed and checked in).
-#include <gtest/gtest.h>
-
 #include <boost/json.hpp>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -26,7 +25,8 @@ namespace json = boost::json;
 
 std::vector<fs::path> vector_files() {
   std::vector<fs::path> out;
-  for (auto const& e : fs::directory_iterator(fs::path{CUSTOS_SOURCE_DIR} / "conformance" / "vectors")) {
+  for (auto const& e :
+       fs::directory_iterator(fs::path{CUSTOS_SOURCE_DIR} / "conformance" / "vectors")) {
     if (e.path().extension() == ".json") out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
@@ -55,7 +55,8 @@ json::object compute_expect(json::object const& input) {
     Error const e = Error::from_diagnostics(all);
     expect["error"] = e.wire();
     json::array diags;
-    for (auto const& d : all) diags.emplace_back(json::object{{"code", errc_wire(d.code)}, {"pointer", d.pointer}});
+    for (auto const& d : all)
+      diags.emplace_back(json::object{{"code", errc_wire(d.code)}, {"pointer", d.pointer}});
     expect["diagnostics"] = std::move(diags);
     return expect;
   }

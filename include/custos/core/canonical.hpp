@@ -117,11 +117,11 @@ class CanonicalWriter {
   enum class FrameKind : std::uint8_t { document, record, list, element_record };
   struct Frame {
     FrameKind kind;
-    std::size_t length_at;  // offset of the u32 length to patch when the frame closes
-    std::uint32_t last_tag; // last field tag written (records/documents)
-    FieldType element_type; // lists only
-    std::uint32_t count;    // lists only: elements written so far
-    std::size_t count_at;   // lists only: offset of the u32 count
+    std::size_t length_at;   // offset of the u32 length to patch when the frame closes
+    std::uint32_t last_tag;  // last field tag written (records/documents)
+    FieldType element_type;  // lists only
+    std::uint32_t count;     // lists only: elements written so far
+    std::size_t count_at;    // lists only: offset of the u32 count
   };
 
   void field_header(Tag tag, FieldType type, std::size_t payload_len);

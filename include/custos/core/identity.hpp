@@ -39,7 +39,7 @@ struct ExecutionIdentity {
 
 // The JSON names of the ten id members, in member order.
 inline constexpr std::string_view kIdentityIdNames[] = {
-    "project_id", "session_id",   "run_id",      "attempt_id",  "turn_id",
+    "project_id", "session_id", "run_id",       "attempt_id",  "turn_id",
     "action_id",  "process_id", "workspace_id", "resource_id", "environment_id"};
 
 // Pointers to the ten id members, in the order of kIdentityIdNames.

@@ -116,9 +116,9 @@ inline constexpr Limit kDefaultCpuMs = std::nullopt;        // unlimited
 inline constexpr Limit kDefaultMemoryBytes = std::nullopt;  // unlimited
 inline constexpr Limit kDefaultProcesses = 1024;
 inline constexpr Limit kDefaultOpenFiles = 1024;
-inline constexpr Limit kDefaultDiskBytes = std::nullopt;      // unlimited
-inline constexpr Limit kDefaultOutputBytes = 64ULL << 20U;    // 64 MiB over all streams
-inline constexpr Limit kDefaultStdinBytes = 1ULL << 20U;      // 1 MiB
+inline constexpr Limit kDefaultDiskBytes = std::nullopt;    // unlimited
+inline constexpr Limit kDefaultOutputBytes = 64ULL << 20U;  // 64 MiB over all streams
+inline constexpr Limit kDefaultStdinBytes = 1ULL << 20U;    // 1 MiB
 
 struct Limits {
   static constexpr std::size_t kFieldCount = 8;
@@ -134,8 +134,8 @@ struct Limits {
 };
 
 // JSON names of the Limits members, in member (and canonical tag) order.
-inline constexpr std::string_view kLimitNames[] = {"wall_ms",    "cpu_ms",     "memory_bytes",
-                                                   "processes",  "open_files", "disk_bytes",
+inline constexpr std::string_view kLimitNames[] = {"wall_ms",      "cpu_ms",     "memory_bytes",
+                                                   "processes",    "open_files", "disk_bytes",
                                                    "output_bytes", "stdin_bytes"};
 [[nodiscard]] std::vector<Limit*> limit_members(Limits& l);
 [[nodiscard]] std::vector<Limit const*> limit_members(Limits const& l);
@@ -144,10 +144,10 @@ enum class OnLimit : std::uint8_t { truncate = 1, cancel = 2 };
 
 struct OutputPolicy {
   static constexpr std::size_t kFieldCount = 5;
-  std::uint64_t chunk_bytes = 65536;        // 1..kMaxChunkBytes
-  std::uint64_t retained_bytes = 1U << 20U; // 0..kMaxRetainedBytes per stream
-  std::uint64_t spool_bytes = 64U << 20U;   // 0..kMaxPlanNumber per stream; 0 = no spool
-  std::uint64_t max_events = 100000;        // 1..kMaxPlanNumber
+  std::uint64_t chunk_bytes = 65536;         // 1..kMaxChunkBytes
+  std::uint64_t retained_bytes = 1U << 20U;  // 0..kMaxRetainedBytes per stream
+  std::uint64_t spool_bytes = 64U << 20U;    // 0..kMaxPlanNumber per stream; 0 = no spool
+  std::uint64_t max_events = 100000;         // 1..kMaxPlanNumber
   OnLimit on_limit = OnLimit::truncate;
   friend bool operator==(OutputPolicy const&, OutputPolicy const&) = default;
 };

@@ -427,7 +427,9 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_option("command", flags->command, "EXE ARG... (after --)")->required();
   sub->add_option("--cwd", flags->cwd, "Working directory (inside the workspace; default: here)");
   sub->add_option("--workspace", flags->workspace, "Workspace root (default: current directory)");
-  sub->add_option("--env", flags->env, "NAME (inherit from here) or NAME=VALUE (literal); repeatable");
+  // One value per --env, so that "--env NAME -- cmd -c" does not end the list at "--".
+  sub->add_option("--env", flags->env, "NAME (inherit from here) or NAME=VALUE (literal); repeatable")
+      ->allow_extra_args(false);
   sub->add_option("--timeout", flags->timeout_s, "Wall-clock limit in seconds (exit 124 when hit)");
   sub->add_flag("--pty", flags->pty, "Run in a pseudo-terminal; local terminal goes raw");
   sub->add_flag("--clean-env", flags->clean_env, "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");

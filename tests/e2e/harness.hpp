@@ -34,7 +34,36 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-inline std::string binary() { return CUSTOS_BINARY; }
+// A private copy of the built binary, made once per test process: the shared build tree may
+// relink CUSTOS_BINARY while a suite runs, and a daemon exec'd from a half-written file fails.
+class BinaryCopy {
+ public:
+  BinaryCopy() {
+    path_ = "/tmp/custos-e2e-bin-" + std::to_string(::getpid());
+    std::error_code ec;
+    for (int i = 0; i < 50; ++i) {
+      fs::copy_file(CUSTOS_BINARY, path_, fs::copy_options::overwrite_existing, ec);
+      if (!ec) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (ec) path_ = CUSTOS_BINARY;
+    else ::chmod(path_.c_str(), 0755);
+  }
+  BinaryCopy(BinaryCopy const&) = delete;
+  BinaryCopy& operator=(BinaryCopy const&) = delete;
+  ~BinaryCopy() {
+    if (path_ != CUSTOS_BINARY) ::unlink(path_.c_str());
+  }
+  [[nodiscard]] std::string const& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string binary() {
+  static BinaryCopy const copy;
+  return copy.path();
+}
 
 class TempDir {
  public:

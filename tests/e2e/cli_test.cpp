@@ -1,0 +1,272 @@
+// `custos run` and friends as a user runs them: exit codes, stdin, --pty through tmux, Ctrl-C.
+#include <fstream>
+
+#include "harness.hpp"
+
+namespace custos::e2e {
+namespace {
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(daemon_.ready()) << daemon_.log(); }
+  CliResult cli(std::vector<std::string> args, std::string const& input = {}) {
+    args.insert(args.begin(), {"--socket", daemon_.socket().native()});
+    return run_cli(args, input);
+  }
+  Daemon daemon_;
+};
+
+TEST_F(Cli, EchoHelloStreamsAndExitsZero) {
+  auto r = cli({"run", "--", "/bin/echo", "hello"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "hello\n");
+  // A bare name is resolved through PATH and keeps argv[0].
+  r = cli({"run", "--", "sh", "-c", "echo $0"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "sh\n");
+}
+
+TEST_F(Cli, StdoutAndStderrStaySeparate) {
+  auto r = cli({"run", "--", "/bin/sh", "-c", "echo to-out; echo to-err >&2"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "to-out\n");
+  EXPECT_EQ(r.err, "to-err\n");
+}
+
+TEST_F(Cli, ExitCodesPropagate) {
+  EXPECT_EQ(cli({"run", "--", "/bin/sh", "-c", "exit 7"}).status, 7);
+  EXPECT_EQ(cli({"run", "--", "/bin/sh", "-c", "exit 0"}).status, 0);
+  // Killed by a signal: 128 + N.
+  EXPECT_EQ(cli({"run", "--", "/bin/sh", "-c", "kill -TERM $$"}).status, 128 + SIGTERM);
+  EXPECT_EQ(cli({"run", "--", "/bin/sh", "-c", "kill -KILL $$"}).status, 128 + SIGKILL);
+  // Deadline: 124 and the classification says timed_out.
+  auto t = cli({"--json", "run", "--timeout", "0.5", "--", "/bin/sleep", "30"});
+  EXPECT_EQ(t.status, 124) << t.err;
+  EXPECT_NE(t.out.find("\"timed_out\""), std::string::npos) << t.out;
+  // An executable that the kernel refuses to exec: spawn failure, 127.
+  fs::path const bogus = daemon_.tmp() / "not-a-program";
+  { std::ofstream f(bogus); f << "\x7f" "ELF garbage"; }
+  ::chmod(bogus.c_str(), 0755);
+  auto s = cli({"--json", "run", "--", bogus.native()});
+  EXPECT_EQ(s.status, 127) << s.out << s.err;
+  EXPECT_NE(s.out.find("spawn_failed"), std::string::npos) << s.out;
+  // Not found in PATH: refused before any request, one line with the stable code.
+  auto n = cli({"run", "--", "custos-no-such-program-xyz"});
+  EXPECT_EQ(n.status, 65);
+  EXPECT_NE(n.err.find("plan.invalid_executable"), std::string::npos) << n.err;
+  // No daemon: 75 and rpc.unavailable.
+  auto u = run_cli({"--socket", (daemon_.tmp() / "nope.sock").native(), "run", "--", "/bin/true"});
+  EXPECT_EQ(u.status, 75);
+  EXPECT_NE(u.err.find("rpc.unavailable"), std::string::npos) << u.err;
+  // CUSTOS_SOCKET is honoured.
+  auto e = run_cli({"run", "--", "/bin/true"}, {}, {"CUSTOS_SOCKET=" + daemon_.socket().native()});
+  EXPECT_EQ(e.status, 0) << e.err;
+}
+
+TEST_F(Cli, StdinIsForwardedWithEof) {
+  auto r = cli({"run", "--", "/bin/cat"}, "line one\nline two\n");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "line one\nline two\n");
+  // More than the daemon's in-memory stdin queue: the CLI re-offers what was not accepted.
+  std::string big;
+  for (int i = 0; big.size() < 700 * 1024; ++i) big += "row " + std::to_string(i) + "\n";
+  r = cli({"run", "--", "/bin/sh", "-c", "wc -c"}, big);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::stoul(r.out), big.size());
+  // Empty stdin is an immediate EOF.
+  r = cli({"run", "--", "/bin/cat"}, "");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(Cli, EnvCwdAndWorkspace) {
+  fs::path const ws = daemon_.tmp() / "ws";
+  fs::create_directories(ws / "sub");
+  auto r = run_cli({"--socket", daemon_.socket().native(), "run", "--workspace", ws.native(), "--cwd",
+                    (ws / "sub").native(), "--env", "FOO=bar", "--env", "CUSTOS_TEST_INHERIT", "--",
+                    "/bin/sh", "-c", "pwd; echo $FOO; echo $CUSTOS_TEST_INHERIT; echo ${NOT_PASSED:-unset}"},
+                   {}, {"CUSTOS_TEST_INHERIT=from-caller", "NOT_PASSED=x"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, (ws / "sub").native() + "\nbar\nfrom-caller\nunset\n");
+}
+
+TEST_F(Cli, PsShowWaitCancelLogs) {
+  auto r = cli({"run", "--", "/bin/sh", "-c", "echo logged-line"});
+  ASSERT_EQ(r.status, 0);
+  auto ps = cli({"ps"});
+  EXPECT_EQ(ps.status, 0);
+  EXPECT_NE(ps.out.find("ID"), std::string::npos);
+  EXPECT_NE(ps.out.find("/bin/sh"), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find("exited"), std::string::npos) << ps.out;
+  auto js = cli({"--json", "ps"});
+  auto v = json::parse(js.out);
+  std::string const id{v.at("executions").as_array().at(0).at("execution_id").as_string()};
+  auto show = cli({"show", id});
+  EXPECT_EQ(show.status, 0);
+  EXPECT_NE(show.out.find("\"plan_digest\""), std::string::npos);
+  auto logs = cli({"logs", id});
+  EXPECT_EQ(logs.status, 0);
+  EXPECT_EQ(logs.out, "logged-line\n");
+  auto w = cli({"wait", id});
+  EXPECT_EQ(w.status, 0);
+  EXPECT_NE(w.out.find("\"exited\""), std::string::npos);
+  auto missing = cli({"show", "ex-0000000000000000"});
+  EXPECT_EQ(missing.status, 65);
+  EXPECT_NE(missing.err.find("exec.not_found"), std::string::npos) << missing.err;
+  EXPECT_EQ(missing.err.find('\n'), missing.err.size() - 1) << "one line: " << missing.err;
+
+  // cancel + logs -f on a running one.
+  auto c = daemon_.client();
+  auto st = c.call(1, "exec.start", start_params({"/bin/sh", "-c", "echo before; sleep 30"}));
+  ASSERT_TRUE(st && st->contains("result"));
+  std::string const live{st->at("result").at("execution_id").as_string()};
+  ASSERT_TRUE(wait_record(c, live, [](json::object const& o) { return o.at("phase").as_string() == "running"; }));
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(500ms);
+    auto x = cli({"cancel", live});
+    EXPECT_EQ(x.status, 0) << x.err;
+    EXPECT_NE(x.out.find("cancel accepted"), std::string::npos) << x.out;
+  });
+  auto f = cli({"logs", "-f", live});
+  canceller.join();
+  EXPECT_EQ(f.status, 0);
+  EXPECT_EQ(f.out, "before\n");
+  auto w2 = cli({"wait", live});
+  EXPECT_EQ(w2.status, 125);
+}
+
+TEST_F(Cli, LaterVerbsSayIssue6AndExit69) {
+  for (char const* verb : {"grant", "lease", "quiescence"}) {
+    auto r = cli({verb});
+    EXPECT_EQ(r.status, 69) << verb;
+    EXPECT_NE(r.err.find("issue 6"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(Cli, DoctorWithAndWithoutDaemon) {
+  auto r = cli({"doctor"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("source: the daemon"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pidfd"), std::string::npos);
+  auto local = run_cli({"--socket", (daemon_.tmp() / "none.sock").native(), "doctor"});
+  EXPECT_EQ(local.status, 0) << local.err;
+  EXPECT_NE(local.out.find("source: a local probe"), std::string::npos) << local.out;
+  EXPECT_NE(local.out.find("clone3_into_cgroup"), std::string::npos);
+}
+
+// Ctrl-C (SIGINT to the CLI) cancels the execution; the CLI exits 125.
+TEST_F(Cli, CtrlCCancels) {
+  int out_pipe[2];
+  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  std::string const bin = binary();
+  std::string const sock = daemon_.socket().native();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out_pipe[1], 1);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    ::execl(bin.c_str(), bin.c_str(), "--socket", sock.c_str(), "--json", "run", "--", "/bin/sh",
+            "-c", "echo started; exec sleep 60", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  // Wait until the child printed, i.e. the execution runs and the CLI streams.
+  std::string out;
+  char buf[4096];
+  auto const deadline = std::chrono::steady_clock::now() + 20s;
+  while (out.find("started") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out_pipe[0], POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ASSERT_NE(out.find("started"), std::string::npos);
+  int pidfd = pidfd_open(pid);
+  ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0);
+  for (;;) {
+    ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(pidfd);
+  ::close(out_pipe[0]);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 125) << out;
+  EXPECT_NE(out.find("\"cancelled\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"user\""), std::string::npos) << out;
+}
+
+// --pty through a real terminal (tmux): raw mode, window size, resize, exit code, restore.
+TEST_F(Cli, PtyThroughTmux) {
+  if (::system("command -v tmux >/dev/null 2>&1") != 0) GTEST_SKIP() << "tmux not installed";
+  std::string const session = "custos-e2e-" + unique_suffix();
+  fs::path const rc_file = daemon_.tmp() / "rc";
+  fs::path const stty_file = daemon_.tmp() / "stty";
+  fs::path const script = daemon_.tmp() / "pty.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\n"
+      << "'" << binary() << "' --socket '" << daemon_.socket().native() << "' run --pty -- /bin/sh\n"
+      << "echo $? > '" << rc_file.native() << "'\n"
+      << "stty -a > '" << stty_file.native() << "'\n"
+      << "sleep 30\n";
+  }
+  ::chmod(script.c_str(), 0755);
+  auto tmux = [&](std::string const& args) {
+    return ::system(("tmux -L " + session + " " + args + " >/dev/null 2>&1").c_str());
+  };
+  auto capture = [&] {
+    std::string cmd = "tmux -L " + session + " capture-pane -p -t " + session;
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  };
+  auto wait_for = [&](std::string const& needle) {
+    for (int i = 0; i < 200; ++i) {
+      if (capture().find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  ASSERT_EQ(tmux("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
+  struct Kill {
+    std::function<void()> f;
+    ~Kill() { f(); }
+  } kill_session{[&] { tmux("kill-server"); }};
+  tmux("send-keys -t " + session + " 'tty; stty size; echo mark-$((40+2))' Enter");
+  ASSERT_TRUE(wait_for("mark-42")) << capture();
+  std::string screen = capture();
+  EXPECT_NE(screen.find("/dev/pts/"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("30 100"), std::string::npos) << screen;
+  // SIGWINCH on our side becomes exec.resize.
+  tmux("resize-window -t " + session + " -x 120 -y 40");
+  std::this_thread::sleep_for(500ms);
+  tmux("send-keys -t " + session + " 'stty size; echo mark-$((50+3))' Enter");
+  ASSERT_TRUE(wait_for("mark-53")) << capture();
+  EXPECT_NE(capture().find("40 120"), std::string::npos) << capture();
+  tmux("send-keys -t " + session + " 'exit 5' Enter");
+  for (int i = 0; i < 200 && !fs::exists(stty_file); ++i) std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(100ms);
+  std::ifstream rc(rc_file);
+  int code = -1;
+  rc >> code;
+  EXPECT_EQ(code, 5);
+  std::ifstream st(stty_file);
+  std::stringstream ss;
+  ss << st.rdbuf();
+  // The local terminal is back in cooked mode.
+  EXPECT_NE(ss.str().find(" icanon"), std::string::npos) << ss.str();
+  EXPECT_NE(ss.str().find(" echo"), std::string::npos) << ss.str();
+}
+
+}  // namespace
+}  // namespace custos::e2e

@@ -1,0 +1,174 @@
+// Durable authority: principals, grants, budgets, leases and the authority epoch, stored in the
+// registry's SQLite database (docs/authority.md "Storage"), and the one transaction that turns
+// a checked request into consumed authority.
+//
+// The store never opens a connection of its own to the registry's file: every statement runs
+// through a `Database`, whose registry implementation queues the work on the registry's single
+// connection (group commit, BEGIN IMMEDIATE). The claim consumption and the authority writes
+// of one exec.start share ONE transaction committed with synchronous=FULL.
+//
+// Thread safety: as the Database it is built on. Not on any event loop; blocking.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "custos/core/result.hpp"
+#include "custos/core/terminal.hpp"
+#include "custos/gateway/authority.hpp"
+#include "custos/registry/sqlite.hpp"
+
+namespace custos::registry {
+class Registry;
+}
+
+namespace custos::gateway {
+
+// The gateway's tables (schema step "authority" of the registry, docs/authority.md). Also used
+// verbatim as the registry's append-only migration v3 -> v4; never edit once released.
+[[nodiscard]] std::string_view authority_schema_ddl() noexcept;
+
+// Where the gateway's transactions run.
+class Database {
+ public:
+  virtual ~Database() = default;
+  // One BEGIN IMMEDIATE transaction committed with synchronous=FULL; `fn` failing rolls back
+  // everything it did.
+  [[nodiscard]] virtual Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) = 0;
+  // Reads under the connection's lock (no transaction of its own beyond SQLite's implicit one).
+  [[nodiscard]] virtual Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) = 0;
+  // `also`, then the registry's one-use claim of (action_id, process_id) for execution_id, in
+  // ONE transaction (synchronous=FULL). Either both are committed or neither.
+  // Errors: whatever `also` returns; registry.claim_consumed when the pair was ever consumed.
+  [[nodiscard]] virtual Result<void> consume_claim_with(
+      std::string_view action_id, std::string_view process_id, std::string_view execution_id,
+      std::function<Result<void>(registry::sql::Db&)> also) = 0;
+};
+
+// A Database over its own SQLite file: for tests, benchmarks and tools that run the gateway
+// without a daemon. Creates the registry's claims table (v1 shape) and the authority tables
+// when missing. Not for the daemon: there the registry owns the file (RegistryDatabase).
+class SqlDatabase final : public Database {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<SqlDatabase>> open(std::filesystem::path const& file);
+  [[nodiscard]] Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) override;
+  [[nodiscard]] Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) override;
+  [[nodiscard]] Result<void> consume_claim_with(
+      std::string_view action_id, std::string_view process_id, std::string_view execution_id,
+      std::function<Result<void>(registry::sql::Db&)> also) override;
+
+ private:
+  explicit SqlDatabase(registry::sql::Db db) : db_(std::move(db)) {}
+  std::mutex mu_;
+  registry::sql::Db db_;
+};
+
+// The daemon's Database: the registry's connection, through its transaction hooks.
+class RegistryDatabase final : public Database {
+ public:
+  explicit RegistryDatabase(registry::Registry& reg) noexcept : reg_(&reg) {}
+  [[nodiscard]] Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) override;
+  [[nodiscard]] Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) override;
+  [[nodiscard]] Result<void> consume_claim_with(
+      std::string_view action_id, std::string_view process_id, std::string_view execution_id,
+      std::function<Result<void>(registry::sql::Db&)> also) override;
+
+ private:
+  registry::Registry* reg_;
+};
+
+// What the authorizing transaction records about one execution (table authority_uses): which
+// grant and lease it depends on (fences), its holder (quiescence) and its budget reservation.
+struct AuthorityUse {
+  std::string execution_id;
+  std::string action_id;
+  std::string process_id;
+  std::string session_id;
+  std::uint64_t generation = 0;
+  std::string actor;                   // the caller, "uid:N"
+  std::optional<std::string> grant_id; // empty: the admin's implicit authority
+  std::optional<std::string> lease_id;
+  std::uint64_t cpu_ms_reserved = 0;
+  std::uint64_t wall_ms_reserved = 0;
+  bool settled = false;
+  std::optional<std::int64_t> expires_ns;  // the grant's expiry at authorization
+  std::int64_t authorized_ns = 0;
+};
+
+// The inputs of one authorization (ExecutionGateway::start builds it).
+struct AuthorizeRequest {
+  Caller caller;
+  core::ExecutionIdentity const* identity = nullptr;
+  core::ExecutionPlan const* plan = nullptr;
+  std::string plan_digest;
+  AuthorityClaim claim;
+  std::string execution_id;
+  std::int64_t now_ns = 0;
+};
+
+class AuthorityStore {
+ public:
+  // `db` must outlive the store.
+  explicit AuthorityStore(Database& db) noexcept : db_(&db) {}
+
+  [[nodiscard]] Result<std::uint64_t> epoch();
+
+  // ---- principals: configured admins (in addition to root and the daemon's uid) ----------
+  [[nodiscard]] Result<void> set_admin(Principal const& p, bool admin);
+  [[nodiscard]] Result<bool> is_admin(Caller const& c);
+
+  // ---- grants -----------------------------------------------------------------------------
+  // Stores a new grant at revision 1 (id picked when empty) with a zero budget use, and bumps
+  // the authority epoch. Errors: plan.invalid_id (the id exists, revoked or not: ids are never
+  // reused, so a stale claim can never match a new grant).
+  [[nodiscard]] Result<Grant> add_grant(Grant g, std::int64_t now_ns);
+  // Marks the grant revoked, bumps its revision and the epoch. Errors: auth.unknown_grant
+  // (absent or already revoked).
+  [[nodiscard]] Result<Grant> revoke_grant(std::string_view grant_id);
+  [[nodiscard]] Result<std::optional<std::pair<Grant, BudgetUse>>> get_grant(std::string_view grant_id);
+  // Every grant (revoked ones too) with its budget use, ordered by id; `principal` filters.
+  [[nodiscard]] Result<std::vector<std::pair<Grant, BudgetUse>>> list_grants(
+      std::optional<Principal> const& principal = std::nullopt);
+
+  // ---- leases -----------------------------------------------------------------------------
+  // A new active writable lease on the workspace for `holder_session`, at the workspace's next
+  // lease epoch; bumps the authority epoch. Errors: lease.conflict (an active lease exists; the
+  // context names its id and session).
+  [[nodiscard]] Result<Lease> acquire_lease(std::string_view workspace_id,
+                                            std::string_view holder_session,
+                                            Principal const& holder, std::int64_t now_ns);
+  // Ends the lease (release by its holder, or break by an admin: the caller decides who may),
+  // bumps the workspace's lease epoch and the authority epoch. Errors: lease.not_found (absent
+  // or no longer active).
+  [[nodiscard]] Result<Lease> end_lease(std::string_view lease_id);
+  [[nodiscard]] Result<std::optional<Lease>> get_lease(std::string_view lease_id);
+  [[nodiscard]] Result<std::vector<Lease>> list_leases(bool active_only);
+
+  // ---- the authorizing transaction --------------------------------------------------------
+  // In ONE transaction: refuse a replayed (action, process) pair (auth.replay), load the
+  // current authority, cross_check() it, then consume the claim, begin the budget (one
+  // execution + the plan's cpu/wall reserved), use the lease and record the AuthorityUse.
+  // Any error leaves the database exactly as it was.
+  [[nodiscard]] Result<AuthorityUse> authorize(AuthorizeRequest const& req);
+  // Settles the budget of a terminal execution: its reservation is replaced by what the
+  // terminal record observed (cpu_ms; wall_ms). Idempotent (a settled use is left alone).
+  [[nodiscard]] Result<void> settle(std::string_view execution_id, core::TerminalRecord const& t);
+
+  // ---- reads for fences and quiescence ----------------------------------------------------
+  [[nodiscard]] Result<std::optional<AuthorityUse>> get_use(std::string_view execution_id);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_grant(std::string_view grant_id, bool unsettled_only);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_lease(std::string_view lease_id, bool unsettled_only);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_holder(std::string_view session_id,
+                                                                 std::uint64_t generation);
+
+ private:
+  Database* db_;
+};
+
+}  // namespace custos::gateway

@@ -1,0 +1,655 @@
+// The authority model's value helpers, its strict JSON forms, and the pure cross-check.
+#include "custos/gateway/authority.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <initializer_list>
+#include <limits>
+
+#include <boost/json.hpp>
+
+namespace custos::gateway {
+
+namespace json = boost::json;
+
+// ------------------------------------------------------------------------------ enums
+
+std::string_view role_wire(Role r) noexcept {
+  switch (r) {
+    case Role::observer: return "observer";
+    case Role::runner: return "runner";
+    case Role::admin: return "admin";
+  }
+  return "observer";
+}
+
+std::optional<Role> role_from_wire(std::string_view w) noexcept {
+  for (Role r : {Role::observer, Role::runner, Role::admin}) {
+    if (role_wire(r) == w) return r;
+  }
+  return std::nullopt;
+}
+
+std::string_view operation_wire(OperationClass c) noexcept {
+  switch (c) {
+    case OperationClass::exec_native: return "exec.native";
+    case OperationClass::exec_reference: return "exec.reference";
+    case OperationClass::exec_docker: return "exec.docker";
+    case OperationClass::exec_podman: return "exec.podman";
+  }
+  return "exec.native";
+}
+
+std::optional<OperationClass> operation_from_wire(std::string_view w) noexcept {
+  for (OperationClass c : {OperationClass::exec_native, OperationClass::exec_reference,
+                           OperationClass::exec_docker, OperationClass::exec_podman}) {
+    if (operation_wire(c) == w) return c;
+  }
+  return std::nullopt;
+}
+
+OperationClass operation_of(core::BackendKind k) noexcept {
+  switch (k) {
+    case core::BackendKind::native: return OperationClass::exec_native;
+    case core::BackendKind::reference: return OperationClass::exec_reference;
+    case core::BackendKind::docker: return OperationClass::exec_docker;
+    case core::BackendKind::podman: return OperationClass::exec_podman;
+  }
+  return OperationClass::exec_native;
+}
+
+// ------------------------------------------------------------------------------ principals
+
+std::string Principal::to_string() const {
+  return std::string{kind == PrincipalKind::uid ? "uid:" : "gid:"} + std::to_string(id);
+}
+
+Result<Principal> Principal::parse(std::string_view text) {
+  Principal p;
+  if (text.starts_with("uid:")) {
+    p.kind = PrincipalKind::uid;
+  } else if (text.starts_with("gid:")) {
+    p.kind = PrincipalKind::gid;
+  } else {
+    return Error{Errc::plan_invalid_value, "principal must be uid:N or gid:N"};
+  }
+  std::string_view const num = text.substr(4);
+  std::uint32_t v = 0;
+  auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+  // (uid_t)-1 means "unchanged" to the kernel: it never names anybody.
+  if (num.empty() || ec != std::errc{} || ptr != num.data() + num.size() || v == 0xFFFFFFFFU ||
+      (num.size() > 1 && num[0] == '0')) {
+    return Error{Errc::plan_invalid_value, "principal must be uid:N or gid:N"};
+  }
+  p.id = v;
+  return p;
+}
+
+bool Caller::is(Principal const& p) const noexcept {
+  if (p.kind == PrincipalKind::uid) return p.id == uid;
+  return p.id == gid || std::find(groups.begin(), groups.end(), p.id) != groups.end();
+}
+
+bool ExecutableRule::allows(std::string_view executable) const noexcept {
+  if (!prefix) return executable == path;
+  if (path == "/") return executable.starts_with('/');
+  // Whole components only: "/usr/bin" + "/" must be followed by at least one character.
+  return executable.size() > path.size() + 1 && executable.starts_with(path) &&
+         executable[path.size()] == '/';
+}
+
+bool is_valid_grant_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == '-';
+  });
+}
+
+// ------------------------------------------------------------------------------ JSON
+
+namespace {
+
+// Collects every diagnostic of one object, then decides once (STYLE.md).
+class Reader {
+ public:
+  explicit Reader(std::string base) : base_(std::move(base)) {}
+
+  void bad(Errc c, std::string const& key, std::string msg) {
+    diags_.push_back(Diagnostic{c, base_ + "/" + key, std::move(msg)});
+  }
+  [[nodiscard]] std::vector<Diagnostic>& diags() noexcept { return diags_; }
+
+  void only(json::object const& o, std::initializer_list<std::string_view> keys) {
+    for (auto const& kv : o) {
+      if (std::find(keys.begin(), keys.end(), kv.key()) == keys.end()) {
+        bad(Errc::plan_unknown_field, std::string{kv.key()}, "unknown field");
+      }
+    }
+  }
+
+  std::optional<std::string> str(json::object const& o, std::string_view key, bool required) {
+    auto const* v = o.if_contains(key);
+    if (v == nullptr || v->is_null()) {
+      if (required) bad(Errc::plan_missing_field, std::string{key}, "required");
+      return std::nullopt;
+    }
+    if (!v->is_string()) {
+      bad(Errc::plan_wrong_type, std::string{key}, "must be a string");
+      return std::nullopt;
+    }
+    return std::string{v->get_string()};
+  }
+
+  std::optional<std::uint64_t> u64(json::object const& o, std::string_view key) {
+    auto const* v = o.if_contains(key);
+    if (v == nullptr || v->is_null()) return std::nullopt;
+    if (v->is_uint64()) return check_u64(key, v->get_uint64());
+    if (v->is_int64() && v->get_int64() >= 0) {
+      return check_u64(key, static_cast<std::uint64_t>(v->get_int64()));
+    }
+    bad(Errc::plan_wrong_type, std::string{key}, "must be a non-negative integer");
+    return std::nullopt;
+  }
+
+  bool boolean(json::object const& o, std::string_view key) {
+    auto const* v = o.if_contains(key);
+    if (v == nullptr || v->is_null()) return false;
+    if (!v->is_bool()) {
+      bad(Errc::plan_wrong_type, std::string{key}, "must be a boolean");
+      return false;
+    }
+    return v->get_bool();
+  }
+
+  json::array const* array(json::object const& o, std::string_view key) {
+    auto const* v = o.if_contains(key);
+    if (v == nullptr || v->is_null()) return nullptr;
+    if (!v->is_array()) {
+      bad(Errc::plan_wrong_type, std::string{key}, "must be an array");
+      return nullptr;
+    }
+    return &v->get_array();
+  }
+
+  std::vector<std::string> strings(json::object const& o, std::string_view key) {
+    std::vector<std::string> out;
+    auto const* a = array(o, key);
+    if (a == nullptr) return out;
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      auto const& e = (*a)[i];
+      std::string const k = std::string{key} + "/" + std::to_string(i);
+      if (!e.is_string() || e.get_string().empty() || e.get_string().size() > 255) {
+        bad(Errc::plan_wrong_type, k, "must be a non-empty string of at most 255 bytes");
+        continue;
+      }
+      out.emplace_back(e.get_string());
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+ private:
+  std::optional<std::uint64_t> check_u64(std::string_view key, std::uint64_t v) {
+    if (v > core::kMaxPlanNumber) {
+      bad(Errc::plan_invalid_value, std::string{key}, "at most 2^53-1");
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  std::string base_;
+  std::vector<Diagnostic> diags_;
+};
+
+json::value opt_u64(std::optional<std::uint64_t> v) {
+  return v ? json::value(*v) : json::value(nullptr);
+}
+
+}  // namespace
+
+Result<Grant> grant_from_json(json::value const& v) {
+  if (!v.is_object()) return Error{Errc::plan_wrong_type, "grant must be an object"};
+  json::object const& o = v.get_object();
+  Reader r{""};
+  r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces",
+             "environment_ids", "resource_ids", "inherit_env", "literal_env", "run_as_uids",
+             "ceilings", "budget", "expires_ns"});
+  Grant g;
+  if (auto id = r.str(o, "id", false)) {
+    if (!is_valid_grant_id(*id)) {
+      r.bad(Errc::plan_invalid_id, "id", "grant id: 1-64 of [A-Za-z0-9_.-]");
+    }
+    g.id = *id;
+  }
+  if (auto p = r.str(o, "principal", true)) {
+    if (auto pr = Principal::parse(*p)) {
+      g.principal = *pr;
+    } else {
+      r.bad(Errc::plan_invalid_value, "principal", pr.error().context);
+    }
+  }
+  if (auto role = r.str(o, "role", false)) {
+    auto rr = role_from_wire(*role);
+    // Admin is a configured role (root, daemon uid, admin group), never something a grant
+    // hands out: a grant that could mint admins would make every grant an admin grant.
+    if (!rr || *rr == Role::admin) {
+      r.bad(Errc::plan_invalid_value, "role", "runner or observer");
+    } else {
+      g.role = *rr;
+    }
+  }
+  for (auto const& s : r.strings(o, "operations")) {
+    if (auto c = operation_from_wire(s)) {
+      g.operations.push_back(*c);
+    } else {
+      r.bad(Errc::plan_invalid_value, "operations", "unknown operation class " + s);
+    }
+  }
+  if (auto const* a = r.array(o, "executables")) {
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      std::string const k = "executables/" + std::to_string(i);
+      ExecutableRule rule;
+      auto const& e = (*a)[i];
+      if (e.is_string()) {
+        rule.path = std::string{e.get_string()};
+      } else if (e.is_object()) {
+        Reader er{"/" + k};
+        er.only(e.get_object(), {"path", "prefix"});
+        rule.path = er.str(e.get_object(), "path", true).value_or("");
+        rule.prefix = er.boolean(e.get_object(), "prefix");
+        for (auto& d : er.diags()) r.diags().push_back(std::move(d));
+      } else {
+        r.bad(Errc::plan_wrong_type, k, "a path or {path, prefix}");
+        continue;
+      }
+      if (!core::is_normalized_absolute_path(rule.path) && rule.path != "/") {
+        r.bad(Errc::plan_invalid_executable, k, "an absolute normalized path");
+        continue;
+      }
+      g.executables.push_back(std::move(rule));
+    }
+  }
+  if (auto const* a = r.array(o, "workspaces")) {
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      std::string const k = "workspaces/" + std::to_string(i);
+      if (!(*a)[i].is_object()) {
+        r.bad(Errc::plan_wrong_type, k, "{workspace_id, root, max_access}");
+        continue;
+      }
+      auto const& wo = (*a)[i].get_object();
+      Reader wr{"/" + k};
+      wr.only(wo, {"workspace_id", "root", "max_access"});
+      WorkspaceRule w;
+      w.workspace_id = wr.str(wo, "workspace_id", true).value_or("");
+      w.root = wr.str(wo, "root", true).value_or("");
+      auto const acc = wr.str(wo, "max_access", false).value_or("read_only");
+      if (auto wa = core::workspace_access_from(acc)) {
+        w.max_access = *wa;
+      } else {
+        wr.bad(Errc::plan_invalid_workspace, "max_access", "read_only or writable");
+      }
+      if (!w.root.empty() && !core::is_normalized_absolute_path(w.root) && w.root != "/") {
+        wr.bad(Errc::plan_invalid_workspace, "root", "an absolute normalized path");
+      }
+      for (auto& d : wr.diags()) r.diags().push_back(std::move(d));
+      g.workspaces.push_back(std::move(w));
+    }
+  }
+  g.environment_ids = r.strings(o, "environment_ids");
+  g.resource_ids = r.strings(o, "resource_ids");
+  g.inherit_env = r.strings(o, "inherit_env");
+  for (auto const& n : g.inherit_env) {
+    if (!core::is_valid_env_name(n)) r.bad(Errc::plan_invalid_env_name, "inherit_env", n);
+  }
+  g.literal_env = r.boolean(o, "literal_env");
+  if (auto const* a = r.array(o, "run_as_uids")) {
+    for (std::size_t i = 0; i < a->size(); ++i) {
+      auto const& e = (*a)[i];
+      if (!(e.is_uint64() || (e.is_int64() && e.get_int64() >= 0))) {
+        r.bad(Errc::plan_wrong_type, "run_as_uids/" + std::to_string(i), "a uid");
+        continue;
+      }
+      std::uint64_t const u = e.is_uint64() ? e.get_uint64() : static_cast<std::uint64_t>(e.get_int64());
+      if (u >= 0xFFFFFFFFULL) {
+        r.bad(Errc::plan_invalid_user, "run_as_uids/" + std::to_string(i), "a uid");
+        continue;
+      }
+      g.run_as_uids.push_back(static_cast<std::uint32_t>(u));
+    }
+    std::sort(g.run_as_uids.begin(), g.run_as_uids.end());
+  }
+  if (auto const* c = o.if_contains("ceilings"); c != nullptr && !c->is_null()) {
+    if (!c->is_object()) {
+      r.bad(Errc::plan_wrong_type, "ceilings", "an object of limit -> number");
+    } else {
+      Reader cr{"/ceilings"};
+      auto members = core::limit_members(g.ceilings);
+      for (auto const& kv : c->get_object()) {
+        auto const* it = std::find(std::begin(core::kLimitNames), std::end(core::kLimitNames), kv.key());
+        if (it == std::end(core::kLimitNames)) {
+          cr.bad(Errc::plan_unknown_field, std::string{kv.key()}, "unknown limit");
+          continue;
+        }
+        auto const idx = static_cast<std::size_t>(it - std::begin(core::kLimitNames));
+        *members[idx] = cr.u64(c->get_object(), kv.key());
+      }
+      for (auto& d : cr.diags()) r.diags().push_back(std::move(d));
+    }
+  }
+  if (auto const* b = o.if_contains("budget"); b != nullptr && !b->is_null()) {
+    if (!b->is_object()) {
+      r.bad(Errc::plan_wrong_type, "budget", "{executions, cpu_ms, wall_ms}");
+    } else {
+      Reader br{"/budget"};
+      br.only(b->get_object(), {"executions", "cpu_ms", "wall_ms"});
+      g.budget.executions = br.u64(b->get_object(), "executions");
+      g.budget.cpu_ms = br.u64(b->get_object(), "cpu_ms");
+      g.budget.wall_ms = br.u64(b->get_object(), "wall_ms");
+      for (auto& d : br.diags()) r.diags().push_back(std::move(d));
+    }
+  }
+  if (auto e = r.u64(o, "expires_ns")) g.expires_ns = static_cast<std::int64_t>(*e);
+  if (!r.diags().empty()) return Error::from_diagnostics(std::move(r.diags()));
+  return g;
+}
+
+json::object grant_to_json(Grant const& g, BudgetUse const& use) {
+  json::array ops;
+  for (auto c : g.operations) ops.emplace_back(operation_wire(c));
+  json::array exes;
+  for (auto const& e : g.executables) exes.emplace_back(json::object{{"path", e.path}, {"prefix", e.prefix}});
+  json::array wss;
+  for (auto const& w : g.workspaces) {
+    wss.emplace_back(json::object{{"workspace_id", w.workspace_id},
+                                  {"root", w.root},
+                                  {"max_access", core::to_string(w.max_access)}});
+  }
+  auto strs = [](std::vector<std::string> const& v) {
+    json::array a;
+    for (auto const& s : v) a.emplace_back(s);
+    return a;
+  };
+  json::array uids;
+  for (auto u : g.run_as_uids) uids.emplace_back(u);
+  json::object ceil;
+  auto members = core::limit_members(g.ceilings);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (*members[i]) ceil[core::kLimitNames[i]] = **members[i];
+  }
+  return json::object{
+      {"id", g.id},
+      {"revision", g.revision},
+      {"principal", g.principal.to_string()},
+      {"role", role_wire(g.role)},
+      {"operations", std::move(ops)},
+      {"executables", std::move(exes)},
+      {"workspaces", std::move(wss)},
+      {"environment_ids", strs(g.environment_ids)},
+      {"resource_ids", strs(g.resource_ids)},
+      {"inherit_env", strs(g.inherit_env)},
+      {"literal_env", g.literal_env},
+      {"run_as_uids", std::move(uids)},
+      {"ceilings", std::move(ceil)},
+      {"budget", json::object{{"executions", opt_u64(g.budget.executions)},
+                              {"cpu_ms", opt_u64(g.budget.cpu_ms)},
+                              {"wall_ms", opt_u64(g.budget.wall_ms)}}},
+      {"spent", json::object{{"executions", use.executions},
+                             {"cpu_ms_used", use.cpu_ms_used},
+                             {"wall_ms_used", use.wall_ms_used},
+                             {"cpu_ms_reserved", use.cpu_ms_reserved},
+                             {"wall_ms_reserved", use.wall_ms_reserved}}},
+      {"expires_ns", g.expires_ns ? json::value(*g.expires_ns) : json::value(nullptr)},
+      {"revoked", g.revoked},
+      {"created_ns", g.created_ns},
+  };
+}
+
+json::object lease_to_json(Lease const& l) {
+  return json::object{{"lease_id", l.id},
+                      {"workspace_id", l.workspace_id},
+                      {"holder_session", l.holder_session},
+                      {"epoch", l.epoch},
+                      {"active", l.active},
+                      {"holder", l.holder.to_string()},
+                      {"acquired_ns", l.acquired_ns}};
+}
+
+Result<AuthorityClaim> authority_from_json(json::value const* v) {
+  AuthorityClaim c;
+  if (v == nullptr || v->is_null()) return c;
+  if (!v->is_object()) return Error{Errc::plan_wrong_type, "/authority: must be an object"};
+  json::object const& o = v->get_object();
+  Reader r{"/authority"};
+  r.only(o, {"epoch", "grant_id", "grant_revision", "lease_id", "lease_epoch", "plan_digest"});
+  c.epoch = r.u64(o, "epoch").value_or(0);
+  c.grant_id = r.str(o, "grant_id", false);
+  c.grant_revision = r.u64(o, "grant_revision");
+  c.lease_id = r.str(o, "lease_id", false);
+  c.lease_epoch = r.u64(o, "lease_epoch");
+  c.plan_digest = r.str(o, "plan_digest", false);
+  if (!r.diags().empty()) return Error::from_diagnostics(std::move(r.diags()));
+  return c;
+}
+
+// ------------------------------------------------------------------------------ cross-check
+
+namespace {
+
+Error mismatch(Errc c, std::string what) { return Error{c, std::move(what)}; }
+
+bool contains(std::vector<std::string> const& v, std::string const& s) {
+  return std::binary_search(v.begin(), v.end(), s) ||
+         std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Writable access: the exact current lease of the workspace, held by this session, at the
+// epoch the caller saw. `required`: whether a writable start without any lease is refused
+// (always for grants; for the admin's implicit authority only when someone holds a lease).
+Result<std::optional<std::string>> check_lease(CheckInput const& in, bool required) {
+  auto const& claim = *in.claim;
+  auto const& cur = *in.current;
+  auto const& id = *in.identity;
+  if (in.plan->workspace.access == core::WorkspaceAccess::read_only) {
+    if (claim.lease_id) {
+      return mismatch(Errc::auth_lease_surplus,
+                      "a read_only execution names lease " + *claim.lease_id +
+                          ": surplus mutation authority is refused");
+    }
+    return std::optional<std::string>{};
+  }
+  if (!claim.lease_id) {
+    if (required || cur.workspace_lease) {
+      return mismatch(Errc::auth_lease_required,
+                      "writable workspace " + id.workspace_id + " needs its active lease");
+    }
+    return std::optional<std::string>{};
+  }
+  if (!cur.lease || !cur.lease->active) {
+    return mismatch(Errc::auth_lease_stale, "lease " + *claim.lease_id + " is not active");
+  }
+  Lease const& l = *cur.lease;
+  if (l.workspace_id != id.workspace_id) {
+    return mismatch(Errc::auth_lease_stale,
+                    "lease " + l.id + " is for workspace " + l.workspace_id);
+  }
+  if (l.holder_session != id.session_id) {
+    return mismatch(Errc::auth_lease_stale,
+                    "lease " + l.id + " is held by session " + l.holder_session);
+  }
+  if (claim.lease_epoch && *claim.lease_epoch != l.epoch) {
+    return mismatch(Errc::auth_lease_stale, "lease " + l.id + " is at epoch " +
+                                                std::to_string(l.epoch) + ", request names " +
+                                                std::to_string(*claim.lease_epoch));
+  }
+  if (!cur.workspace_lease || cur.workspace_lease->id != l.id) {
+    return mismatch(Errc::auth_lease_stale, "lease " + l.id + " is not the workspace's current lease");
+  }
+  return std::optional<std::string>{l.id};
+}
+
+bool runs_as_caller(CheckInput const& in) {
+  auto const& u = in.plan->user;
+  return !u || (u->uid == in.caller.uid && u->gid == in.caller.gid && u->groups.empty());
+}
+
+Result<CheckOutcome> check_implicit(CheckInput const& in) {
+  if (!in.caller.admin) {
+    return mismatch(Errc::auth_denied,
+                    "no grant named; only admins start executions without a grant");
+  }
+  if (in.claim->grant_revision) {
+    return mismatch(Errc::auth_unknown_grant, "grant_revision given without grant_id");
+  }
+  if (in.claim->plan_digest && *in.claim->plan_digest != in.plan_digest) {
+    return mismatch(Errc::auth_digest_mismatch, "authority.plan_digest is not the plan's digest " + in.plan_digest);
+  }
+  if (operation_of(in.plan->backend.kind) != OperationClass::exec_native) {
+    return mismatch(Errc::auth_operation_class,
+                    "the admin's implicit authority covers exec.native only; name a grant");
+  }
+  if (!runs_as_caller(in)) {
+    return mismatch(Errc::auth_user, "the admin's implicit authority runs as the caller only");
+  }
+  CheckOutcome out;
+  out.implicit_admin = true;
+  out.lease_id = CUSTOS_TRY(check_lease(in, false));
+  return out;
+}
+
+}  // namespace
+
+Result<CheckOutcome> cross_check(CheckInput const& in) {
+  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr || in.current == nullptr) {
+    return Error{Errc::internal, "cross_check: incomplete input"};
+  }
+  auto const& claim = *in.claim;
+  auto const& cur = *in.current;
+  auto const& id = *in.identity;
+  auto const& plan = *in.plan;
+  if (!claim.grant_id) return check_implicit(in);
+
+  // 1. The grant exists, is live, and is the caller's.
+  if (!cur.grant || cur.grant->revoked) {
+    return mismatch(Errc::auth_unknown_grant,
+                    "grant " + *claim.grant_id + (cur.grant ? " was revoked" : " does not exist"));
+  }
+  Grant const& g = *cur.grant;
+  if (!in.caller.is(g.principal)) {
+    return mismatch(Errc::auth_denied, "grant " + g.id + " belongs to " + g.principal.to_string());
+  }
+  if (g.role < Role::runner) {
+    return mismatch(Errc::auth_denied, "grant " + g.id + " gives role " +
+                                           std::string{role_wire(g.role)} + ", not runner");
+  }
+  // 2. The authority the caller saw is the current one.
+  if (claim.epoch != cur.epoch) {
+    return mismatch(Errc::auth_stale_epoch, "authority epoch is " + std::to_string(cur.epoch) +
+                                                ", request names " + std::to_string(claim.epoch));
+  }
+  if (claim.grant_revision && *claim.grant_revision != g.revision) {
+    return mismatch(Errc::auth_stale_revision, "grant " + g.id + " is at revision " +
+                                                   std::to_string(g.revision) + ", request names " +
+                                                   std::to_string(*claim.grant_revision));
+  }
+  if (g.expires_ns && *g.expires_ns <= in.now_ns) {
+    return mismatch(Errc::auth_expired, "grant " + g.id + " expired");
+  }
+  if (claim.plan_digest && *claim.plan_digest != in.plan_digest) {
+    return mismatch(Errc::auth_digest_mismatch,
+                    "authority.plan_digest is not the plan's digest " + in.plan_digest);
+  }
+  // 3. What is run, where, with what.
+  OperationClass const op = operation_of(plan.backend.kind);
+  if (std::find(g.operations.begin(), g.operations.end(), op) == g.operations.end()) {
+    return mismatch(Errc::auth_operation_class,
+                    "grant " + g.id + " does not allow " + std::string{operation_wire(op)});
+  }
+  if (std::none_of(g.executables.begin(), g.executables.end(),
+                   [&](ExecutableRule const& r) { return r.allows(plan.command.executable); })) {
+    return mismatch(Errc::auth_executable,
+                    "grant " + g.id + " does not allow executable " + plan.command.executable);
+  }
+  auto const ws = std::find_if(g.workspaces.begin(), g.workspaces.end(), [&](WorkspaceRule const& w) {
+    return w.workspace_id == id.workspace_id && w.root == plan.workspace.root;
+  });
+  if (ws == g.workspaces.end()) {
+    return mismatch(Errc::auth_workspace, "grant " + g.id + " does not cover workspace " +
+                                              id.workspace_id + " at " + plan.workspace.root);
+  }
+  if (static_cast<int>(plan.workspace.access) > static_cast<int>(ws->max_access)) {
+    return mismatch(Errc::auth_workspace, "grant " + g.id + " allows workspace " + id.workspace_id +
+                                              " " + std::string{core::to_string(ws->max_access)} +
+                                              " only");
+  }
+  if (!contains(g.environment_ids, id.environment_id)) {
+    return mismatch(Errc::auth_environment,
+                    "grant " + g.id + " does not cover environment " + id.environment_id);
+  }
+  if (!contains(g.resource_ids, id.resource_id)) {
+    return mismatch(Errc::auth_resource, "grant " + g.id + " does not cover resource " + id.resource_id);
+  }
+  for (auto const& e : plan.env) {
+    if (e.inherits()) {
+      if (!contains(g.inherit_env, e.name)) {
+        return mismatch(Errc::auth_env_inherit, "grant " + g.id + " does not allow inheriting " + e.name);
+      }
+    } else if (!g.literal_env) {
+      // Inherit permission for the same name does not help: a literal is caller-chosen bytes.
+      return mismatch(Errc::auth_env_literal, "grant " + g.id + " does not allow the literal " + e.name);
+    }
+  }
+  if (!runs_as_caller(in) &&
+      !std::binary_search(g.run_as_uids.begin(), g.run_as_uids.end(), plan.user->uid)) {
+    return mismatch(Errc::auth_user,
+                    "grant " + g.id + " does not allow running as uid " + std::to_string(plan.user->uid));
+  }
+  auto const limits = core::limit_members(plan.limits);
+  auto const ceilings = core::limit_members(g.ceilings);
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    if (!*ceilings[i]) continue;
+    if (!*limits[i] || **limits[i] > **ceilings[i]) {
+      return mismatch(Errc::auth_limit_ceiling,
+                      "limits." + std::string{core::kLimitNames[i]} + " " +
+                          (*limits[i] ? std::to_string(**limits[i]) : std::string{"unlimited"}) +
+                          " is above grant " + g.id + "'s ceiling " + std::to_string(**ceilings[i]));
+    }
+  }
+  // 4. Budget: the plan's limits are reserved until the terminal record settles them.
+  CheckOutcome out;
+  BudgetUse const& u = cur.budget_use;
+  if (g.budget.executions && u.executions + 1 > *g.budget.executions) {
+    return mismatch(Errc::auth_budget_exhausted,
+                    "grant " + g.id + " has used " + std::to_string(u.executions) + " of " +
+                        std::to_string(*g.budget.executions) + " executions");
+  }
+  auto reserve = [&](char const* name, std::optional<std::uint64_t> budget, core::Limit limit,
+                     std::uint64_t used, std::uint64_t reserved,
+                     std::uint64_t& into) -> Result<void> {
+    into = limit.value_or(0);
+    if (!budget) return ok();
+    if (!limit) {
+      return mismatch(Errc::auth_budget_exhausted,
+                      std::string{"an unlimited limits."} + name + " cannot be reserved against grant " +
+                          g.id + "'s finite " + name + " budget");
+    }
+    if (used + reserved + *limit > *budget) {
+      return mismatch(Errc::auth_budget_exhausted,
+                      std::string{name} + ": " + std::to_string(used) + " used + " +
+                          std::to_string(reserved) + " reserved + " + std::to_string(*limit) +
+                          " requested exceeds grant " + g.id + "'s budget " + std::to_string(*budget));
+    }
+    return ok();
+  };
+  CUSTOS_TRYV(reserve("cpu_ms", g.budget.cpu_ms, plan.limits.cpu_ms, u.cpu_ms_used,
+                      u.cpu_ms_reserved, out.cpu_ms_reserve));
+  CUSTOS_TRYV(reserve("wall_ms", g.budget.wall_ms, plan.limits.wall_ms, u.wall_ms_used,
+                      u.wall_ms_reserved, out.wall_ms_reserve));
+  // 5. The lease, last: it is the one piece another holder can change at any moment.
+  out.lease_id = CUSTOS_TRY(check_lease(in, true));
+  return out;
+}
+
+}  // namespace custos::gateway

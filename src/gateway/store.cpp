@@ -1,0 +1,658 @@
+// The authority tables and every statement that reads or writes them.
+#include "custos/gateway/store.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+#include "custos/sys/procfs.hpp"
+
+namespace custos::gateway {
+
+namespace json = boost::json;
+using registry::sql::Db;
+using registry::sql::Stmt;
+
+namespace {
+
+// Version 4 of the registry: the gateway's tables. Append-only, like every registry step.
+constexpr std::string_view kAuthorityDdl = R"sql(
+CREATE TABLE authority_meta (
+  key   TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO authority_meta (key, value) VALUES ('epoch', 0);
+CREATE TABLE principals (
+  principal  TEXT PRIMARY KEY,
+  role       TEXT NOT NULL,
+  revision   INTEGER NOT NULL,
+  updated_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE grants (
+  grant_id   TEXT PRIMARY KEY,
+  revision   INTEGER NOT NULL,
+  principal  TEXT NOT NULL,
+  spec       TEXT NOT NULL,
+  revoked    INTEGER NOT NULL,
+  created_ns INTEGER NOT NULL,
+  updated_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX grants_by_principal ON grants (principal);
+CREATE TABLE budgets (
+  grant_id         TEXT PRIMARY KEY,
+  executions       INTEGER NOT NULL,
+  cpu_ms_used      INTEGER NOT NULL,
+  wall_ms_used     INTEGER NOT NULL,
+  cpu_ms_reserved  INTEGER NOT NULL,
+  wall_ms_reserved INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE lease_epochs (
+  workspace_id TEXT PRIMARY KEY,
+  epoch        INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE leases (
+  lease_id       TEXT PRIMARY KEY,
+  workspace_id   TEXT NOT NULL,
+  holder_session TEXT NOT NULL,
+  holder         TEXT NOT NULL,
+  epoch          INTEGER NOT NULL,
+  active         INTEGER NOT NULL,
+  acquired_ns    INTEGER NOT NULL,
+  ended_ns       INTEGER
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX leases_one_active ON leases (workspace_id) WHERE active = 1;
+CREATE TABLE authority_uses (
+  execution_id     TEXT PRIMARY KEY,
+  action_id        TEXT NOT NULL,
+  process_id       TEXT NOT NULL,
+  session_id       TEXT NOT NULL,
+  generation       INTEGER NOT NULL,
+  actor            TEXT NOT NULL,
+  grant_id         TEXT,
+  lease_id         TEXT,
+  cpu_ms_reserved  INTEGER NOT NULL,
+  wall_ms_reserved INTEGER NOT NULL,
+  settled          INTEGER NOT NULL,
+  expires_ns       INTEGER,
+  authorized_ns    INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX uses_by_grant ON authority_uses (grant_id);
+CREATE INDEX uses_by_lease ON authority_uses (lease_id);
+CREATE INDEX uses_by_holder ON authority_uses (session_id, generation);
+)sql";
+
+// The registry's claims table as released in its v1 (SqlDatabase only; the registry creates
+// its own).
+constexpr std::string_view kClaimsDdl = R"sql(
+CREATE TABLE IF NOT EXISTS claims (
+  action_id    TEXT NOT NULL,
+  process_id   TEXT NOT NULL,
+  execution_id TEXT NOT NULL,
+  consumed_ns  INTEGER NOT NULL,
+  PRIMARY KEY (action_id, process_id)
+) WITHOUT ROWID;
+)sql";
+
+std::int64_t realtime_ns() noexcept {
+  timespec ts{};
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t i64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
+std::uint64_t u64(std::int64_t v) noexcept { return v < 0 ? 0 : static_cast<std::uint64_t>(v); }
+
+Result<std::string> random_id(std::string_view prefix) {
+  auto m = sys::Marker::generate();
+  if (!m) return m.error();
+  return std::string{prefix} + m->env_value().substr(0, 16);
+}
+
+Result<void> insert_claim(Db& db, std::string_view a, std::string_view p, std::string_view e) {
+  Stmt q = CUSTOS_TRY(db.prepare("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+  CUSTOS_TRYV(q.bind(1, a));
+  CUSTOS_TRYV(q.bind(2, p));
+  if (CUSTOS_TRY(q.step())) {
+    return Error{Errc::registry_claim_consumed, "action " + std::string{a} + " / process " +
+                                                    std::string{p} + " was already consumed"};
+  }
+  Stmt ins = CUSTOS_TRY(db.prepare(
+      "INSERT INTO claims (action_id, process_id, execution_id, consumed_ns) VALUES (?,?,?,?)"));
+  CUSTOS_TRYV(ins.bind(1, a));
+  CUSTOS_TRYV(ins.bind(2, p));
+  CUSTOS_TRYV(ins.bind(3, e));
+  CUSTOS_TRYV(ins.bind(4, realtime_ns()));
+  return ins.run();
+}
+
+Result<std::uint64_t> read_epoch(Db& db) {
+  auto v = CUSTOS_TRY(db.query_int("SELECT value FROM authority_meta WHERE key = 'epoch'"));
+  if (!v) return Error{Errc::registry_corrupt_database, "authority_meta has no epoch row"};
+  return u64(*v);
+}
+
+Result<void> bump_epoch(Db& db) {
+  return db.exec("UPDATE authority_meta SET value = value + 1 WHERE key = 'epoch'");
+}
+
+// The stored spec: the grant's JSON without the fields the store owns.
+std::string spec_of(Grant const& g) {
+  json::object o = grant_to_json(g, BudgetUse{});
+  for (char const* k : {"id", "revision", "spent", "revoked", "created_ns"}) o.erase(k);
+  return json::serialize(o);
+}
+
+constexpr std::string_view kGrantCols =
+    "g.grant_id, g.revision, g.spec, g.revoked, g.created_ns, b.executions, b.cpu_ms_used, "
+    "b.wall_ms_used, b.cpu_ms_reserved, b.wall_ms_reserved";
+
+Result<std::pair<Grant, BudgetUse>> decode_grant(Stmt const& s) {
+  std::string const id = s.text(0);
+  boost::system::error_code ec;
+  json::value v = json::parse(s.text(2), ec);
+  if (ec) return Error{Errc::registry_corrupt_record, "grant " + id + ": spec is not JSON"};
+  auto g = grant_from_json(v);
+  if (!g) return Error{Errc::registry_corrupt_record, "grant " + id + ": " + g.error().message()};
+  g->id = id;
+  g->revision = u64(s.int64(1));
+  g->revoked = s.int64(3) != 0;
+  g->created_ns = s.int64(4);
+  BudgetUse u;
+  u.executions = u64(s.int64(5));
+  u.cpu_ms_used = u64(s.int64(6));
+  u.wall_ms_used = u64(s.int64(7));
+  u.cpu_ms_reserved = u64(s.int64(8));
+  u.wall_ms_reserved = u64(s.int64(9));
+  return std::pair<Grant, BudgetUse>{std::move(*g), u};
+}
+
+Result<std::optional<std::pair<Grant, BudgetUse>>> load_grant(Db& db, std::string_view id) {
+  Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kGrantCols} +
+                                 " FROM grants g JOIN budgets b ON b.grant_id = g.grant_id"
+                                 " WHERE g.grant_id = ?"));
+  CUSTOS_TRYV(q.bind(1, id));
+  if (!CUSTOS_TRY(q.step())) return std::optional<std::pair<Grant, BudgetUse>>{};
+  return std::optional<std::pair<Grant, BudgetUse>>{CUSTOS_TRY(decode_grant(q))};
+}
+
+constexpr std::string_view kLeaseCols =
+    "lease_id, workspace_id, holder_session, holder, epoch, active, acquired_ns";
+
+Result<Lease> decode_lease(Stmt const& s) {
+  Lease l;
+  l.id = s.text(0);
+  l.workspace_id = s.text(1);
+  l.holder_session = s.text(2);
+  auto p = Principal::parse(s.text(3));
+  if (!p) return Error{Errc::registry_corrupt_record, "lease " + l.id + ": holder"};
+  l.holder = *p;
+  l.epoch = u64(s.int64(4));
+  l.active = s.int64(5) != 0;
+  l.acquired_ns = s.int64(6);
+  return l;
+}
+
+Result<std::optional<Lease>> load_lease_where(Db& db, std::string const& where, std::string_view arg) {
+  Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases WHERE " + where));
+  CUSTOS_TRYV(q.bind(1, arg));
+  if (!CUSTOS_TRY(q.step())) return std::optional<Lease>{};
+  return std::optional<Lease>{CUSTOS_TRY(decode_lease(q))};
+}
+
+constexpr std::string_view kUseCols =
+    "execution_id, action_id, process_id, session_id, generation, actor, grant_id, lease_id, "
+    "cpu_ms_reserved, wall_ms_reserved, settled, expires_ns, authorized_ns";
+
+AuthorityUse decode_use(Stmt const& s) {
+  AuthorityUse u;
+  u.execution_id = s.text(0);
+  u.action_id = s.text(1);
+  u.process_id = s.text(2);
+  u.session_id = s.text(3);
+  u.generation = u64(s.int64(4));
+  u.actor = s.text(5);
+  u.grant_id = s.opt_text(6);
+  u.lease_id = s.opt_text(7);
+  u.cpu_ms_reserved = u64(s.int64(8));
+  u.wall_ms_reserved = u64(s.int64(9));
+  u.settled = s.int64(10) != 0;
+  u.expires_ns = s.opt_int64(11);
+  u.authorized_ns = s.int64(12);
+  return u;
+}
+
+Result<std::vector<AuthorityUse>> query_uses(Database& d, std::string const& where,
+                                             std::function<Result<void>(Stmt&)> bind) {
+  std::vector<AuthorityUse> out;
+  Result<void> const txn = d.read([&](Db& db) -> Result<void> {
+    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} + " FROM authority_uses WHERE " +
+                                   where + " ORDER BY authorized_ns, execution_id"));
+    CUSTOS_TRYV(bind(q));
+    while (CUSTOS_TRY(q.step())) out.push_back(decode_use(q));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+}  // namespace
+
+std::string_view authority_schema_ddl() noexcept { return kAuthorityDdl; }
+
+// ------------------------------------------------------------------------------ SqlDatabase
+
+Result<std::unique_ptr<SqlDatabase>> SqlDatabase::open(std::filesystem::path const& file) {
+  Db db = CUSTOS_TRY(Db::open(file.string(), true));
+  CUSTOS_TRYV(db.exec("PRAGMA journal_mode = WAL"));
+  CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
+  CUSTOS_TRYV(db.exec("PRAGMA busy_timeout = 5000"));
+  auto has = CUSTOS_TRY(db.query_int(
+      "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'authority_meta'"));
+  CUSTOS_TRYV(db.exec("BEGIN IMMEDIATE"));
+  auto r = db.exec(kClaimsDdl);
+  if (r && has.value_or(0) == 0) r = db.exec(kAuthorityDdl);
+  if (!r) {
+    (void)db.exec("ROLLBACK");
+    return r.error();
+  }
+  CUSTOS_TRYV(db.exec("COMMIT"));
+  return std::unique_ptr<SqlDatabase>(new SqlDatabase(std::move(db)));
+}
+
+Result<void> SqlDatabase::write(std::function<Result<void>(Db&)> fn) {
+  std::lock_guard<std::mutex> g(mu_);
+  CUSTOS_TRYV(db_.exec("BEGIN IMMEDIATE"));
+  auto r = fn(db_);
+  if (!r) {
+    (void)db_.exec("ROLLBACK");
+    return r;
+  }
+  if (auto c = db_.exec("COMMIT"); !c) {
+    (void)db_.exec("ROLLBACK");
+    return c;
+  }
+  return ok();
+}
+
+Result<void> SqlDatabase::read(std::function<Result<void>(Db&)> fn) {
+  std::lock_guard<std::mutex> g(mu_);
+  return fn(db_);
+}
+
+Result<void> SqlDatabase::consume_claim_with(std::string_view action_id, std::string_view process_id,
+                                             std::string_view execution_id,
+                                             std::function<Result<void>(Db&)> also) {
+  return write([&](Db& db) -> Result<void> {
+    CUSTOS_TRYV(also(db));
+    return insert_claim(db, action_id, process_id, execution_id);
+  });
+}
+
+// ------------------------------------------------------------------------------ AuthorityStore
+
+Result<std::uint64_t> AuthorityStore::epoch() {
+  std::uint64_t e = 0;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    e = CUSTOS_TRY(read_epoch(db));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return e;
+}
+
+Result<void> AuthorityStore::set_admin(Principal const& p, bool admin) {
+  std::string const key = p.to_string();
+  return db_->write([&](Db& db) -> Result<void> {
+    Stmt s = CUSTOS_TRY(db.prepare(
+        "INSERT INTO principals (principal, role, revision, updated_ns) VALUES (?, ?, 1, ?) "
+        "ON CONFLICT (principal) DO UPDATE SET role = excluded.role, "
+        "revision = principals.revision + 1, updated_ns = excluded.updated_ns"));
+    CUSTOS_TRYV(s.bind(1, std::string_view{key}));
+    CUSTOS_TRYV(s.bind(2, admin ? std::string_view{"admin"} : std::string_view{"runner"}));
+    CUSTOS_TRYV(s.bind(3, realtime_ns()));
+    CUSTOS_TRYV(s.run());
+    return bump_epoch(db);
+  });
+}
+
+Result<bool> AuthorityStore::is_admin(Caller const& c) {
+  std::vector<std::string> keys{Principal{PrincipalKind::uid, c.uid}.to_string(),
+                                Principal{PrincipalKind::gid, c.gid}.to_string()};
+  for (auto g : c.groups) keys.push_back(Principal{PrincipalKind::gid, g}.to_string());
+  bool found = false;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    Stmt q = CUSTOS_TRY(db.prepare("SELECT 1 FROM principals WHERE principal = ? AND role = 'admin'"));
+    for (auto const& k : keys) {
+      q.reset();
+      CUSTOS_TRYV(q.bind(1, std::string_view{k}));
+      if (CUSTOS_TRY(q.step())) {
+        found = true;
+        break;
+      }
+    }
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return found;
+}
+
+Result<Grant> AuthorityStore::add_grant(Grant g, std::int64_t now_ns) {
+  if (g.id.empty()) g.id = CUSTOS_TRY(random_id("g-"));
+  if (!is_valid_grant_id(g.id)) return Error{Errc::plan_invalid_id, "grant id: 1-64 of [A-Za-z0-9_.-]"};
+  g.revision = 1;
+  g.revoked = false;
+  g.created_ns = now_ns;
+  std::string const spec = spec_of(g);
+  std::string const principal = g.principal.to_string();
+  Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
+    Stmt q = CUSTOS_TRY(db.prepare("SELECT 1 FROM grants WHERE grant_id = ?"));
+    CUSTOS_TRYV(q.bind(1, std::string_view{g.id}));
+    if (CUSTOS_TRY(q.step())) {
+      return Error{Errc::plan_invalid_id, "grant " + g.id + " exists (grant ids are never reused)"};
+    }
+    Stmt ins = CUSTOS_TRY(db.prepare(
+        "INSERT INTO grants (grant_id, revision, principal, spec, revoked, created_ns, updated_ns) "
+        "VALUES (?, 1, ?, ?, 0, ?, ?)"));
+    CUSTOS_TRYV(ins.bind(1, std::string_view{g.id}));
+    CUSTOS_TRYV(ins.bind(2, std::string_view{principal}));
+    CUSTOS_TRYV(ins.bind(3, std::string_view{spec}));
+    CUSTOS_TRYV(ins.bind(4, now_ns));
+    CUSTOS_TRYV(ins.bind(5, now_ns));
+    CUSTOS_TRYV(ins.run());
+    Stmt b = CUSTOS_TRY(db.prepare("INSERT INTO budgets VALUES (?, 0, 0, 0, 0, 0)"));
+    CUSTOS_TRYV(b.bind(1, std::string_view{g.id}));
+    CUSTOS_TRYV(b.run());
+    return bump_epoch(db);
+  });
+  if (!txn) return txn.error();
+  return g;
+}
+
+Result<Grant> AuthorityStore::revoke_grant(std::string_view grant_id) {
+  Grant out;
+  Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
+    auto cur = CUSTOS_TRY(load_grant(db, grant_id));
+    if (!cur || cur->first.revoked) {
+      return Error{Errc::auth_unknown_grant, "grant " + std::string{grant_id} +
+                                                 (cur ? " is already revoked" : " does not exist")};
+    }
+    Stmt u = CUSTOS_TRY(db.prepare(
+        "UPDATE grants SET revoked = 1, revision = revision + 1, updated_ns = ? WHERE grant_id = ?"));
+    CUSTOS_TRYV(u.bind(1, realtime_ns()));
+    CUSTOS_TRYV(u.bind(2, grant_id));
+    CUSTOS_TRYV(u.run());
+    out = cur->first;
+    out.revoked = true;
+    out.revision += 1;
+    return bump_epoch(db);
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<std::optional<std::pair<Grant, BudgetUse>>> AuthorityStore::get_grant(std::string_view grant_id) {
+  std::optional<std::pair<Grant, BudgetUse>> out;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    out = CUSTOS_TRY(load_grant(db, grant_id));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<std::vector<std::pair<Grant, BudgetUse>>> AuthorityStore::list_grants(
+    std::optional<Principal> const& principal) {
+  std::vector<std::pair<Grant, BudgetUse>> out;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    std::string sql = "SELECT " + std::string{kGrantCols} +
+                      " FROM grants g JOIN budgets b ON b.grant_id = g.grant_id";
+    if (principal) sql += " WHERE g.principal = ?";
+    sql += " ORDER BY g.grant_id";
+    Stmt q = CUSTOS_TRY(db.prepare(sql));
+    std::string const key = principal ? principal->to_string() : std::string{};
+    if (principal) CUSTOS_TRYV(q.bind(1, std::string_view{key}));
+    while (CUSTOS_TRY(q.step())) out.push_back(CUSTOS_TRY(decode_grant(q)));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<Lease> AuthorityStore::acquire_lease(std::string_view workspace_id,
+                                            std::string_view holder_session,
+                                            Principal const& holder, std::int64_t now_ns) {
+  if (workspace_id.empty() || holder_session.empty() || workspace_id.size() > 255 ||
+      holder_session.size() > 255) {
+    return Error{Errc::plan_invalid_id, "lease needs a workspace_id and a holder session (1-255 bytes)"};
+  }
+  Lease l;
+  l.id = CUSTOS_TRY(random_id("l-"));
+  l.workspace_id = std::string{workspace_id};
+  l.holder_session = std::string{holder_session};
+  l.holder = holder;
+  l.acquired_ns = now_ns;
+  std::string const holder_s = holder.to_string();
+  Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
+    auto cur = CUSTOS_TRY(load_lease_where(db, "workspace_id = ? AND active = 1", workspace_id));
+    if (cur) {
+      return Error{Errc::lease_conflict, "workspace " + std::string{workspace_id} +
+                                             " is leased by " + cur->id + " (session " +
+                                             cur->holder_session + ")"};
+    }
+    Stmt e = CUSTOS_TRY(db.prepare(
+        "INSERT INTO lease_epochs (workspace_id, epoch) VALUES (?, 1) "
+        "ON CONFLICT (workspace_id) DO UPDATE SET epoch = lease_epochs.epoch + 1 RETURNING epoch"));
+    CUSTOS_TRYV(e.bind(1, workspace_id));
+    if (!CUSTOS_TRY(e.step())) return Error{Errc::registry_io, "lease epoch not returned"};
+    l.epoch = u64(e.int64(0));
+    e.reset();
+    Stmt ins = CUSTOS_TRY(db.prepare(
+        "INSERT INTO leases (lease_id, workspace_id, holder_session, holder, epoch, active, "
+        "acquired_ns) VALUES (?, ?, ?, ?, ?, 1, ?)"));
+    CUSTOS_TRYV(ins.bind(1, std::string_view{l.id}));
+    CUSTOS_TRYV(ins.bind(2, workspace_id));
+    CUSTOS_TRYV(ins.bind(3, holder_session));
+    CUSTOS_TRYV(ins.bind(4, std::string_view{holder_s}));
+    CUSTOS_TRYV(ins.bind(5, i64(l.epoch)));
+    CUSTOS_TRYV(ins.bind(6, now_ns));
+    CUSTOS_TRYV(ins.run());
+    return bump_epoch(db);
+  });
+  if (!txn) return txn.error();
+  return l;
+}
+
+Result<Lease> AuthorityStore::end_lease(std::string_view lease_id) {
+  Lease out;
+  Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
+    auto cur = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", lease_id));
+    if (!cur || !cur->active) {
+      return Error{Errc::lease_not_found, "lease " + std::string{lease_id} +
+                                              (cur ? " is no longer active" : " does not exist")};
+    }
+    Stmt u = CUSTOS_TRY(db.prepare("UPDATE leases SET active = 0, ended_ns = ? WHERE lease_id = ?"));
+    CUSTOS_TRYV(u.bind(1, realtime_ns()));
+    CUSTOS_TRYV(u.bind(2, lease_id));
+    CUSTOS_TRYV(u.run());
+    // The workspace's lease epoch moves too: a claim naming the old epoch can never match the
+    // next lease, even one held by the same session.
+    Stmt e = CUSTOS_TRY(db.prepare("UPDATE lease_epochs SET epoch = epoch + 1 WHERE workspace_id = ?"));
+    CUSTOS_TRYV(e.bind(1, std::string_view{cur->workspace_id}));
+    CUSTOS_TRYV(e.run());
+    out = *cur;
+    out.active = false;
+    return bump_epoch(db);
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<std::optional<Lease>> AuthorityStore::get_lease(std::string_view lease_id) {
+  std::optional<Lease> out;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    out = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", lease_id));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<std::vector<Lease>> AuthorityStore::list_leases(bool active_only) {
+  std::vector<Lease> out;
+  Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
+    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases" +
+                                   (active_only ? " WHERE active = 1" : "") +
+                                   " ORDER BY acquired_ns, lease_id"));
+    while (CUSTOS_TRY(q.step())) out.push_back(CUSTOS_TRY(decode_lease(q)));
+    return ok();
+  });
+  if (!txn) return txn.error();
+  return out;
+}
+
+Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
+  if (req.identity == nullptr || req.plan == nullptr || req.execution_id.empty()) {
+    return Error{Errc::internal, "authorize: incomplete request"};
+  }
+  auto const& id = *req.identity;
+  AuthorityUse use;
+  use.execution_id = req.execution_id;
+  use.action_id = id.action_id;
+  use.process_id = id.process_id;
+  use.session_id = id.session_id;
+  use.generation = id.generation;
+  use.actor = Principal{PrincipalKind::uid, req.caller.uid}.to_string();
+  use.authorized_ns = req.now_ns;
+  Result<void> const txn = db_->consume_claim_with(
+      id.action_id, id.process_id, req.execution_id, [&](Db& db) -> Result<void> {
+        // Replay first: a consumed pair is refused whatever the authority says now.
+        Stmt c = CUSTOS_TRY(
+            db.prepare("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+        CUSTOS_TRYV(c.bind(1, std::string_view{id.action_id}));
+        CUSTOS_TRYV(c.bind(2, std::string_view{id.process_id}));
+        if (CUSTOS_TRY(c.step())) {
+          return Error{Errc::auth_replay, "action " + id.action_id + " / process " +
+                                              id.process_id + " was consumed by execution " +
+                                              c.text(0)};
+        }
+        AuthoritySnapshot snap;
+        snap.epoch = CUSTOS_TRY(read_epoch(db));
+        if (req.claim.grant_id) {
+          if (auto g = CUSTOS_TRY(load_grant(db, *req.claim.grant_id))) {
+            snap.grant = std::move(g->first);
+            snap.budget_use = g->second;
+          }
+        }
+        if (req.claim.lease_id) {
+          snap.lease = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", *req.claim.lease_id));
+        }
+        snap.workspace_lease =
+            CUSTOS_TRY(load_lease_where(db, "workspace_id = ? AND active = 1", id.workspace_id));
+        CheckInput in;
+        in.caller = req.caller;
+        in.identity = req.identity;
+        in.plan = req.plan;
+        in.plan_digest = req.plan_digest;
+        in.claim = &req.claim;
+        in.current = &snap;
+        in.now_ns = req.now_ns;
+        CheckOutcome const out = CUSTOS_TRY(cross_check(in));
+        if (snap.grant) {
+          use.grant_id = snap.grant->id;
+          use.expires_ns = snap.grant->expires_ns;
+        }
+        use.lease_id = out.lease_id;
+        use.cpu_ms_reserved = out.cpu_ms_reserve;
+        use.wall_ms_reserved = out.wall_ms_reserve;
+        if (use.grant_id) {
+          Stmt b = CUSTOS_TRY(db.prepare(
+              "UPDATE budgets SET executions = executions + 1, cpu_ms_reserved = cpu_ms_reserved + ?, "
+              "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
+          CUSTOS_TRYV(b.bind(1, i64(use.cpu_ms_reserved)));
+          CUSTOS_TRYV(b.bind(2, i64(use.wall_ms_reserved)));
+          CUSTOS_TRYV(b.bind(3, std::string_view{*use.grant_id}));
+          CUSTOS_TRYV(b.run());
+        }
+        Stmt ins = CUSTOS_TRY(db.prepare(
+            "INSERT INTO authority_uses (execution_id, action_id, process_id, session_id, "
+            "generation, actor, grant_id, lease_id, cpu_ms_reserved, wall_ms_reserved, settled, "
+            "expires_ns, authorized_ns) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)"));
+        CUSTOS_TRYV(ins.bind(1, std::string_view{use.execution_id}));
+        CUSTOS_TRYV(ins.bind(2, std::string_view{use.action_id}));
+        CUSTOS_TRYV(ins.bind(3, std::string_view{use.process_id}));
+        CUSTOS_TRYV(ins.bind(4, std::string_view{use.session_id}));
+        CUSTOS_TRYV(ins.bind(5, i64(use.generation)));
+        CUSTOS_TRYV(ins.bind(6, std::string_view{use.actor}));
+        CUSTOS_TRYV(ins.bind(7, use.grant_id ? std::optional<std::string_view>{*use.grant_id}
+                                             : std::optional<std::string_view>{}));
+        CUSTOS_TRYV(ins.bind(8, use.lease_id ? std::optional<std::string_view>{*use.lease_id}
+                                             : std::optional<std::string_view>{}));
+        CUSTOS_TRYV(ins.bind(9, i64(use.cpu_ms_reserved)));
+        CUSTOS_TRYV(ins.bind(10, i64(use.wall_ms_reserved)));
+        CUSTOS_TRYV(ins.bind(11, use.expires_ns));
+        CUSTOS_TRYV(ins.bind(12, use.authorized_ns));
+        return ins.run();
+      });
+  if (!txn) return txn.error();
+  return use;
+}
+
+Result<void> AuthorityStore::settle(std::string_view execution_id, core::TerminalRecord const& t) {
+  auto const& cpu = t.resources.at(core::ResourceDim::cpu);
+  auto const& wall = t.resources.at(core::ResourceDim::wall);
+  return db_->write([&](Db& db) -> Result<void> {
+    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} +
+                                   " FROM authority_uses WHERE execution_id = ?"));
+    CUSTOS_TRYV(q.bind(1, execution_id));
+    if (!CUSTOS_TRY(q.step())) return ok();  // not authorized through the gateway's store
+    AuthorityUse const u = decode_use(q);
+    if (u.settled) return ok();
+    if (u.grant_id) {
+      // An unmeasured dimension is charged its full reservation: the budget never gets
+      // cheaper because a measurement was missing.
+      std::uint64_t const cpu_used = cpu.value.value_or(u.cpu_ms_reserved);
+      std::uint64_t const wall_used = wall.value.value_or(u.wall_ms_reserved);
+      Stmt b = CUSTOS_TRY(db.prepare(
+          "UPDATE budgets SET cpu_ms_reserved = MAX(cpu_ms_reserved - ?, 0), "
+          "wall_ms_reserved = MAX(wall_ms_reserved - ?, 0), cpu_ms_used = cpu_ms_used + ?, "
+          "wall_ms_used = wall_ms_used + ? WHERE grant_id = ?"));
+      CUSTOS_TRYV(b.bind(1, i64(u.cpu_ms_reserved)));
+      CUSTOS_TRYV(b.bind(2, i64(u.wall_ms_reserved)));
+      CUSTOS_TRYV(b.bind(3, i64(cpu_used)));
+      CUSTOS_TRYV(b.bind(4, i64(wall_used)));
+      CUSTOS_TRYV(b.bind(5, std::string_view{*u.grant_id}));
+      CUSTOS_TRYV(b.run());
+    }
+    Stmt s = CUSTOS_TRY(db.prepare("UPDATE authority_uses SET settled = 1 WHERE execution_id = ?"));
+    CUSTOS_TRYV(s.bind(1, execution_id));
+    return s.run();
+  });
+}
+
+Result<std::optional<AuthorityUse>> AuthorityStore::get_use(std::string_view execution_id) {
+  auto v = CUSTOS_TRY(query_uses(*db_, "execution_id = ?", [&](Stmt& q) { return q.bind(1, execution_id); }));
+  if (v.empty()) return std::optional<AuthorityUse>{};
+  return std::optional<AuthorityUse>{std::move(v.front())};
+}
+
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_grant(std::string_view grant_id, bool unsettled_only) {
+  return query_uses(*db_, unsettled_only ? "grant_id = ? AND settled = 0" : "grant_id = ?",
+                    [&](Stmt& q) { return q.bind(1, grant_id); });
+}
+
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_lease(std::string_view lease_id, bool unsettled_only) {
+  return query_uses(*db_, unsettled_only ? "lease_id = ? AND settled = 0" : "lease_id = ?",
+                    [&](Stmt& q) { return q.bind(1, lease_id); });
+}
+
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_holder(std::string_view session_id,
+                                                                 std::uint64_t generation) {
+  return query_uses(*db_, "session_id = ? AND generation = ?", [&](Stmt& q) -> Result<void> {
+    CUSTOS_TRYV(q.bind(1, session_id));
+    return q.bind(2, i64(generation));
+  });
+}
+
+}  // namespace custos::gateway

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -118,6 +119,7 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request) {
     executions_.erase(*id);
     return res.error();
   }
+  if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = *id;
   ++stats_.started;
   if (sup->terminal() && res->pid == 0) ++stats_.spawn_failed;
   return res;
@@ -211,6 +213,7 @@ void ExecutionManager::on_terminal(std::string const& execution_id) {
     terminal_order_.erase(terminal_order_.begin());
     if (auto it = executions_.find(old); it != executions_.end()) {
       it->second->discard_spool();
+      cgroup_owner_.erase(it->second->cgroup_rel());
       // Erase later: the supervisor being closed may be the one evicted, still on the stack.
       boost::asio::post(io_, [weak = std::weak_ptr<bool>(alive_), this, old]() {
         if (auto a = weak.lock(); a && *a) executions_.erase(old);
@@ -230,11 +233,56 @@ void ExecutionManager::schedule_reap() {
   });
 }
 
+std::map<std::int32_t, std::string> ExecutionManager::attribute_zombies() const {
+  // A zombie keeps its cgroup membership until it is reaped, so /proc/<pid>/cgroup still names
+  // the execution's cgroup (the marker is gone with the zombie's memory: marker-boundary orphans
+  // stay unattributed).
+  std::map<std::int32_t, std::string> out;
+  if (cgroup_owner_.empty()) return out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/task", ec);
+  if (ec) return out;
+  for (auto const& t : it) {
+    auto dir = sys::open_dir_path(t.path().string());
+    if (!dir) continue;
+    auto children = sys::read_file_at(*dir, "children");
+    if (!children) continue;
+    std::string_view rest = *children;
+    while (!rest.empty()) {
+      auto sp = rest.find(' ');
+      auto tok = rest.substr(0, sp);
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+      std::int32_t pid = 0;
+      if (std::from_chars(tok.data(), tok.data() + tok.size(), pid).ec != std::errc{} || pid <= 0 ||
+          is_direct_child(pid)) {
+        continue;
+      }
+      auto pdir = sys::open_dir_path("/proc/" + std::to_string(pid));
+      if (!pdir) continue;
+      auto text = sys::read_file_at(*pdir, "cgroup");
+      if (!text) continue;
+      auto path = sys::parse_own_cgroup(*text);
+      if (!path) continue;
+      std::string p = *path;
+      if (auto del = p.find(" (deleted)"); del != std::string::npos) p.resize(del);
+      if (auto owner = cgroup_owner_.find(p); owner != cgroup_owner_.end()) out[pid] = owner->second;
+    }
+  }
+  return out;
+}
+
 void ExecutionManager::reap_orphans_now() {
   // Our own roots are waited through their pidfds (with their exit status); everything else
   // that reparented to us is collected here so no zombie accumulates.
+  auto owners = attribute_zombies();
   auto reaped = sys::reap_orphans([this](std::int32_t pid) { return is_direct_child(pid); });
   stats_.orphans_reaped += reaped.size();
+  for (auto const& r : reaped) {
+    auto owner = owners.find(r.pid);
+    if (owner == owners.end()) continue;
+    ++stats_.orphans_attributed;
+    if (auto sup = find(owner->second)) sup->count_orphan();
+  }
 }
 
 void ExecutionManager::shutdown(ShutdownPolicy policy, std::chrono::milliseconds bound,

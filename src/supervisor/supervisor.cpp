@@ -190,6 +190,13 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   auto ws = sys::open_directory(plan_.workspace_root);
   if (!ws) return failed(failure_from("workspace", ws.error()));
   workspace_fd_ = std::move(*ws);
+  if (plan_.disk_bytes) {
+    // Disk growth is measured against the workspace as it was before the child ran.
+    if (auto d = sys::walk_disk_usage(workspace_fd_, cfg.disk_walk_max_entries)) {
+      disk_baseline_ = d->bytes;
+      last_disk_sample_ = started_;
+    }
+  }
 
   if (boundary == Boundary::cgroup && subtree != nullptr) {
     auto cg = sys::CgroupDir::create(*subtree, id_);
@@ -547,6 +554,8 @@ void Supervisor::force_close_readers() {
     r.spool.reset();
     readers_forced_ = true;
     cleanup_ = core::Cleanup::unconfirmed;
+    cleanup_detail_ += std::string(cleanup_detail_.empty() ? "" : "; ") + "a process outside the tree still held " +
+                       std::string{core::stream_wire(r.stream)} + " after reader_close_bound";
   }
 }
 
@@ -771,8 +780,7 @@ void Supervisor::sample() {
   }
   auto const now = Clock::now();
   auto const& cfg = manager_->config_;
-  if (plan_.disk_bytes && workspace_fd_.valid() &&
-      (last_disk_sample_ == Clock::time_point{} || now - last_disk_sample_ >= cfg.disk_sample_interval)) {
+  if (plan_.disk_bytes && workspace_fd_.valid() && now - last_disk_sample_ >= cfg.disk_sample_interval) {
     last_disk_sample_ = now;
     if (auto d = sys::walk_disk_usage(workspace_fd_, cfg.disk_walk_max_entries)) {
       if (!disk_baseline_) {
@@ -816,6 +824,11 @@ Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason
   res.accepted = *outcome == core::TriggerOutcome::accepted;
   res.trigger = cancel_.first();
   if (res.accepted) {
+    if (manager_ != nullptr && manager_->config_.sink != nullptr) {
+      if (auto r = manager_->config_.sink->record_trigger(id_, trigger); !r) {
+        sink_error("record_trigger", r.error());
+      }
+    }
     boost::json::object f;
     f["trigger"] = core::trigger_wire(trigger);
     f["reason"] = reason;
@@ -993,19 +1006,28 @@ void Supervisor::final_stage() {
   if (stage_ == Stage::done) return;
   stage_ = Stage::done;
   poll_timer_.cancel();
-  bool confirmed = true;
+  std::vector<std::string> why;  // every reason the cleanup cannot be confirmed
   // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
   // left the cgroup (root without nsdelegate) but kept its environment.
   if (marker_) {
     auto sw = sys::marker_sweep(*marker_, sweep_options(SIGKILL, manager_->config_.marker_sweep_rounds));
-    if (!sw || !sw->confirmed) confirmed = false;
-    if (sw && sw->signalled > 0) {
-      forced_ = true;
-      boost::json::object f;
-      f["signal"] = "SIGKILL";
-      f["step"] = "final_sweep";
-      f["targets"] = sw->signalled;
-      emit("signal_sent", std::move(f));
+    if (!sw) {
+      why.push_back("marker sweep failed: " + sw.error().message());
+    } else {
+      if (!sw->confirmed) {
+        std::string pids;
+        for (auto pid : sw->unreadable_pids) pids += " " + std::to_string(pid);
+        why.push_back("marker sweep unconfirmed: " + std::to_string(sw->remaining) + " marked left, " +
+                      std::to_string(sw->unreadable) + " unreadable" + (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
+      }
+      if (sw->signalled > 0) {
+        forced_ = true;
+        boost::json::object f;
+        f["signal"] = "SIGKILL";
+        f["step"] = "final_sweep";
+        f["targets"] = sw->signalled;
+        emit("signal_sent", std::move(f));
+      }
     }
   }
   if (cgroup_) {
@@ -1014,11 +1036,14 @@ void Supervisor::final_stage() {
       cpu_ms_ = cpu_ms_ ? std::max(*cpu_ms_, ms) : ms;
       cpu_from_cgroup_ = true;
     }
-    if (tree_populated()) confirmed = false;
+    if (tree_populated()) why.push_back("cgroup still populated after kill_after_ms");
   }
-  if (!root_gone()) confirmed = false;
-  if (boundary_ == Boundary::marker && unknown_orphans_alive()) confirmed = false;
-  cleanup_ = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
+  if (!root_gone()) why.push_back("root process still alive after kill_after_ms");
+  if (boundary_ == Boundary::marker && unknown_orphans_alive()) {
+    why.push_back("unattributed live orphans reparented to the daemon (a process may have dropped its marker)");
+  }
+  cleanup_ = why.empty() ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
+  for (auto const& w : why) cleanup_detail_ += (cleanup_detail_.empty() ? "" : "; ") + w;
   tree_done_ = true;
   sampler_timer_.cancel();
   if (!all_readers_eof()) {
@@ -1057,6 +1082,7 @@ void Supervisor::close_and_record() {
   advance(core::event::Closed{});
   boost::json::object f;
   f["cleanup"] = core::cleanup_wire(cleanup_);
+  if (!cleanup_detail_.empty()) f["cleanup_detail"] = cleanup_detail_;
   emit("closed", std::move(f));
 
   core::ClassifyInput in;
@@ -1126,9 +1152,12 @@ void Supervisor::advance(core::LifecycleEvent const& ev) {
     sink_error_ = "lifecycle: " + next.error().message();
     return;
   }
+  bool const moved = next->phase != life_.phase;
   life_ = *next;
   auto const& cfg = manager_->config_;
-  if (cfg.sink != nullptr && life_.phase != core::Phase::terminal) {
+  // Only phase changes are recorded (a spawn failure stays in `starting` until terminal), and
+  // terminal is recorded by record_terminal itself.
+  if (cfg.sink != nullptr && moved && life_.phase != core::Phase::terminal) {
     if (auto r = cfg.sink->record_phase(id_, life_.phase); !r) sink_error("record_phase", r.error());
   }
 }
@@ -1208,6 +1237,8 @@ ExecutionView Supervisor::view() const {
   v.events = events_.last_seq();
   v.terminal = terminal_;
   v.sink_error = sink_error_;
+  v.orphans_reaped = orphans_reaped_;
+  if (!cleanup_detail_.empty()) v.cleanup_detail = cleanup_detail_;
   return v;
 }
 

@@ -74,6 +74,8 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
                                            std::uint64_t max_bytes) const;
   // Stops observing without signalling anything: every descriptor and timer is released.
   void detach();
+  [[nodiscard]] std::string const& cgroup_rel() const noexcept { return cgroup_rel_; }
+  void count_orphan() noexcept { ++orphans_reaped_; }
   // Removes the spool directory (history eviction).
   void discard_spool();
 
@@ -199,6 +201,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   bool closing_ = false;
   bool readers_forced_ = false;
   core::Cleanup cleanup_ = core::Cleanup::unconfirmed;
+  std::string cleanup_detail_;  // why the cleanup is unconfirmed (empty when confirmed)
   std::size_t pending_ = 0;
   std::uint64_t output_events_ = 0;
   bool max_events_reported_ = false;
@@ -210,6 +213,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   std::optional<std::chrono::steady_clock::time_point> exited_at_;
   std::chrono::system_clock::time_point started_wall_{};
   std::size_t concurrency_ = 0;
+  std::uint64_t orphans_reaped_ = 0;
 
   // Peaks from the sampler.
   std::optional<std::uint64_t> cpu_ms_;

@@ -58,6 +58,8 @@ boost::json::object ExecutionView::to_json() const {
     if (j) o["terminal"] = std::move(*j); else o["terminal"] = nullptr;
   }
   if (sink_error) o["sink_error"] = *sink_error;
+  o["orphans_reaped"] = orphans_reaped;
+  if (cleanup_detail) o["cleanup_detail"] = *cleanup_detail;
   return o;
 }
 

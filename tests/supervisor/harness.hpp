@@ -82,6 +82,9 @@ class SupervisorTest : public ::testing::Test {
         manager_->shutdown(ShutdownPolicy::cancel, 5s, [&] { done = true; });
         drive([&] { return done; }, 10s);
       }
+      // Collect this test's reparented orphans so none is left for the next test to see.
+      drive([] { return false; }, 20ms);
+      manager_->reap_orphans_now();
       manager_.reset();
     }
     if (!cgroup_path_.empty()) {
@@ -183,6 +186,12 @@ class SupervisorTest : public ::testing::Test {
       return std::nullopt;
     }
     return **got;
+  }
+
+  // Why an execution's cleanup was unconfirmed (for failure messages).
+  std::string detail(std::string const& id) {
+    auto v = manager_->get(id);
+    return v && v->cleanup_detail ? *v->cleanup_detail : std::string{};
   }
 
   // Pids printed one per line on the execution's stdout; pidfds are opened at once so that the

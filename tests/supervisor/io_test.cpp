@@ -72,7 +72,7 @@ TEST_F(SupervisorTest, OutputLimitWithCancelPolicyStopsTheFlood) {
   EXPECT_GT(a.observed, 100000U);
   EXPECT_EQ(a.observed, a.retained + a.dropped);
   EXPECT_FALSE(a.complete);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
 }
 
 TEST_F(SupervisorTest, ChunkAndMaxEventsBounds) {
@@ -261,7 +261,7 @@ TEST_F(SupervisorTest, StalledPtyReaderDoesNotBlockCancellation) {
   ASSERT_TRUE(rec);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST_F(SupervisorTest, ExitCodeOutputAndNumberedEvents) {
   EXPECT_EQ(rec->classification, core::Classification::exited);
   EXPECT_EQ(rec->exit.code, 3);
   EXPECT_FALSE(rec->trigger.has_value());
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   EXPECT_EQ(acc(*rec, core::Stream::stdout_stream),
             (core::StreamAccounting{5, 5, 0, true}));
   EXPECT_EQ(acc(*rec, core::Stream::stderr_stream),
@@ -197,7 +197,7 @@ TEST_F(SupervisorTest, DeadlineTimesOut) {
   EXPECT_EQ(rec->trigger, core::Trigger::deadline);
   EXPECT_TRUE(rec->escalation.graceful_sent);
   EXPECT_EQ(rec->exit.signal, SIGTERM);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   auto wall = rec->resources.at(core::ResourceDim::wall);
   ASSERT_TRUE(wall.value.has_value());

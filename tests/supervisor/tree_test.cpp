@@ -45,7 +45,7 @@ TEST_P(TreeTest, SetsidAndDoubleForkedDescendantsAreKilled) {
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   EXPECT_EQ(rec->tree.boundary, expected());
   expect_all_dead(fds);
 }
@@ -68,7 +68,7 @@ TEST_P(TreeTest, TermIgnoringTreeIsForced) {
   EXPECT_TRUE(rec->escalation.graceful_sent);
   EXPECT_TRUE(rec->escalation.forced);
   EXPECT_EQ(rec->exit.signal, SIGKILL);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   expect_all_dead(fds);
 }
 
@@ -83,7 +83,7 @@ TEST_P(TreeTest, ForkStormOf500IsReaped) {
   auto rec = terminal(st.execution_id, 60s);
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   // Killed descendants reparent to this process (subreaper); the manager reaps them.
   EXPECT_TRUE(drive([&] { return zombie_children().empty(); }, 10s))
       << zombie_children().size() << " zombies left";
@@ -101,7 +101,7 @@ TEST_P(TreeTest, DescendantsHoldingStdoutAfterRootExitAreKilledAfterDrain) {
   EXPECT_EQ(rec->classification, core::Classification::exited);
   EXPECT_EQ(rec->exit.code, 7);
   EXPECT_TRUE(rec->escalation.forced);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   EXPECT_TRUE(rec->output.at(core::Stream::stdout_stream).complete);
   auto fds = pidfds_from(c.stream_text("stdout"));
   // The pids may already be reaped (then pidfd_open fails and nothing is left to check).
@@ -121,7 +121,7 @@ TEST_P(TreeTest, StoppedProcessIsKilled) {
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
   EXPECT_TRUE(rec->escalation.forced);
   EXPECT_EQ(rec->exit.signal, SIGKILL);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
 }
 
 TEST_P(TreeTest, PtracedProcessIsKilled) {
@@ -151,7 +151,7 @@ TEST_P(TreeTest, PtracedProcessIsKilled) {
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
   EXPECT_TRUE(rec->escalation.forced);
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   // The tracer exits once its tracee is gone; collect it.
   (void)tracer_fd->send_signal(SIGKILL);
   (void)tracer_fd->wait();
@@ -194,7 +194,7 @@ TEST_F(SupervisorTest, CgroupBoundaryCatchesEnvironmentScrubber) {
   ASSERT_TRUE(rec);
   auto fds = pidfds_from(c.stream_text("stdout"));
   for (auto const& fd : fds) EXPECT_FALSE(fd.alive());
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   EXPECT_TRUE(rec->escalation.forced);
 }
 
@@ -220,7 +220,7 @@ TEST_F(SupervisorTest, RootProcessLeavingItsCgroupIsCaughtByTheFinalMarkerSweep)
     EXPECT_EQ(rec->tree.containment, core::Containment::escapable);
   }
   EXPECT_FALSE(fds[0].alive());
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
   for (int i = 0; i < 100 && ::rmdir(escape.c_str()) != 0; ++i) {
     std::this_thread::sleep_for(10ms);
   }

@@ -99,6 +99,7 @@ class ExecutionManager {
   void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;
+  [[nodiscard]] std::map<std::int32_t, std::string> attribute_zombies() const;
 
   boost::asio::io_context& io_;
   ManagerConfig config_;
@@ -110,6 +111,7 @@ class ExecutionManager {
   boost::asio::steady_timer shutdown_timer_;
   std::optional<sys::CgroupDir> subtree_;   // where per-execution cgroups are created
   std::string cgroup_mount_;                // the cgroup2 mount point (for relative paths)
+  std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;               // guards callbacks against a destroyed manager

@@ -46,6 +46,15 @@ class OwnershipSink {
   [[nodiscard]] virtual Result<> record_phase(std::string const& execution_id,
                                               core::Phase phase) = 0;
 
+  // The first accepted cancellation trigger, recorded when it is accepted (before the graceful
+  // signal), so recovery after a crash still classifies by it. Default: not recorded.
+  [[nodiscard]] virtual Result<> record_trigger(std::string const& execution_id,
+                                                core::Trigger trigger) {
+    (void)execution_id;
+    (void)trigger;
+    return ok();
+  }
+
   // Final output accounting of one stream, called at close before record_terminal.
   [[nodiscard]] virtual Result<> record_output(std::string const& execution_id,
                                                StreamId stream,

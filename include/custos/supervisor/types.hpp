@@ -91,6 +91,8 @@ struct ExecutionView {
   std::uint64_t events = 0;              // events emitted so far (= last seq)
   std::optional<core::TerminalRecord> terminal;
   std::optional<std::string> sink_error;  // a durable write after launch failed (see sink)
+  std::uint64_t orphans_reaped = 0;        // reparented descendants reaped and attributed here
+  std::optional<std::string> cleanup_detail;  // why cleanup is unconfirmed, when it is
 
   [[nodiscard]] boost::json::object to_json() const;
 };

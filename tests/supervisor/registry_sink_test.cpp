@@ -1,0 +1,97 @@
+// The supervisor writing through the real SQLite registry: every launch step is durable in
+// order, the one-use claim refuses a second launch, and the stored terminal record is the one
+// the waiters got.
+#include "custos/registry/ownership.hpp"
+#include "custos/registry/registry.hpp"
+#include "custos/supervisor/registry_sink.hpp"
+#include "harness.hpp"
+
+namespace custos::supervisor::testing {
+namespace {
+
+class RegistrySinkTest : public SupervisorTest {
+ protected:
+  void SetUp() override {
+    SupervisorTest::SetUp();
+    auto reg = registry::Registry::open(state_ / "registry");
+    ASSERT_TRUE(reg) << reg.error().message();
+    registry_ = std::move(*reg);
+    sink_ = std::make_unique<RegistrySink>(*registry_);
+  }
+  void TearDown() override {
+    SupervisorTest::TearDown();
+    sink_.reset();
+    registry_.reset();
+  }
+  ExecutionManager& managed() {
+    return manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = sink_.get(); });
+  }
+
+  std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<RegistrySink> sink_;
+};
+
+TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
+  managed();
+  auto req = request(sh("printf out; exit 5"));
+  auto const action = req.identity.action_id;
+  auto st = manager_->start(req);
+  ASSERT_TRUE(st) << st.error().message();
+  auto rec = terminal(st->execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->exit.code, 5);
+
+  auto stored = registry_->get(st->execution_id);
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->phase, core::Phase::terminal);
+  EXPECT_EQ(stored->plan_digest, st->plan_digest);
+  EXPECT_EQ(stored->action_id, action);
+  EXPECT_EQ(stored->ownership.state, registry::OwnershipState::committed);
+  EXPECT_EQ(stored->ownership.pid, st->pid);
+  EXPECT_EQ(stored->boundary.kind,
+            have_cgroup() ? registry::BoundaryKind::cgroup : registry::BoundaryKind::marker);
+  EXPECT_EQ(stored->boundary.marker_hex.size(), 32U);
+  EXPECT_EQ(stored->out.accounting, (core::StreamAccounting{3, 3, 0, true}));
+  ASSERT_TRUE(stored->terminal.has_value());
+  auto decoded = registry::decode_terminal(*stored->terminal);
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(*decoded, *rec);
+  auto view = manager_->get(st->execution_id);
+  ASSERT_TRUE(view);
+  EXPECT_FALSE(view->sink_error.has_value()) << *view->sink_error;
+
+  // The same (action, process) pair can never launch again.
+  auto again = manager_->start(req);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::registry_claim_consumed);
+}
+
+TEST_F(RegistrySinkTest, CancelledExecutionRecordsItsTrigger) {
+  managed();
+  auto st = start(plan({"/bin/sleep", "100"}));
+  ASSERT_TRUE(manager_->cancel(st.execution_id, core::Trigger::user, "stop")->accepted);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  auto stored = registry_->get(st.execution_id);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->trigger, core::Trigger::user);
+  EXPECT_EQ(stored->phase, core::Phase::terminal);
+  ASSERT_TRUE(stored->terminal);
+  EXPECT_EQ(stored->terminal->classification, "cancelled");
+}
+
+TEST_F(RegistrySinkTest, SpawnFailureIsTerminalInTheRegistry) {
+  managed();
+  auto st = start(plan({"/nonexistent/nothing"}));
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  auto stored = registry_->get(st.execution_id);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->phase, core::Phase::terminal);
+  ASSERT_TRUE(stored->terminal);
+  EXPECT_EQ(stored->terminal->classification, "spawn_failed");
+}
+
+}  // namespace
+}  // namespace custos::supervisor::testing

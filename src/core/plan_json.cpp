@@ -2,9 +2,6 @@
 // values themselves live in plan.cpp / identity.cpp and run on each section that parsed.
 #include "custos/core/plan_json.hpp"
 
-#include <boost/json/parse.hpp>
-#include <boost/json/parse_options.hpp>
-
 #include <algorithm>
 #include <initializer_list>
 #include <limits>
@@ -573,13 +570,6 @@ json::value to_json(ExecutionPlan const& p) {
   return o;
 }
 
-Result<json::value> parse_json_text(std::string_view text) {
-  json::parse_options opts;
-  opts.max_depth = 64;
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec, json::storage_ptr{}, opts);
-  if (ec) return Error{Errc::plan_invalid_json, ec.message()};
-  return v;
-}
+// parse_json_text is in json_text.cpp.
 
 }  // namespace custos::core

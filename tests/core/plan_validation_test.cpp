@@ -296,6 +296,28 @@ TEST(PlanParse, InvalidJsonText) {
   EXPECT_TRUE(parse_json_text("{\"a\": [1, 2]}"));
 }
 
+TEST(PlanParse, DuplicateMembersAreRefusedWithTheirPointer) {
+  struct Row {
+    std::string text;
+    std::string context;
+  };
+  std::vector<Row> const rows = {
+      {R"({"a": 1, "a": 2})", "duplicate member /a"},
+      {R"({"plan": {"env": [{"name": "X", "value": "1", "name": "Y"}]}})",
+       "duplicate member /plan/env/0/name"},
+      {R"([0, {"k": [1, 2]}, {"k": 1, "j": {}, "k": 3}])", "duplicate member /2/k"},
+      {R"({"a/b": {}, "a~1b": {}, "a/b": 1})", "duplicate member /a~1b"},
+  };
+  for (auto const& r : rows) {
+    auto v = parse_json_text(r.text);
+    ASSERT_FALSE(v) << r.text;
+    EXPECT_EQ(v.error().code, Errc::plan_invalid_json);
+    EXPECT_EQ(v.error().context, r.context);
+  }
+  // The same name in different objects is fine.
+  EXPECT_TRUE(parse_json_text(R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]})"));
+}
+
 TEST(PlanRules, ValidatePlanOnStructs) {
   auto p = testing::full_plan();
   EXPECT_TRUE(validate_plan(p).empty());

@@ -29,8 +29,10 @@ namespace custos::core {
 [[nodiscard]] boost::json::value to_json(ExecutionIdentity const& id);
 [[nodiscard]] boost::json::value to_json(ExecutionPlan const& plan);
 
-// Parses JSON text (UTF-8 checked by Boost.JSON, nesting at most 64 deep); plan.invalid_json
-// with the parser's reason on failure.
+// Parses JSON text strictly: UTF-8 checked, nesting at most 64 deep, and a member name repeated
+// within one object refused (Boost.JSON would silently keep the last; a caller's parser may keep
+// the first and so have approved a different plan). plan.invalid_json with the reason (for a
+// duplicate: its JSON pointer) on failure. Use it for every request whose plan gets digested.
 [[nodiscard]] Result<boost::json::value> parse_json_text(std::string_view text);
 
 }  // namespace custos::core

@@ -46,32 +46,6 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   return v;
 }
 
-// mountinfo escapes space, tab, newline and backslash as \ooo (octal).
-std::string unescape_mountinfo(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3])) {
-      out.push_back(static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0')));
-      i += 3;
-      continue;
-    }
-    out.push_back(s[i]);
-  }
-  return out;
-}
-
-bool has_option(std::string_view options, std::string_view name) {
-  std::size_t i = 0;
-  while (i <= options.size()) {
-    std::size_t const comma = std::min(options.find(',', i), options.size());
-    if (options.substr(i, comma - i) == name) return true;
-    i = comma + 1;
-  }
-  return false;
-}
-
 bool valid_component(std::string const& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
@@ -118,16 +92,12 @@ Result<CgroupMount> parse_cgroup2_mount(std::string_view mountinfo) {
     std::string_view const line = mountinfo.substr(pos, eol - pos);
     pos = eol + 1;
     std::vector<std::string_view> const f = split_ws(line);
-    // id parent maj:min root mountpoint options [optional...] - fstype source superoptions
     auto const dash = std::find(f.begin(), f.end(), std::string_view("-"));
     if (dash == f.end() || dash + 1 == f.end() || *(dash + 1) != "cgroup2") continue;
-    if (dash - f.begin() < 6 || f.end() - dash < 4) {
-      return Error(Errc::cgroup_failed, "malformed cgroup2 line in mountinfo: " + std::string(line));
-    }
-    CgroupMount m;
-    m.path = unescape_mountinfo(f[4]);
-    m.nsdelegate = has_option(f[5], "nsdelegate") || has_option(*(dash + 3), "nsdelegate");
-    return m;
+    auto const e = parse_mountinfo_line(line);
+    if (!e) return Error(Errc::cgroup_failed, "malformed cgroup2 line in mountinfo: " + std::string(line));
+    return CgroupMount{e->mount_point, mount_option_present(e->mount_options, "nsdelegate") ||
+                                           mount_option_present(e->super_options, "nsdelegate")};
   }
   return Error(Errc::cgroup_unavailable, "no cgroup2 mount in mountinfo");
 }

@@ -193,6 +193,34 @@ Result<MarkerScanResult> scan_once(ScanParams const& sp) {
   return out;
 }
 
+std::vector<std::string_view> fields_of(std::string_view s) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+    std::size_t const b = i;
+    while (i < s.size() && s[i] != ' ' && s[i] != '\t') ++i;
+    if (i > b) out.push_back(s.substr(b, i - b));
+  }
+  return out;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+std::string unescape_octal(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3])) {
+      out.push_back(static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0')));
+      i += 3;
+      continue;
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
 char hex_digit(unsigned v) { return "0123456789abcdef"[v & 0xfu]; }
 
 int hex_value(char c) {
@@ -202,6 +230,49 @@ int hex_value(char c) {
 }
 
 }  // namespace
+
+std::optional<MountInfoEntry> parse_mountinfo_line(std::string_view line) {
+  std::vector<std::string_view> const f = fields_of(line);
+  // id parent maj:min root mountpoint options [optional fields...] - fstype source superoptions
+  auto const dash = std::find(f.begin(), f.end(), std::string_view("-"));
+  if (dash == f.end() || dash - f.begin() < 6 || f.end() - dash < 4) return std::nullopt;
+  return MountInfoEntry{unescape_octal(f[3]),  unescape_octal(f[4]),         std::string(f[5]),
+                        std::string(dash[1]), unescape_octal(dash[2]), std::string(dash[3])};
+}
+
+bool mount_option_present(std::string_view options, std::string_view name) {
+  std::size_t i = 0;
+  while (i <= options.size()) {
+    std::size_t const comma = std::min(options.find(',', i), options.size());
+    std::string_view const opt = options.substr(i, comma - i);
+    if (opt == name || (opt.size() > name.size() && opt.starts_with(name) && opt[name.size()] == '=')) return true;
+    i = comma + 1;
+  }
+  return false;
+}
+
+bool proc_hides_processes(std::string_view mountinfo, std::string const& proc_root) {
+  bool hides = false;
+  std::size_t pos = 0;
+  while (pos < mountinfo.size()) {
+    std::size_t const eol = std::min(mountinfo.find('\n', pos), mountinfo.size());
+    auto const e = parse_mountinfo_line(mountinfo.substr(pos, eol - pos));
+    pos = eol + 1;
+    if (!e || e->fstype != "proc" || e->mount_point != proc_root) continue;
+    // The last mount at a mount point is the visible one, so later lines override.
+    hides = false;
+    for (std::string_view const opts : {std::string_view(e->super_options), std::string_view(e->mount_options)}) {
+      for (std::string_view const v : {"hidepid=2", "hidepid=invisible", "hidepid=4", "hidepid=ptraceable"}) {
+        std::size_t const at = opts.find(v);
+        if (at != std::string_view::npos && (at == 0 || opts[at - 1] == ',') &&
+            (at + v.size() == opts.size() || opts[at + v.size()] == ',')) {
+          hides = true;
+        }
+      }
+    }
+  }
+  return hides;
+}
 
 Result<UniqueFd> open_dir_path(std::string const& path) {
   int const fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -314,6 +385,11 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
   std::string const needle = marker_needle(marker);
   bool const can_signal = proc_root_is_ours(options.proc_root);
   MarkerSweepResult out;
+  if (auto root = open_dir_path("/")) {
+    if (auto mi = read_file_at(*root, "proc/self/mountinfo", 4 * 1024 * 1024)) {
+      out.proc_hides_processes = proc_hides_processes(*mi, options.proc_root);
+    }
+  }
   std::uint32_t const max_rounds = std::max<std::uint32_t>(options.max_rounds, 1);
   while (out.rounds < max_rounds) {
     MarkerScanResult const scan = CUSTOS_TRY(scan_once(
@@ -340,7 +416,7 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
     if (options.round_pause.count() > 0) std::this_thread::sleep_for(options.round_pause);
   }
   // Confirmed only by a final scan that saw every process and no marker.
-  out.confirmed = out.remaining == 0 && out.unreadable == 0;
+  out.confirmed = out.remaining == 0 && out.unreadable == 0 && !out.proc_hides_processes;
   return out;
 }
 

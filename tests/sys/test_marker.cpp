@@ -72,6 +72,43 @@ TEST_F(MarkerTest, EnvironMatchesWholeEntriesOnly) {
   EXPECT_FALSE(environ_has_marker(other.env_entry() + "\0"s, m));
 }
 
+TEST_F(MarkerTest, MountTableAndHiddenProcesses) {
+  auto e = parse_mountinfo_line("22 1 0:5 / /my\\040proc rw,nosuid shared:12 - proc proc rw,hidepid=invisible");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->root, "/");
+  EXPECT_EQ(e->mount_point, "/my proc");
+  EXPECT_EQ(e->mount_options, "rw,nosuid");
+  EXPECT_EQ(e->fstype, "proc");
+  EXPECT_EQ(e->source, "proc");
+  EXPECT_EQ(e->super_options, "rw,hidepid=invisible");
+  EXPECT_FALSE(parse_mountinfo_line("22 1 0:5 / /proc"));
+  EXPECT_FALSE(parse_mountinfo_line(""));
+
+  EXPECT_TRUE(mount_option_present("rw,nsdelegate", "nsdelegate"));
+  EXPECT_TRUE(mount_option_present("rw,hidepid=2", "hidepid"));
+  EXPECT_FALSE(mount_option_present("rw,nsdelegatex", "nsdelegate"));
+  EXPECT_FALSE(mount_option_present("", "rw"));
+
+  std::string const plain = "22 1 0:5 / /proc rw,nosuid - proc proc rw\n";
+  EXPECT_FALSE(proc_hides_processes(plain, "/proc"));
+  for (char const* opt : {"hidepid=2", "hidepid=invisible", "hidepid=4", "hidepid=ptraceable"}) {
+    std::string const t = std::string("22 1 0:5 / /proc rw - proc proc rw,") + opt + ",gid=5\n";
+    EXPECT_TRUE(proc_hides_processes(t, "/proc")) << opt;
+    EXPECT_FALSE(proc_hides_processes(t, "/other")) << "another mount point";
+  }
+  // hidepid=1 only denies reading (counted as unreadable); the last mount on a point wins.
+  EXPECT_FALSE(proc_hides_processes("22 1 0:5 / /proc rw - proc proc rw,hidepid=1\n", "/proc"));
+  EXPECT_FALSE(proc_hides_processes("22 1 0:5 / /proc rw - proc proc rw,hidepid=2\n" + plain, "/proc"));
+  EXPECT_TRUE(proc_hides_processes(plain + "23 1 0:6 / /proc rw - proc proc rw,hidepid=2\n", "/proc"));
+
+  // This host's /proc does not hide processes, so sweeps here can be confirmed at all.
+  auto root = open_dir_path("/");
+  ASSERT_TRUE(root);
+  auto mi = read_file_at(*root, "proc/self/mountinfo", 4 << 20);
+  ASSERT_TRUE(mi);
+  EXPECT_FALSE(proc_hides_processes(*mi, "/proc"));
+}
+
 // A marked tree outside any cgroup: the shell exec's a sleep, starts a setsid'd grandchild
 // through a shell that exits, and a double-forked sleep. The sweep must find and kill all three.
 TEST_F(MarkerTest, SweepKillsADoubleForkedMarkedTree) {

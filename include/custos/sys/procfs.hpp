@@ -45,6 +45,29 @@ namespace custos::sys {
 [[nodiscard]] Result<std::uint64_t> pid_namespace_inode(std::string const& pid,
                                                         std::string const& proc_root = "/proc");
 
+// ---- mount table ---------------------------------------------------------------------------
+
+// One line of a mountinfo table (proc_pid_mountinfo(5)), octal escapes (\040 ...) decoded.
+struct MountInfoEntry {
+  std::string root;           // root of the mount within its filesystem
+  std::string mount_point;
+  std::string mount_options;  // per-mount options ("rw,relatime")
+  std::string fstype;
+  std::string source;
+  std::string super_options;  // per-superblock options ("rw,nsdelegate", "rw,hidepid=invisible")
+};
+
+// nullopt when the line does not have the mountinfo shape.
+[[nodiscard]] std::optional<MountInfoEntry> parse_mountinfo_line(std::string_view line);
+// Whether the comma-separated option list holds `name` or `name=<anything>`.
+[[nodiscard]] bool mount_option_present(std::string_view options, std::string_view name);
+
+// Whether the procfs mounted at `proc_root` (per `mountinfo`) hides processes from the caller
+// entirely (hidepid=2/invisible or 4/ptraceable): then a scan cannot even see what it cannot
+// read, so no sweep over it may be confirmed. hidepid=1 leaves entries visible but unreadable,
+// which the sweep already counts.
+[[nodiscard]] bool proc_hides_processes(std::string_view mountinfo, std::string const& proc_root);
+
 // ---- the marker ---------------------------------------------------------------------------
 
 struct Marker {
@@ -119,12 +142,14 @@ struct MarkerSweepResult {
   std::uint32_t rounds = 0;       // full scans performed
   std::uint32_t remaining = 0;    // marked processes still seen by the final scan
   std::vector<std::int32_t> unreadable_pids;  // the first few, for diagnostics
+  bool proc_hides_processes = false;  // the proc mount hides processes (hidepid): never confirmed
 };
 
 // Scan, and for each match: pidfd_open, re-read the environ through /proc/<pid> (the pid may
 // have been recycled between scan and open), check the pidfd is still alive (so the re-read was
 // of that very process), and only then signal through the pidfd. Repeats until a full scan finds
-// no match or max_rounds is reached. Any unreadable process makes the result unconfirmed.
+// no match or max_rounds is reached. Any unreadable process makes the result unconfirmed, and
+// so does a proc mount that hides processes (hidepid=invisible, read from /proc/self/mountinfo).
 // The scanning process itself is never signalled. A proc root whose pids are not pids of the
 // caller's own namespace (a fake tree, a container's procfs) is scanned but never signalled
 // through: its matches stay in `remaining` and the result is unconfirmed.

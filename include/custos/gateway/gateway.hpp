@@ -1,0 +1,201 @@
+// ExecutionGateway: the only door to a process effect (ARCHITECTURE.md step 5). Every exec.start
+// goes validate -> cross-check -> one durable transaction (claim + budget + lease) -> launch
+// permit -> supervisor launch; every revocation, lease release/break and grant expiry fences
+// the executions that depend on it. docs/authority.md and docs/contracts.md state the rules.
+//
+// How the permit reaches the launch without a public raw spawn: the gateway is the
+// ExecutionManager's OwnershipSink (sink() below, set as ManagerConfig::sink). The manager calls
+// record_authorized() before it creates any process; the gateway's sink refuses it unless the
+// gateway armed a launch for exactly that identity and plan digest, and only then runs the
+// authorizing transaction and hands the one-use LaunchPermit (by value) to the record creation.
+// A direct ExecutionManager::start() that did not come through the gateway therefore fails with
+// auth.denied before any process exists.
+//
+// Threading: everything runs on the daemon's single event-loop thread (like the manager).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
+
+#include "custos/core/result.hpp"
+#include "custos/gateway/authority.hpp"
+#include "custos/gateway/store.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/ownership_sink.hpp"
+
+namespace custos::registry {
+class Registry;
+}
+
+namespace custos::gateway {
+
+class ExecutionGateway;
+
+// Proof that the authorizing transaction for one (execution, action, process, plan digest)
+// committed. Move-only and one-use; only ExecutionGateway can construct one.
+class LaunchPermit {
+ public:
+  LaunchPermit(LaunchPermit&&) noexcept = default;
+  LaunchPermit& operator=(LaunchPermit&&) noexcept = default;
+  LaunchPermit(LaunchPermit const&) = delete;
+  LaunchPermit& operator=(LaunchPermit const&) = delete;
+  ~LaunchPermit() = default;
+
+  [[nodiscard]] std::string const& execution_id() const noexcept { return use_.execution_id; }
+  [[nodiscard]] std::string const& plan_digest() const noexcept { return plan_digest_; }
+  [[nodiscard]] AuthorityUse const& use() const noexcept { return use_; }
+
+ private:
+  friend class ExecutionGateway;
+  LaunchPermit(AuthorityUse use, std::string plan_digest)
+      : use_(std::move(use)), plan_digest_(std::move(plan_digest)) {}
+  AuthorityUse use_;
+  std::string plan_digest_;
+};
+
+struct GatewayOptions {
+  // The registry the execution records live in (record creation after the authorizing
+  // transaction, quiescence scans). May be null in tests: records then exist only in memory.
+  registry::Registry* registry = nullptr;
+  // Receives every OwnershipSink call after record_authorized (the registry's RegistrySink in
+  // the daemon). Null: nothing durable beyond the authority tables.
+  supervisor::OwnershipSink* inner = nullptr;
+};
+
+struct FenceReport {
+  std::vector<std::string> fenced;  // executions cancelled with trigger lease_fence, stdin closed
+};
+
+struct RevokeResult {
+  Grant grant;
+  FenceReport fence;
+};
+
+struct LeaseEndResult {
+  Lease lease;
+  FenceReport fence;
+};
+
+struct QuiescenceBlock {
+  std::string execution_id;
+  // live, unresolved (not terminal in the registry and not supervised here), cleanup_unconfirmed,
+  // record_error (a durable write of the execution failed), orphan_claim, quarantined
+  std::string reason;
+};
+
+struct QuiescenceResult {
+  bool quiescent = false;
+  std::vector<QuiescenceBlock> blocking;
+  // Present when quiescent: what was scanned, and a digest binding it.
+  std::optional<boost::json::object> evidence;
+  [[nodiscard]] boost::json::object to_json() const;
+};
+
+class ExecutionGateway {
+ public:
+  ExecutionGateway(boost::asio::io_context& io, AuthorityStore& store, GatewayOptions options);
+  ~ExecutionGateway();
+  ExecutionGateway(ExecutionGateway const&) = delete;
+  ExecutionGateway& operator=(ExecutionGateway const&) = delete;
+
+  // Set this as ManagerConfig::sink, then attach() the manager. Must outlive the manager's use.
+  [[nodiscard]] supervisor::OwnershipSink& sink() noexcept;
+  void attach(supervisor::ExecutionManager& manager) noexcept { manager_ = &manager; }
+
+  // The caller as the gateway sees it: `configured_admin` (root, the daemon's uid, the admin
+  // group) or an admin principal stored in the registry.
+  [[nodiscard]] Result<Caller> resolve_caller(std::uint32_t uid, std::uint32_t gid,
+                                              std::vector<std::uint32_t> groups,
+                                              bool configured_admin);
+
+  // exec.start. The request's caller credentials are replaced by `caller`'s. Errors: every
+  // auth.* of cross_check(), auth.replay, the manager's errors; a spawn failure after the
+  // authorizing transaction is NOT an error (the execution is terminal, spawn_failed, and its
+  // authority stays consumed).
+  [[nodiscard]] Result<supervisor::StartResult> start(Caller const& caller,
+                                                      supervisor::LaunchRequest request,
+                                                      AuthorityClaim const& claim);
+
+  // exec.input through the fence: once an execution is fenced, nothing more is admitted
+  // (exec.input_closed), whatever the manager would still accept.
+  [[nodiscard]] Result<std::uint64_t> input(std::string const& execution_id,
+                                            std::span<std::uint8_t const> data, bool eof);
+  [[nodiscard]] bool fenced(std::string const& execution_id) const;
+
+  // ---- authority.* (admin only: auth.denied otherwise) ------------------------------------
+  [[nodiscard]] Result<Grant> grant(Caller const& caller, Grant g);
+  [[nodiscard]] Result<RevokeResult> revoke(Caller const& caller, std::string const& grant_id);
+  // Admins see every grant; others their own (uid or one of their groups).
+  [[nodiscard]] Result<std::vector<std::pair<Grant, BudgetUse>>> list(Caller const& caller);
+  [[nodiscard]] Result<std::uint64_t> epoch();
+
+  // ---- lease.* ---------------------------------------------------------------------------
+  // Admins, or a caller holding a live grant that allows the workspace writable.
+  [[nodiscard]] Result<Lease> acquire_lease(Caller const& caller, std::string const& workspace_id,
+                                            std::string const& holder_session);
+  // Release by the holder (same uid) or, `force` = break, by an admin. Fences dependents.
+  [[nodiscard]] Result<LeaseEndResult> release_lease(Caller const& caller,
+                                                     std::string const& lease_id, bool force);
+  [[nodiscard]] Result<std::vector<Lease>> list_leases(bool active_only);
+
+  // ---- holder.quiescence -----------------------------------------------------------------
+  // Admins, or a caller asking about its own executions (actor = its uid).
+  [[nodiscard]] Result<QuiescenceResult> quiescence(Caller const& caller,
+                                                    std::string const& session_id,
+                                                    std::uint64_t generation,
+                                                    std::optional<std::string> const& actor);
+
+  [[nodiscard]] AuthorityStore& store() noexcept { return *store_; }
+
+ private:
+  class Sink;
+  friend class Sink;
+
+  struct Armed {
+    Caller caller;
+    core::ExecutionIdentity const* identity = nullptr;
+    core::ExecutionPlan const* plan = nullptr;
+    std::string plan_digest;
+    AuthorityClaim claim;
+    std::optional<AuthorityUse> use;  // set once the authorizing transaction committed
+  };
+
+  struct Dependent {
+    std::optional<std::string> grant_id;
+    std::optional<std::string> lease_id;
+    std::unique_ptr<boost::asio::steady_timer> expiry;
+  };
+
+  Result<void> on_record_authorized(std::string const& execution_id,
+                                    core::ExecutionIdentity const& identity,
+                                    core::ExecutionPlan const& plan, std::string const& plan_digest);
+  // Creates the registry record; takes the permit by value so it is spent exactly once.
+  Result<void> create_record(LaunchPermit permit, core::ExecutionIdentity const& identity,
+                             core::ExecutionPlan const& plan);
+  void on_terminal(std::string const& execution_id, core::TerminalRecord const& record);
+  FenceReport fence_all(std::vector<AuthorityUse> const& uses, std::string const& reason);
+  void fence(std::string const& execution_id, std::string const& reason);
+  void arm_expiry(std::string const& execution_id, std::int64_t expires_ns);
+
+  boost::asio::io_context& io_;
+  AuthorityStore* store_;
+  GatewayOptions options_;
+  supervisor::ExecutionManager* manager_ = nullptr;
+  std::unique_ptr<Sink> sink_;
+  std::optional<Armed> armed_;
+  std::map<std::string, Dependent> live_;
+  std::set<std::string> fenced_;
+};
+
+}  // namespace custos::gateway

@@ -1,0 +1,428 @@
+// ExecutionGateway: start through the authorizing transaction, fences, expiry, quiescence.
+#include "custos/gateway/gateway.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+
+#include <boost/json.hpp>
+
+#include "custos/core/digest.hpp"
+#include "custos/core/plan_canonical.hpp"
+#include "custos/registry/ownership.hpp"
+#include "custos/registry/registry.hpp"
+
+namespace custos::gateway {
+
+namespace json = boost::json;
+
+namespace {
+
+std::int64_t realtime_ns() noexcept {
+  timespec ts{};
+  (void)clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+Error not_admin(char const* what) {
+  return Error{Errc::auth_denied, std::string{what} + " is for admins only"};
+}
+
+bool grant_live(Grant const& g, std::int64_t now_ns) {
+  return !g.revoked && (!g.expires_ns || *g.expires_ns > now_ns);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ the sink
+
+// The manager's OwnershipSink: authorizes in record_authorized, forwards everything else to
+// the inner sink, settles the budget at the terminal record.
+class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
+ public:
+  explicit Sink(ExecutionGateway& g) noexcept : g_(&g) {}
+
+  Result<> record_authorized(std::string const& execution_id,
+                             core::ExecutionIdentity const& identity,
+                             core::ExecutionPlan const& plan,
+                             std::string const& plan_digest) override {
+    return g_->on_record_authorized(execution_id, identity, plan, plan_digest);
+  }
+  Result<> record_staged(std::string const& execution_id, sys::PidfsIdentity const& identity,
+                         supervisor::Boundary boundary, std::string const& cgroup_path,
+                         std::string const& marker_value) override {
+    if (inner() == nullptr) return ok();
+    return inner()->record_staged(execution_id, identity, boundary, cgroup_path, marker_value);
+  }
+  Result<> record_committed(std::string const& execution_id) override {
+    if (inner() == nullptr) return ok();
+    return inner()->record_committed(execution_id);
+  }
+  Result<> record_phase(std::string const& execution_id, core::Phase phase) override {
+    if (inner() == nullptr) return ok();
+    return inner()->record_phase(execution_id, phase);
+  }
+  Result<> record_trigger(std::string const& execution_id, core::Trigger trigger) override {
+    if (inner() == nullptr) return ok();
+    return inner()->record_trigger(execution_id, trigger);
+  }
+  Result<> record_output(std::string const& execution_id, supervisor::StreamId stream,
+                         core::StreamAccounting const& accounting) override {
+    if (inner() == nullptr) return ok();
+    return inner()->record_output(execution_id, stream, accounting);
+  }
+  Result<> record_terminal(std::string const& execution_id,
+                           core::TerminalRecord const& record) override {
+    Result<> r = ok();
+    if (inner() != nullptr) r = inner()->record_terminal(execution_id, record);
+    // Settled even when the record write failed: the budget follows what happened to the
+    // process, not whether its record reached the disk.
+    auto const settled = g_->store_->settle(execution_id, record);
+    g_->on_terminal(execution_id, record);
+    if (!r) return r;
+    return settled;
+  }
+
+ private:
+  supervisor::OwnershipSink* inner() const noexcept { return g_->options_.inner; }
+  ExecutionGateway* g_;
+};
+
+// ------------------------------------------------------------------------------ gateway
+
+ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& store,
+                                   GatewayOptions options)
+    : io_(io), store_(&store), options_(options), sink_(std::make_unique<Sink>(*this)) {}
+
+ExecutionGateway::~ExecutionGateway() = default;
+
+supervisor::OwnershipSink& ExecutionGateway::sink() noexcept { return *sink_; }
+
+Result<Caller> ExecutionGateway::resolve_caller(std::uint32_t uid, std::uint32_t gid,
+                                                std::vector<std::uint32_t> groups,
+                                                bool configured_admin) {
+  Caller c;
+  c.uid = uid;
+  c.gid = gid;
+  c.groups = std::move(groups);
+  c.admin = configured_admin || uid == 0;
+  if (!c.admin) c.admin = CUSTOS_TRY(store_->is_admin(c));
+  return c;
+}
+
+Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
+                                                        supervisor::LaunchRequest request,
+                                                        AuthorityClaim const& claim) {
+  if (manager_ == nullptr) return Error{Errc::internal, "gateway has no execution manager"};
+  if (armed_) return Error{Errc::internal, "gateway start re-entered"};
+  // Validates the plan (the encoder re-runs every rule) before any authority is touched.
+  auto digest = core::plan_digest(request.identity, request.plan);
+  if (!digest) return digest.error();
+  request.caller.uid = caller.uid;
+  request.caller.gid = caller.gid;
+  armed_ = Armed{caller, nullptr, nullptr, digest->to_string(), claim, std::nullopt};
+  auto r = manager_->start(std::move(request));
+  Armed const armed = std::move(*armed_);
+  armed_.reset();
+  if (!r) return r.error();
+  if (!armed.use) {
+    return Error{Errc::internal, "the manager launched without asking the gateway's sink"};
+  }
+  // Already terminal (spawn failed): settled at its terminal record, nothing to fence.
+  auto view = manager_->get(r->execution_id);
+  if (view && !view->terminal) {
+    Dependent d;
+    d.grant_id = armed.use->grant_id;
+    d.lease_id = armed.use->lease_id;
+    live_[r->execution_id] = std::move(d);
+    if (armed.use->expires_ns) arm_expiry(r->execution_id, *armed.use->expires_ns);
+  }
+  return r;
+}
+
+Result<void> ExecutionGateway::on_record_authorized(std::string const& execution_id,
+                                                    core::ExecutionIdentity const& identity,
+                                                    core::ExecutionPlan const& plan,
+                                                    std::string const& plan_digest) {
+  if (!armed_ || armed_->use) {
+    return Error{Errc::auth_denied, "executions start only through the gateway (no launch armed)"};
+  }
+  if (plan_digest != armed_->plan_digest) {
+    return Error{Errc::auth_digest_mismatch, "the launched plan is not the one authorized"};
+  }
+  AuthorizeRequest req;
+  req.caller = armed_->caller;
+  req.identity = &identity;
+  req.plan = &plan;
+  req.plan_digest = plan_digest;
+  req.claim = armed_->claim;
+  req.execution_id = execution_id;
+  req.now_ns = realtime_ns();
+  AuthorityUse use = CUSTOS_TRY(store_->authorize(req));
+  armed_->use = use;
+  return create_record(LaunchPermit{std::move(use), plan_digest}, identity, plan);
+}
+
+Result<void> ExecutionGateway::create_record(LaunchPermit permit,
+                                             core::ExecutionIdentity const& identity,
+                                             core::ExecutionPlan const& plan) {
+  if (options_.registry == nullptr) return ok();
+  // The claim is already consumed for this execution id (by the authorizing transaction); the
+  // registry checks that it belongs to exactly this execution before it creates the record.
+  auto ex = registry::make_new_execution(permit.execution_id(), identity, plan, permit.plan_digest());
+  if (!ex) return ex.error();
+  return options_.registry->create_execution(*ex);
+}
+
+void ExecutionGateway::on_terminal(std::string const& execution_id, core::TerminalRecord const&) {
+  live_.erase(execution_id);
+  fenced_.erase(execution_id);
+}
+
+Result<std::uint64_t> ExecutionGateway::input(std::string const& execution_id,
+                                              std::span<std::uint8_t const> data, bool eof) {
+  if (manager_ == nullptr) return Error{Errc::internal, "gateway has no execution manager"};
+  if (fenced_.contains(execution_id)) {
+    return Error{Errc::exec_input_closed,
+                 execution_id + ": stdin is fenced (its grant or lease was revoked)"};
+  }
+  return manager_->input(execution_id, data, eof);
+}
+
+bool ExecutionGateway::fenced(std::string const& execution_id) const {
+  return fenced_.contains(execution_id);
+}
+
+void ExecutionGateway::fence(std::string const& execution_id, std::string const& reason) {
+  // The fence is in place before the revoking call returns: this runs on the loop thread, and
+  // every later exec.input is served after it and refused by input().
+  fenced_.insert(execution_id);
+  if (manager_ == nullptr) return;
+  (void)manager_->cancel(execution_id, core::Trigger::lease_fence, reason);
+  // Bytes already admitted may still drain; then the child sees EOF.
+  (void)manager_->input(execution_id, {}, true);
+}
+
+FenceReport ExecutionGateway::fence_all(std::vector<AuthorityUse> const& uses,
+                                        std::string const& reason) {
+  FenceReport rep;
+  for (auto const& u : uses) {
+    if (!live_.contains(u.execution_id) || fenced_.contains(u.execution_id)) continue;
+    fence(u.execution_id, reason);
+    rep.fenced.push_back(u.execution_id);
+  }
+  return rep;
+}
+
+void ExecutionGateway::arm_expiry(std::string const& execution_id, std::int64_t expires_ns) {
+  auto it = live_.find(execution_id);
+  if (it == live_.end()) return;
+  std::int64_t const left_ns = std::max<std::int64_t>(0, expires_ns - realtime_ns());
+  auto timer = std::make_unique<boost::asio::steady_timer>(io_);
+  timer->expires_after(std::chrono::nanoseconds(left_ns));
+  timer->async_wait([this, execution_id](boost::system::error_code const& ec) {
+    if (ec) return;  // cancelled: the execution ended first (its Dependent was destroyed)
+    if (!live_.contains(execution_id) || fenced_.contains(execution_id)) return;
+    fence(execution_id, "grant expired");
+  });
+  it->second.expiry = std::move(timer);
+}
+
+// ------------------------------------------------------------------------------ authority.*
+
+Result<Grant> ExecutionGateway::grant(Caller const& caller, Grant g) {
+  if (!caller.admin) return not_admin("authority.grant");
+  return store_->add_grant(std::move(g), realtime_ns());
+}
+
+Result<RevokeResult> ExecutionGateway::revoke(Caller const& caller, std::string const& grant_id) {
+  if (!caller.admin) return not_admin("authority.revoke");
+  RevokeResult res;
+  res.grant = CUSTOS_TRY(store_->revoke_grant(grant_id));
+  auto uses = CUSTOS_TRY(store_->uses_of_grant(grant_id, true));
+  res.fence = fence_all(uses, "grant " + grant_id + " revoked");
+  return res;
+}
+
+Result<std::vector<std::pair<Grant, BudgetUse>>> ExecutionGateway::list(Caller const& caller) {
+  auto all = CUSTOS_TRY(store_->list_grants());
+  if (caller.admin) return all;
+  std::erase_if(all, [&](auto const& gu) { return !caller.is(gu.first.principal); });
+  return all;
+}
+
+Result<std::uint64_t> ExecutionGateway::epoch() { return store_->epoch(); }
+
+// ------------------------------------------------------------------------------ lease.*
+
+Result<Lease> ExecutionGateway::acquire_lease(Caller const& caller, std::string const& workspace_id,
+                                              std::string const& holder_session) {
+  if (!caller.admin) {
+    auto const now = realtime_ns();
+    auto grants = CUSTOS_TRY(store_->list_grants());
+    bool const allowed = std::any_of(grants.begin(), grants.end(), [&](auto const& gu) {
+      Grant const& g = gu.first;
+      return caller.is(g.principal) && grant_live(g, now) && g.role >= Role::runner &&
+             std::any_of(g.workspaces.begin(), g.workspaces.end(), [&](WorkspaceRule const& w) {
+               return w.workspace_id == workspace_id &&
+                      w.max_access == core::WorkspaceAccess::writable;
+             });
+    });
+    if (!allowed) {
+      return Error{Errc::auth_denied,
+                   "no live grant of this caller allows workspace " + workspace_id + " writable"};
+    }
+  }
+  return store_->acquire_lease(workspace_id, holder_session,
+                               Principal{PrincipalKind::uid, caller.uid}, realtime_ns());
+}
+
+Result<LeaseEndResult> ExecutionGateway::release_lease(Caller const& caller,
+                                                       std::string const& lease_id, bool force) {
+  auto cur = CUSTOS_TRY(store_->get_lease(lease_id));
+  if (!cur || !cur->active) {
+    return Error{Errc::lease_not_found, "lease " + lease_id + (cur ? " is no longer active" : " does not exist")};
+  }
+  if (force) {
+    if (!caller.admin) return not_admin("breaking a lease");
+  } else if (!caller.is(cur->holder)) {
+    return Error{Errc::auth_denied, "lease " + lease_id + " is held by " + cur->holder.to_string() +
+                                        "; only its holder releases it (admins may break it)"};
+  }
+  LeaseEndResult res;
+  res.lease = CUSTOS_TRY(store_->end_lease(lease_id));
+  auto uses = CUSTOS_TRY(store_->uses_of_lease(lease_id, true));
+  res.fence = fence_all(uses, "lease " + lease_id + (force ? " broken" : " released"));
+  return res;
+}
+
+Result<std::vector<Lease>> ExecutionGateway::list_leases(bool active_only) {
+  return store_->list_leases(active_only);
+}
+
+// ------------------------------------------------------------------------------ quiescence
+
+json::object QuiescenceResult::to_json() const {
+  json::array b;
+  for (auto const& q : blocking) {
+    b.emplace_back(json::object{{"execution_id", q.execution_id}, {"reason", q.reason}});
+  }
+  json::object o{{"quiescent", quiescent}};
+  if (quiescent && evidence) {
+    o["evidence"] = *evidence;
+  } else {
+    o["blocking"] = std::move(b);
+  }
+  return o;
+}
+
+Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
+                                                      std::string const& session_id,
+                                                      std::uint64_t generation,
+                                                      std::optional<std::string> const& actor) {
+  std::string const self = Principal{PrincipalKind::uid, caller.uid}.to_string();
+  if (!caller.admin && actor != self) {
+    return Error{Errc::auth_denied, "holder.quiescence: non-admins ask with actor = " + self};
+  }
+  if (session_id.empty()) return Error{Errc::plan_invalid_id, "session_id is required"};
+
+  // 1. Every execution of the holder: the gateway's authority uses and the registry's records.
+  std::set<std::string> ids;
+  std::set<std::string> with_use;
+  for (auto const& u : CUSTOS_TRY(store_->uses_of_holder(session_id, generation))) {
+    if (actor && u.actor != *actor) continue;
+    ids.insert(u.execution_id);
+    with_use.insert(u.execution_id);
+  }
+  bool const scanned_registry = options_.registry != nullptr;
+  if (scanned_registry) {
+    registry::ListFilter f;
+    f.session_id = session_id;
+    f.limit = 1000;
+    while (true) {
+      auto page = CUSTOS_TRY(options_.registry->list(f));
+      for (auto const& rec : page) {
+        auto req = core::decode_execution(rec.plan_canonical);
+        // A record whose identity no longer decodes cannot be excluded: it blocks.
+        if (!req || req->identity.generation == generation) ids.insert(rec.execution_id);
+      }
+      if (page.size() < f.limit) break;
+      f.after_id = page.back().execution_id;
+    }
+  }
+  std::set<std::string> quarantined;
+  if (scanned_registry) {
+    for (auto const& q : CUSTOS_TRY(options_.registry->quarantined())) quarantined.insert(q.execution_id);
+  }
+
+  // 2. Each one must be terminal, with its tree confirmed empty and every support task joined.
+  QuiescenceResult res;
+  auto block = [&](std::string const& id, char const* why) {
+    res.blocking.push_back(QuiescenceBlock{id, why});
+  };
+  for (auto const& id : ids) {
+    if (quarantined.contains(id)) {
+      block(id, "quarantined");
+      continue;
+    }
+    if (manager_ != nullptr) {
+      if (auto v = manager_->get(id)) {
+        // The manager's terminal record is produced only after the readers reached EOF and
+        // every support task was joined (docs/supervisor.md), so it stands for "joined".
+        if (!v->terminal) {
+          block(id, "live");
+        } else if (v->terminal->tree.cleanup != core::Cleanup::confirmed) {
+          block(id, "cleanup_unconfirmed");
+        } else if (v->sink_error) {
+          block(id, "record_error");
+        }
+        continue;
+      }
+    }
+    if (!scanned_registry) {
+      block(id, "unresolved");
+      continue;
+    }
+    auto rec = options_.registry->get(id);
+    if (!rec) {
+      block(id, rec.error().code == Errc::registry_not_found && with_use.contains(id) ? "orphan_claim"
+                                                                                     : "unresolved");
+      continue;
+    }
+    if (rec->phase != core::Phase::terminal || !rec->terminal) {
+      block(id, "unresolved");
+      continue;
+    }
+    auto t = registry::decode_terminal(*rec->terminal);
+    if (!t) {
+      block(id, "unresolved");
+    } else if (t->tree.cleanup != core::Cleanup::confirmed) {
+      block(id, "cleanup_unconfirmed");
+    }
+  }
+  res.quiescent = res.blocking.empty();
+  if (res.quiescent) {
+    // The digest binds the holder and the exact set scanned, so the evidence cannot be
+    // replayed for another holder or a later set of executions.
+    std::string bound = "custos.quiescence.v1";
+    bound += '\0' + session_id + '\0' + std::to_string(generation) + '\0' + actor.value_or("");
+    json::array list;
+    for (auto const& id : ids) {
+      bound += '\0' + id;
+      list.emplace_back(id);
+    }
+    auto d = core::sha256(std::span<std::uint8_t const>(
+        reinterpret_cast<std::uint8_t const*>(bound.data()), bound.size()));
+    if (!d) return d.error();
+    res.evidence = json::object{{"session_id", session_id},
+                                {"generation", generation},
+                                {"actor", actor ? json::value(*actor) : json::value(nullptr)},
+                                {"executions", std::move(list)},
+                                {"registry_scanned", scanned_registry},
+                                {"scanned_at_ns", realtime_ns()},
+                                {"digest", d->to_string()}};
+  }
+  return res;
+}
+
+}  // namespace custos::gateway

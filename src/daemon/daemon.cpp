@@ -27,7 +27,10 @@
 #include "custos/sys/identity.hpp"
 #include "custos/sys/probes.hpp"
 #include "custos/sys/unique_fd.hpp"
+#include "custos/registry/recovery.hpp"
+#include "custos/registry/registry.hpp"
 #include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/registry_sink.hpp"
 #include "logging.hpp"
 #include "socket_path.hpp"
 
@@ -103,10 +106,41 @@ class Daemon {
     return ok();
   }
 
-  // The registry lands with its own issue; until the daemon opens it, executions live only in
-  // memory and a restart forgets them (docs/operations.md says so).
-  Result<void> open_registry() { return ok(); }
-  Result<void> recover() { return ok(); }
+  Result<void> open_registry() {
+    registry_ = CUSTOS_TRY(registry::Registry::open(config_.state_dir));
+    sink_ = std::make_unique<supervisor::RegistrySink>(*registry_);
+    spdlog::info("registry {} (schema opened at version {})", registry_->db_path().native(),
+                 registry_->opened_version());
+    return ok();
+  }
+
+  // Every record left non-terminal by a previous daemon ends here with exactly one terminal
+  // record, before any call is accepted. Processes that are provably still ours are cancelled
+  // and reaped: the ExecutionManager cannot adopt a recovered pidfd yet, so "detach" at the last
+  // stop means "recovered and then cancelled by identity at this start" (docs/operations.md).
+  Result<void> recover() {
+    registry::RecoveryOptions options;
+    options.policy = registry::RestartPolicy::cancel_and_reap;
+    auto report = CUSTOS_TRY(registry::recover(*registry_, options));
+    CUSTOS_TRYV(registry::apply_restart_policy(*registry_, report, options));
+    std::size_t live = 0, absent = 0, indeterminate = 0;
+    for (auto const& e : report.executions) {
+      switch (e.classification) {
+        case core::RecoveryPath::live_owned: ++live; break;
+        case core::RecoveryPath::absent_without_terminal: ++absent; break;
+        default: ++indeterminate; break;
+      }
+    }
+    spdlog::info("recovery: {} record(s) already terminal, {} re-acquired and cancelled, {} gone "
+                 "without a terminal record, {} indeterminate, {} orphan claim(s), {} quarantined",
+                 report.already_terminal, live, absent, indeterminate, report.orphan_claims.size(),
+                 report.quarantined.size());
+    for (auto const& e : report.executions) {
+      spdlog::info("recovery: {} {}: {}", e.execution_id, core::recovery_path_wire(e.classification),
+                   e.detail);
+    }
+    return ok();
+  }
 
   Result<void> create_subtree() {
     if (config_.boundary == BoundaryMode::marker) {
@@ -156,6 +190,7 @@ class Daemon {
                   : config_.boundary == BoundaryMode::marker ? supervisor::BoundaryPreference::marker
                                                              : supervisor::BoundaryPreference::automatic;
     mc.state_dir = config_.state_dir;
+    mc.sink = sink_.get();
     // Becomes PR_SET_CHILD_SUBREAPER here, so orphaned descendants reparent to the daemon.
     mc.become_subreaper = true;
     manager_ = std::make_unique<supervisor::ExecutionManager>(io_, std::move(mc));
@@ -297,7 +332,11 @@ class Daemon {
   asio::io_context io_;
   asio::signal_set signals_{io_};
   rpc::AuthPolicy auth_;
-  // Declared before the server: connections (destroyed first) unsubscribe from the manager.
+  // Declaration order is destruction order reversed: the server goes first (its connections
+  // unsubscribe from the manager), then the manager (it writes through the sink), then the
+  // registry.
+  std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<supervisor::ExecutionManager> manager_;
   std::optional<rpc::Dispatcher> dispatcher_;
   std::optional<rpc::Server> server_;

@@ -1,0 +1,167 @@
+// rpc building blocks without a socket: base64, the error object shape, the admin rule, and the
+// dispatcher's JSON-RPC rules with an in-process session.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "custos/rpc/base64.hpp"
+#include "custos/rpc/dispatcher.hpp"
+#include "custos/rpc/protocol.hpp"
+
+namespace custos::rpc {
+namespace {
+
+namespace json = boost::json;
+
+TEST(Base64, KnownVectors) {
+  // RFC 4648 §10.
+  EXPECT_EQ(base64_encode(std::string_view{""}), "");
+  EXPECT_EQ(base64_encode(std::string_view{"f"}), "Zg==");
+  EXPECT_EQ(base64_encode(std::string_view{"fo"}), "Zm8=");
+  EXPECT_EQ(base64_encode(std::string_view{"foo"}), "Zm9v");
+  EXPECT_EQ(base64_encode(std::string_view{"foob"}), "Zm9vYg==");
+  EXPECT_EQ(base64_encode(std::string_view{"fooba"}), "Zm9vYmE=");
+  EXPECT_EQ(base64_encode(std::string_view{"foobar"}), "Zm9vYmFy");
+}
+
+TEST(Base64, RejectsMalformed) {
+  for (char const* bad : {"Zg=", "Zg===", "Z===", "Zm9v!A==", "=Zm9", "Zg==Zg==", "Zm 9v"}) {
+    EXPECT_FALSE(base64_decode(bad).has_value()) << bad;
+  }
+}
+
+RC_GTEST_PROP(Base64, RoundTrips, (std::vector<std::uint8_t> const& bytes)) {
+  auto text = base64_encode(bytes);
+  RC_ASSERT(text.size() % 4 == 0);
+  auto back = base64_decode(text);
+  RC_ASSERT(back.has_value());
+  RC_ASSERT(*back == bytes);
+}
+
+TEST(ErrorObject, CarriesStableCodeRecoveryAndDiagnostics) {
+  auto e = Error::from_diagnostics({{Errc::plan_invalid_cwd, "/plan/cwd", "escapes"},
+                                    {Errc::plan_empty_argv, "/plan/command/argv", "empty"}});
+  auto o = error_object(e);
+  EXPECT_EQ(o.at("code").as_int64(), -32001);
+  auto const& data = o.at("data").as_object();
+  EXPECT_EQ(data.at("code").as_string(), "plan.invalid");
+  EXPECT_EQ(data.at("recovery").as_string(), "caller_correction");
+  EXPECT_EQ(data.at("detail").at("diagnostics").as_array().size(), 2U);
+  // And back, as the CLI reads it.
+  auto back = error_from_object(o);
+  EXPECT_EQ(back.code, Errc::plan_invalid);
+  ASSERT_EQ(back.diagnostics.size(), 2U);
+  EXPECT_EQ(back.diagnostics[0].code, Errc::plan_invalid_cwd);
+  EXPECT_EQ(back.diagnostics[0].pointer, "/plan/cwd");
+}
+
+TEST(ErrorObject, NumbersByLayerAndReservedCodes) {
+  EXPECT_EQ(application_code(Errc::exec_not_found), -32002);
+  EXPECT_EQ(application_code(Errc::spawn_failed), -32003);
+  EXPECT_EQ(application_code(Errc::registry_locked), -32004);
+  EXPECT_EQ(application_code(Errc::rpc_overloaded), -32005);
+  EXPECT_EQ(application_code(Errc::auth_denied), -32006);
+  EXPECT_EQ(application_code(Errc::sandbox_unsupported), -32007);
+  EXPECT_EQ(application_code(Errc::engine_error), -32008);
+  EXPECT_EQ(application_code(Errc::internal), -32009);
+  EXPECT_EQ(error_object(Error{Errc::rpc_parse_error}).at("code").as_int64(), kParseError);
+  EXPECT_EQ(error_object(Error{Errc::rpc_line_too_long}).at("code").as_int64(), kInvalidRequest);
+  EXPECT_EQ(error_object(Error{Errc::rpc_method_not_found}).at("code").as_int64(), kMethodNotFound);
+  EXPECT_EQ(error_object(Error{Errc::rpc_invalid_params}).at("code").as_int64(), kInvalidParams);
+  for (auto code : all_errcs()) {
+    auto n = error_object(Error{code}).at("code").as_int64();
+    EXPECT_TRUE((n <= -32000 && n >= -32099) || n == kParseError || n == kInvalidRequest ||
+                n == kMethodNotFound || n == kInvalidParams)
+        << errc_wire(code);
+  }
+}
+
+TEST(AuthPolicy, RootOwnUidAndAdminGroup) {
+  AuthPolicy p{1000, 4242};
+  EXPECT_TRUE(p.is_admin({0, 0, 1, {}, false}));
+  EXPECT_TRUE(p.is_admin({1000, 1000, 1, {}, false}));
+  EXPECT_TRUE(p.is_admin({2000, 4242, 1, {}, false}));
+  EXPECT_TRUE(p.is_admin({2000, 2000, 1, {10, 4242}, false}));
+  EXPECT_FALSE(p.is_admin({2000, 2000, 1, {10}, false}));
+  AuthPolicy none{1000, std::nullopt};
+  EXPECT_FALSE(none.is_admin({2000, 4242, 1, {4242}, false}));
+}
+
+// A connection as the dispatcher sees it, in memory.
+class MemorySession final : public Session {
+ public:
+  explicit MemorySession(PeerCredentials p) : peer_(std::move(p)) {}
+  PeerCredentials const& peer() const noexcept override { return peer_; }
+  bool closed() const noexcept override { return false; }
+  bool notify(std::string_view, json::object) override { return true; }
+  Result<std::string> add_subscription(std::function<void()>) override { return std::string{"sub-1"}; }
+  Result<void> remove_subscription(std::string const&) override { return ok(); }
+
+ private:
+  PeerCredentials peer_;
+};
+
+class DispatcherRules : public ::testing::Test {
+ protected:
+  DispatcherRules() : d_(AuthPolicy{1000, std::nullopt}) {
+    d_.add("open.echo", Access::any, [](std::shared_ptr<Session> const&, json::object const& p, Reply r) {
+      r(json::value(p));
+    });
+    d_.add("admin.later", Access::admin, [this](std::shared_ptr<Session> const&, json::object const&, Reply r) {
+      later_.push_back(std::move(r));
+    });
+    d_.add("open.throws", Access::any, [](std::shared_ptr<Session> const&, json::object const&, Reply) {
+      throw std::runtime_error("boom");
+    });
+  }
+  std::vector<std::string> run(std::shared_ptr<Session> const& s, std::string const& line) {
+    std::vector<std::string> out;
+    d_.handle_line(s, line, [&](std::string r) { out.push_back(std::move(r)); });
+    return out;
+  }
+  Dispatcher d_;
+  std::vector<Reply> later_;
+  std::shared_ptr<Session> admin_ = std::make_shared<MemorySession>(PeerCredentials{1000, 1000, 1, {}, false});
+  std::shared_ptr<Session> other_ = std::make_shared<MemorySession>(PeerCredentials{2000, 2000, 2, {}, false});
+};
+
+TEST_F(DispatcherRules, EmitIsCalledExactlyOnceEvenForNotifications) {
+  EXPECT_EQ(run(admin_, R"({"jsonrpc":"2.0","method":"open.echo"})"), std::vector<std::string>{""});
+  auto r = run(admin_, R"({"jsonrpc":"2.0","method":"open.echo","params":{"a":1},"id":"x"})");
+  ASSERT_EQ(r.size(), 1U);
+  EXPECT_EQ(json::parse(r[0]).at("result").at("a").as_int64(), 1);
+}
+
+TEST_F(DispatcherRules, BatchWaitsForItsSlowestCall) {
+  std::vector<std::string> out;
+  d_.handle_line(admin_, R"([{"jsonrpc":"2.0","method":"admin.later","id":1},{"jsonrpc":"2.0","method":"open.echo","id":2}])",
+                 [&](std::string r) { out.push_back(std::move(r)); });
+  EXPECT_TRUE(out.empty());
+  ASSERT_EQ(later_.size(), 1U);
+  later_[0](json::value("done"));
+  later_[0](json::value("twice"));  // a second completion is ignored
+  ASSERT_EQ(out.size(), 1U);
+  auto arr = json::parse(out[0]).as_array();
+  ASSERT_EQ(arr.size(), 2U);
+  EXPECT_EQ(arr[0].at("id").as_int64(), 1);  // request order, not completion order
+  EXPECT_EQ(arr[0].at("result").as_string(), "done");
+}
+
+TEST_F(DispatcherRules, AdminMethodsDeniedToOthers) {
+  auto r = run(other_, R"({"jsonrpc":"2.0","method":"admin.later","id":1})");
+  ASSERT_EQ(r.size(), 1U);
+  auto o = json::parse(r[0]).as_object();
+  EXPECT_EQ(o.at("error").at("data").at("code").as_string(), "auth.denied");
+  EXPECT_EQ(d_.stats().denied, 1U);
+  EXPECT_TRUE(later_.empty());
+}
+
+TEST_F(DispatcherRules, HandlerExceptionBecomesInternalError) {
+  auto r = run(admin_, R"({"jsonrpc":"2.0","method":"open.throws","id":1})");
+  ASSERT_EQ(r.size(), 1U);
+  EXPECT_EQ(json::parse(r[0]).at("error").at("data").at("code").as_string(), "internal.error");
+}
+
+}  // namespace
+}  // namespace custos::rpc

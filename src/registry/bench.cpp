@@ -1,0 +1,155 @@
+// The registry's benchmark row: durable overhead per execution vs one FULL commit.
+#include "custos/registry/bench.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "custos/registry/registry.hpp"
+#include "custos/registry/sqlite.hpp"
+
+namespace custos::registry {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median_us(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// One FULL commit of a one-row transaction, the unit every ratio is expressed in.
+Result<double> measure_floor(std::filesystem::path const& dir, std::size_t n) {
+  auto db = CUSTOS_TRY(sql::Db::open((dir / "floor.db").string(), true));
+  CUSTOS_TRYV(db.exec("PRAGMA journal_mode = WAL"));
+  CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
+  CUSTOS_TRYV(db.exec("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)"));
+  auto ins = CUSTOS_TRY(db.prepare("INSERT INTO t (v) VALUES (?)"));
+  std::vector<std::uint8_t> const payload(200, 0x5a);
+  std::vector<double> samples;
+  samples.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const t0 = Clock::now();
+    CUSTOS_TRYV(db.exec("BEGIN IMMEDIATE"));
+    CUSTOS_TRYV(ins.bind_blob(1, payload));
+    CUSTOS_TRYV(ins.run());
+    ins.reset();
+    CUSTOS_TRYV(db.exec("COMMIT"));
+    samples.push_back(us_since(t0));
+  }
+  return median_us(std::move(samples));
+}
+
+Ownership bench_owner(std::size_t i) {
+  Ownership o;
+  o.state = OwnershipState::staged;
+  o.boot_id = "01234567-89ab-cdef-0123-456789abcdef";
+  o.pidfs_dev = 15;
+  o.pidfs_ino = 1'000'000 + i;
+  o.pid = static_cast<std::int32_t>(1000 + i % 30000);
+  o.start_time_ticks = 42;
+  return o;
+}
+
+// The durable writes of one execution's life, as the supervisor makes them.
+Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
+                           TerminalBlob const& terminal) {
+  NewExecution ex;
+  ex.execution_id = id;
+  ex.action_id = "act-" + id;
+  ex.process_id = "proc-1";
+  ex.session_id = "bench";
+  std::string const plan = "canonical plan of " + id + std::string(300, 'p');
+  ex.plan_canonical.assign(plan.begin(), plan.end());
+  ex.plan_digest = sha256_tagged(ex.plan_canonical);
+  ex.backend = "native";
+  CUSTOS_TRYV(reg.record_authorized(ex));
+  CUSTOS_TRYV(reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
+  CUSTOS_TRYV(reg.record_committed(id));
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited));
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::closed));
+  return reg.record_terminal(id, terminal);
+}
+
+}  // namespace
+
+Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const& scratch_dir,
+                                                     std::size_t executions, std::size_t threads) {
+  DurableOverheadResult out;
+  out.threads = std::max<std::size_t>(threads, 1);
+  out.executions = std::max<std::size_t>(executions, 1);
+  auto const dir = scratch_dir / ("custos-registry-bench-" + std::to_string(::getpid()));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Error{Errc::registry_io, "create " + dir.string() + ": " + ec.message()};
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() {
+      std::error_code e;
+      std::filesystem::remove_all(p, e);
+    }
+  } const cleanup{dir};
+
+  out.full_commit_us = CUSTOS_TRY(measure_floor(dir, out.executions));
+
+  TerminalBlob terminal;
+  std::string const body(400, 't');
+  terminal.bytes.assign(body.begin(), body.end());
+  terminal.digest = sha256_tagged(terminal.bytes);
+  terminal.classification = "exited";
+  terminal.recovery = "observed";
+
+  auto reg = CUSTOS_TRY(Registry::open(dir / "state"));
+  std::vector<double> samples;
+  samples.reserve(out.executions);
+  for (std::size_t i = 0; i < out.executions; ++i) {
+    auto const t0 = Clock::now();
+    CUSTOS_TRYV(one_execution(*reg, "seq-" + std::to_string(i), i, terminal));
+    samples.push_back(us_since(t0));
+  }
+  out.sequential_us = median_us(std::move(samples));
+
+  auto const before = reg->write_stats();
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto const t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < out.threads; ++t) {
+    pool.emplace_back([&] {
+      for (;;) {
+        std::size_t const i = next.fetch_add(1);
+        if (i >= out.executions) return;
+        if (!one_execution(*reg, "par-" + std::to_string(i), i + out.executions, terminal)) {
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  out.concurrent_us = us_since(t0) / static_cast<double>(out.executions);
+  if (failed) return Error{Errc::registry_io, "a concurrent benchmark execution failed"};
+  auto const after = reg->write_stats();
+  out.concurrent_transactions = after.transactions - before.transactions;
+  out.concurrent_full_commits = after.full_commits - before.full_commits;
+  out.concurrent_writes = after.writes - before.writes;
+
+  if (out.full_commit_us > 0) {
+    out.sequential_ratio = out.sequential_us / out.full_commit_us;
+    out.concurrent_ratio = out.concurrent_us / out.full_commit_us;
+  }
+  return out;
+}
+
+}  // namespace custos::registry

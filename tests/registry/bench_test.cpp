@@ -1,0 +1,27 @@
+// The benchmark row runs, cleans up after itself and shows group commit at work. Ratios are not
+// asserted here (sanitizer build, noisy machine); scripts/bench reports them from a release build.
+#include <gtest/gtest.h>
+
+#include "custos/registry/bench.hpp"
+#include "helpers.hpp"
+
+namespace custos::registry::test {
+namespace {
+
+TEST(RegistryBench, DurableOverheadRowIsMeasuredAndCleanedUp) {
+  TempDir t;
+  auto r = bench_durable_overhead(t.path(), 40, 8);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_GT(r->full_commit_us, 0);
+  EXPECT_GT(r->sequential_us, 0);
+  EXPECT_GT(r->concurrent_us, 0);
+  EXPECT_EQ(r->executions, 40u);
+  // 8 writes per execution; concurrent launches share transactions and fsyncs.
+  EXPECT_EQ(r->concurrent_writes, 40u * 8u);
+  EXPECT_LT(r->concurrent_transactions, r->concurrent_writes);
+  EXPECT_LE(r->concurrent_full_commits, 40u);
+  EXPECT_TRUE(std::filesystem::is_empty(t.path()));
+}
+
+}  // namespace
+}  // namespace custos::registry::test

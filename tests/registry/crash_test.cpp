@@ -1,0 +1,271 @@
+// Crash recovery end to end: a forked "daemon" opens the registry, launches a real process tree
+// (a shell with a background child) into a per-execution cgroup or under a marker, and is killed
+// with SIGKILL by a failpoint at one step. The test then reopens the registry, recovers, applies
+// the default restart policy, and checks the classification, exactly one terminal record, zero
+// surviving processes, and that the claim can never be consumed again.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <set>
+#include <thread>
+
+#include "custos/registry/failpoint.hpp"
+#include "custos/registry/ownership.hpp"
+#include "custos/registry/recovery.hpp"
+#include "custos/sys/cgroup.hpp"
+#include "custos/sys/procfs.hpp"
+#include "custos/sys/spawn.hpp"
+#include "helpers.hpp"
+
+namespace custos::registry::test {
+namespace {
+
+constexpr char const* kId = "ex-crash";
+constexpr char const* kAction = "act-crash";
+
+// The daemon's launch path, step by step, as the supervisor drives it through the registry.
+// Runs in a forked child; every failure exits with a distinct code, success with 0 (a failpoint
+// SIGKILLs it somewhere on the way).
+[[noreturn]] void crashing_daemon(std::filesystem::path const& state, std::string const& point,
+                                  std::string const& cgroup_path, sys::Marker const& marker) {
+  ::setenv(std::string{kFailpointEnv}.c_str(), point.c_str(), 1);
+  auto reg = Registry::open(state);
+  if (!reg) ::_exit(20);
+  Registry& r = **reg;
+  if (!r.record_authorized(make_execution(kId, kAction))) ::_exit(21);
+  sys::UniqueFd cg;
+  if (!cgroup_path.empty()) {
+    cg.reset(::open(cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!cg.valid()) ::_exit(22);
+  }
+  sys::SpawnSpec spec;
+  spec.executable = "/bin/sh";
+  spec.argv = {"sh", "-c", "sleep 1000 & exec sleep 1000"};
+  spec.envp = {"PATH=/usr/bin:/bin", marker.env_entry()};
+  spec.cgroup_fd = cg.get();
+  auto staged = sys::spawn_staged(spec);
+  if (!staged) ::_exit(23);
+  BoundaryInfo const b{cgroup_path.empty() ? BoundaryKind::marker : BoundaryKind::cgroup,
+                       cgroup_path, marker.env_value()};
+  if (!r.record_staged(kId, staged_ownership(staged->identity()), b)) ::_exit(24);
+  auto running = std::move(*staged).release();
+  if (!running) ::_exit(25);
+  if (!r.record_committed(kId)) ::_exit(26);
+  if (!r.record_phase(kId, core::Phase::running)) ::_exit(27);
+  // Let the shell fork its background child, so the tree holds two processes.
+  for (int i = 0; i < 200; ++i) {
+    auto scan = sys::marker_scan(marker);
+    if (scan && scan->matched.size() >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!r.record_trigger(kId, core::Trigger::user)) ::_exit(28);
+  if (!r.record_phase(kId, core::Phase::stopping)) ::_exit(29);
+  // Stop the tree as the supervisor does, then reap the root.
+  if (!cgroup_path.empty()) {
+    auto dir = sys::CgroupDir::open(cgroup_path);
+    if (!dir || !dir->kill() || !dir->wait_empty(std::chrono::seconds(5))) ::_exit(30);
+  } else {
+    sys::MarkerSweepOptions so;
+    auto swept = sys::marker_sweep(marker, so);
+    // remaining, not confirmed: a process whose environ nobody may read (PID 1 here) makes
+    // every sweep unconfirmed without being part of this tree.
+    if (!swept || swept->remaining != 0) ::_exit(31);
+  }
+  auto st = running->pidfd().wait();
+  if (!st) ::_exit(32);
+  if (!r.record_phase(kId, core::Phase::exited)) ::_exit(33);
+  if (!r.record_phase(kId, core::Phase::closed)) ::_exit(34);
+  auto term = core::make_terminal_record(
+      core::ClassifyInput{core::ExitStatus::signaled(SIGKILL), false, core::Trigger::user,
+                          core::Cleanup::confirmed, false, core::RecoveryPath::observed},
+      std::nullopt);
+  if (!term) ::_exit(35);
+  term->output[core::Stream::stdout_stream] = {};
+  term->output[core::Stream::stderr_stream] = {};
+  auto blob = terminal_blob(*term);
+  if (!blob) ::_exit(36);
+  if (!r.record_terminal(kId, *blob)) ::_exit(37);
+  ::_exit(0);
+}
+
+struct CrashCase {
+  std::string point;
+  bool cgroup;
+};
+
+std::string case_name(::testing::TestParamInfo<CrashCase> const& info) {
+  return info.param.point + (info.param.cgroup ? "_cgroup" : "_marker");
+}
+
+class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
+ protected:
+  void SetUp() override {
+    if (!kFailpointsCompiled) {
+      GTEST_SKIP() << "failpoints are compiled only with CUSTOS_FAILPOINTS";
+    }
+    // Like the daemon: orphans of the crashed "daemon" come to us, so nothing escapes to init
+    // and every zombie is reaped here.
+    ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    if (GetParam().cgroup) {
+      auto mount = sys::find_cgroup2_mount();
+      if (!mount) {
+        GTEST_SKIP() << "no cgroup2 mount: " << mount.error().message();
+      }
+      static int n = 0;
+      parent_cg_ = mount->path + "/custos-test-registry-" + std::to_string(::getpid()) + "-" +
+                   std::to_string(n++);
+      if (::mkdir(parent_cg_.c_str(), 0755) != 0) {
+        int const err = errno;
+        parent_cg_.clear();
+        GTEST_SKIP() << "cgroup v2 not writable here (errno " << err << ")";
+      }
+      exec_cg_ = parent_cg_ + "/" + kId;
+      ASSERT_EQ(::mkdir(exec_cg_.c_str(), 0755), 0);
+    }
+  }
+
+  void TearDown() override {
+    reap_all();
+    if (!exec_cg_.empty()) {
+      if (auto dir = sys::CgroupDir::open(exec_cg_); dir) {
+        (void)dir->kill();
+        (void)dir->wait_empty(std::chrono::seconds(5));
+        (void)dir->remove();
+      }
+    }
+    reap_all();
+    if (!parent_cg_.empty()) {
+      EXPECT_EQ(::rmdir(parent_cg_.c_str()), 0) << errno;
+    }
+    (void)::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
+
+  static void reap_all() {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+  }
+
+  TempDir t_;
+  std::string parent_cg_;
+  std::string exec_cg_;
+};
+
+TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
+  auto const& param = GetParam();
+  auto marker = sys::Marker::generate();
+  ASSERT_TRUE(marker);
+
+  pid_t const daemon = ::fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker);
+  int status = 0;
+  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "the daemon was not killed by failpoint " << param.point << " (status " << status << ")";
+
+  // What the crash left behind: processes carrying the execution's marker, held by pidfd so the
+  // survivor check below cannot be fooled by a recycled pid.
+  std::vector<sys::Pidfd> tree;
+  if (auto scan = sys::marker_scan(*marker); scan) {
+    for (auto pid : scan->matched) {
+      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
+    }
+  }
+
+  auto reg = Registry::open(t_.state());
+  ASSERT_TRUE(reg) << reg.error().message();
+  auto report = recover(**reg);
+  ASSERT_TRUE(report) << report.error().message();
+  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report));
+  reap_all();
+
+  // Zero survivors: every process of the tree has exited, none carries the marker any more.
+  for (auto const& p : tree) EXPECT_FALSE(p.alive()) << "pid " << p.pid() << " survived";
+  auto after = sys::marker_scan(*marker);
+  ASSERT_TRUE(after);
+  EXPECT_TRUE(after->matched.empty());
+  if (!exec_cg_.empty() && param.point != "after_claim") {
+    EXPECT_FALSE(std::filesystem::exists(exec_cg_)) << "the execution cgroup was not removed";
+  }
+
+  // The claim is consumed forever, whatever happened.
+  CUSTOS_EXPECT_ERRC((*reg)->consume_claim(kAction, "proc-1", "ex-retry"),
+                     Errc::registry_claim_consumed);
+
+  if (param.point == "after_claim") {
+    EXPECT_TRUE(report->executions.empty());
+    ASSERT_EQ(report->orphan_claims.size(), 1u);
+    EXPECT_EQ(report->orphan_claims[0].execution_id, kId);
+    EXPECT_TRUE(tree.empty());
+    return;
+  }
+
+  ASSERT_EQ(report->executions.size(), 1u);
+  auto const& e = report->executions[0];
+  std::set<core::RecoveryPath> allowed;
+  std::set<std::string> classifications;
+  if (param.point == "after_staged") {
+    // The child was at its barrier: the program never ran. Either it already noticed the
+    // barrier closing and exited, or recovery found it alive and killed it.
+    allowed = {core::RecoveryPath::live_owned, core::RecoveryPath::absent_without_terminal};
+    classifications = {"cancelled", "recovery_indeterminate"};
+  } else if (param.point == "before_terminal") {
+    // The tree had been stopped and reaped; only the terminal record was lost.
+    allowed = {core::RecoveryPath::absent_without_terminal};
+    classifications = {"recovery_indeterminate"};
+  } else {
+    allowed = {core::RecoveryPath::live_owned};
+    classifications = {"cancelled"};
+  }
+  EXPECT_TRUE(allowed.count(e.classification))
+      << param.point << ": " << core::recovery_path_wire(e.classification) << " (" << e.detail
+      << ")";
+  EXPECT_TRUE(e.terminal_written);
+  // Cleanup is confirmed exactly when nothing could hide from the final sweep: a process whose
+  // environment cannot be read (PID 1 on these machines) keeps it honest-unconfirmed.
+  if (after->unreadable.empty()) {
+    EXPECT_EQ(e.cleanup, core::Cleanup::confirmed) << e.detail;
+  } else {
+    EXPECT_EQ(e.cleanup, core::Cleanup::unconfirmed) << e.detail;
+    EXPECT_NE(e.detail.find("unreadable"), std::string::npos) << e.detail;
+  }
+
+  auto rec = (*reg)->get(kId);
+  ASSERT_TRUE(rec) << rec.error().message();
+  EXPECT_EQ(rec->phase, core::Phase::terminal);
+  ASSERT_TRUE(rec->terminal);
+  EXPECT_TRUE(classifications.count(rec->terminal->classification)) << rec->terminal->classification;
+  EXPECT_EQ(rec->terminal->recovery, core::recovery_path_wire(e.classification));
+  auto decoded = decode_terminal(*rec->terminal);
+  ASSERT_TRUE(decoded) << decoded.error().message();
+  for (auto const& [stream, acc] : decoded->output) EXPECT_FALSE(acc.complete);
+  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+
+  // A second recovery (another restart) finds nothing left to do.
+  auto again = recover(**reg);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->executions.empty());
+  EXPECT_EQ(again->already_terminal, 1u);
+}
+
+std::vector<CrashCase> all_cases() {
+  std::vector<CrashCase> out;
+  for (bool cg : {true, false}) {
+    for (char const* p : {"after_claim", "after_staged", "after_committed", "while_running",
+                          "while_stopping", "before_terminal"}) {
+      out.push_back(CrashCase{p, cg});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryCrash, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace custos::registry::test

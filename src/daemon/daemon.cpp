@@ -215,7 +215,7 @@ class Daemon {
     dispatcher_.emplace(auth_);
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
-    rpc::register_exec_methods(*dispatcher_, *manager_);
+    rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
     return ok();
   }
 

@@ -8,6 +8,8 @@
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
 #include "custos/rpc/base64.hpp"
+#include "custos/registry/ownership.hpp"
+#include "custos/registry/registry.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/supervisor/manager.hpp"
 
@@ -129,9 +131,37 @@ struct SubState {
   bool removed = false;
 };
 
+// The durable record of an execution the manager does not hold, in the shape of exec.get.
+// Errors: exec.not_found when the registry has no such record either.
+Result<json::object> record_view(registry::Registry* reg, std::string const& id) {
+  if (reg == nullptr) return Error{Errc::exec_not_found, "no execution " + id};
+  auto rec = reg->get(id);
+  if (!rec) {
+    if (rec.error().code == Errc::registry_not_found) return Error{Errc::exec_not_found, "no execution " + id};
+    return rec.error();
+  }
+  json::object out{{"execution_id", rec->execution_id},
+                   {"plan_digest", rec->plan_digest},
+                   {"phase", core::phase_wire(rec->phase)},
+                   {"boundary", registry::boundary_kind_wire(rec->boundary.kind)},
+                   {"session_id", rec->session_id},
+                   {"action_id", rec->action_id},
+                   {"process_id", rec->process_id},
+                   {"backend", rec->backend},
+                   {"source", "registry"}};
+  if (rec->terminal) {
+    auto t = registry::decode_terminal(*rec->terminal);
+    if (!t) return t.error();
+    auto j = core::to_json(*t);
+    if (!j) return j.error();
+    out["terminal"] = std::move(*j);
+  }
+  return out;
+}
+
 }  // namespace
 
-void register_exec_methods(Dispatcher& d, ExecutionManager& m) {
+void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registry* reg) {
   d.add("exec.check", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
           auto parsed = parse_launch(p);
@@ -166,13 +196,16 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m) {
           reply(json::value(r->to_json()));
         });
 
-  d.add("exec.get", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+  d.add("exec.get", Access::admin, [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
     if (auto k = only_keys(p, {"execution_id"}); !k) return reply(k.error());
     auto id = required_string(p, "execution_id");
     if (!id) return reply(id.error());
     auto v = m.get(*id);
-    if (!v) return reply(v.error());
-    reply(json::value(v->to_json()));
+    if (v) return reply(json::value(v->to_json()));
+    if (v.error().code != Errc::exec_not_found) return reply(v.error());
+    auto r = record_view(reg, *id);
+    if (!r) return reply(r.error());
+    reply(json::value(std::move(*r)));
   });
 
   d.add("exec.list", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
@@ -211,7 +244,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m) {
     reply(json::value(json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
   });
 
-  d.add("exec.wait", Access::admin, [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+  d.add("exec.wait", Access::admin, [&m, reg](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
     if (auto k = only_keys(p, {"execution_id", "timeout_ms"}); !k) return reply(k.error());
     auto id = required_string(p, "execution_id");
     if (!id) return reply(id.error());
@@ -219,6 +252,14 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m) {
     if (!t) return reply(t.error());
     std::optional<std::chrono::milliseconds> timeout;
     if (*t) timeout = std::chrono::milliseconds{static_cast<std::int64_t>(**t)};
+    if (auto held = m.get(*id); !held && held.error().code == Errc::exec_not_found) {
+      // Not the manager's: a terminal record in the registry answers at once; a record without
+      // one cannot be waited for by this daemon (recovery gave every such record a terminal).
+      auto r = record_view(reg, *id);
+      if (!r) return reply(r.error());
+      if (auto* rec_terminal = r->if_contains("terminal")) return reply(std::move(*rec_terminal));
+      return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
+    }
     std::weak_ptr<Session> weak = s;
     m.wait(*id, timeout, [reply, weak](Result<core::TerminalRecord> r) {
       // A client that went away does not need its answer.

@@ -284,5 +284,46 @@ TEST(Shutdown, DetachPolicyLeavesExecutionsRunning) {
   ::close(pidfd);
 }
 
+// detach, then a new daemon on the same state dir: startup recovery re-acquires the execution by
+// its pidfs identity, cancels it, and its terminal record is readable through exec.get/exec.wait.
+TEST(Shutdown, DetachThenRestartRecoversByIdentity) {
+  DaemonOptions o;
+  o.extra_args = {"--shutdown", "detach"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  std::string id;
+  int pidfd = -1;
+  {
+    auto c = d.client();
+    auto r = c.call(1, "exec.start", start_params({"/bin/sleep", "60"}));
+    ASSERT_TRUE(r && r->contains("result"));
+    id = std::string{r->at("result").at("execution_id").as_string()};
+    pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+    ASSERT_GE(pidfd, 0);
+    ASSERT_TRUE(wait_record(c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
+  }
+  ASSERT_TRUE(d.signal(SIGTERM));
+  ASSERT_TRUE(d.wait_exit(30s));
+  ASSERT_TRUE(pid_alive(pidfd));
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  pollfd p{pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 10000), 1) << "recovery cancelled the re-acquired process";
+  ::close(pidfd);
+  EXPECT_NE(d.log().find("re-acquired"), std::string::npos);
+  auto c = d.client();
+  auto g = c.call(1, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+  auto const& rec = g->at("result").as_object();
+  EXPECT_EQ(rec.at("phase").as_string(), "terminal");
+  EXPECT_EQ(rec.at("source").as_string(), "registry");
+  auto const& t = rec.at("terminal").as_object();
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  auto w = c.call(2, "exec.wait", {{"execution_id", id}});
+  ASSERT_TRUE(w && w->contains("result"));
+  EXPECT_EQ(w->at("result").at("digest").as_string(), t.at("digest").as_string());
+}
+
 }  // namespace
 }  // namespace custos::e2e

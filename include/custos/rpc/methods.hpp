@@ -13,6 +13,9 @@
 namespace custos::supervisor {
 class ExecutionManager;
 }
+namespace custos::registry {
+class Registry;
+}
 
 namespace custos::rpc {
 
@@ -26,8 +29,11 @@ void register_introspection(Dispatcher& d);
 
 // exec.check, exec.start, exec.get, exec.list, exec.wait, exec.cancel, exec.input, exec.resize,
 // exec.subscribe, exec.unsubscribe, exec.output (API.md), admin-only until the gateway issue.
-// `manager` must outlive every connection of the server (the daemon closes them first).
-void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager);
+// `manager` (and `registry`, may be null) must outlive every connection of the server (the
+// daemon closes them first). exec.get and exec.wait fall back to the registry for executions
+// the manager no longer holds (a previous daemon's, or evicted from its terminal history).
+void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
+                           registry::Registry* registry = nullptr);
 
 // The methods of API.md that belong to later issues (authority.*, lease.*, holder.quiescence)
 // are deliberately not registered: callers get -32601 method not found.

@@ -467,13 +467,15 @@ void Supervisor::handle_chunk(Reader& r, std::uint8_t const* data, std::size_t n
     }
     keep = written;  // a failed spool write means those bytes were not retained
   }
+  // Stream offset of this chunk. The spool and the event data both keep a prefix of the
+  // stream, so for kept bytes this is also their offset in the spool (exec.output).
+  std::uint64_t const offset = r.acc.observed;
   auto acc = core::account_chunk(r.acc, n, sat_add(r.acc.retained, keep));
   if (acc) {
     r.acc = *acc;
   } else if (auto inc = core::account_mark_incomplete(r.acc)) {
     r.acc = *inc;
   }
-  std::uint64_t const offset = r.spool_size;
   r.spool_size += keep;
 
   if (allowed > 0) {

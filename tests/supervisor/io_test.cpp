@@ -53,8 +53,15 @@ TEST_F(SupervisorTest, SpoolBytesLimitTruncatesPerStream) {
   EXPECT_FALSE(o.complete);
   auto const& e = rec->output.at(core::Stream::stderr_stream);
   EXPECT_EQ(e, (core::StreamAccounting{1000, 1000, 0, true}));
-  // Live events still carried everything within output_bytes (here unlimited).
+  // Live events still carried everything within output_bytes (here unlimited), each at its
+  // offset in the stream.
   EXPECT_EQ(output_bytes_in_events(c, "stdout"), 300000U);
+  std::uint64_t at = 0;
+  for (auto const& ev : c.events) {
+    if (ev.kind != "output" || ev.fields.at("stream").as_string() != "stdout") continue;
+    EXPECT_EQ(ev.fields.at("offset").to_number<std::uint64_t>(), at);
+    at += ev.data.size();
+  }
 }
 
 TEST_F(SupervisorTest, OutputLimitWithCancelPolicyStopsTheFlood) {

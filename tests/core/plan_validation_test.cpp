@@ -188,6 +188,12 @@ TEST_P(PlanRule, ReportsExactlyThisDiagnostic) {
   EXPECT_EQ(all[0].code, c.code) << errc_wire(all[0].code) << " " << all[0].message;
   EXPECT_EQ(all[0].pointer, c.pointer);
   EXPECT_FALSE(all[0].message.empty());
+  // The pointer names a member that exists in the request (a missing one: its parent exists).
+  std::string target = all[0].pointer;
+  if (all[0].code == Errc::plan_missing_field) target.erase(target.rfind('/'));
+  json::value const whole = req;
+  boost::system::error_code ec;
+  EXPECT_NE(whole.find_pointer(target, ec), nullptr) << target;
   // A single diagnostic keeps its own code at the top of the error.
   auto const& err = id ? plan.error() : id.error();
   EXPECT_EQ(err.code, c.code);

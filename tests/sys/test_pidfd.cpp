@@ -17,6 +17,7 @@ using testing::FdLeakTest;
 
 class UniqueFdTest : public FdLeakTest {};
 class PidfdTest : public FdLeakTest {};
+class ExitStatusTest : public FdLeakTest {};
 
 // A child made with plain fork() so these tests exercise Pidfd independently of spawn.
 pid_t fork_child(int code, bool pause_first) {
@@ -146,7 +147,7 @@ TEST_F(PidfdTest, WaitOnNonChildIsAnError) {
   EXPECT_EQ(st.error().sys_errno, ECHILD);
 }
 
-TEST(ExitStatusTest, FromWaitStatus) {
+TEST_F(ExitStatusTest, FromWaitStatus) {
   EXPECT_EQ(ExitStatus::from_wait_status(3 << 8), ExitStatus::exited(3));
   EXPECT_EQ(ExitStatus::from_wait_status(SIGKILL), ExitStatus::signaled(SIGKILL));
   EXPECT_EQ(ExitStatus::from_wait_status(SIGSEGV | 0x80), ExitStatus::signaled(SIGSEGV, true));

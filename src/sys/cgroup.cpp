@@ -1,6 +1,7 @@
 // cgroup v2 shell (see cgroup.hpp).
 #include "custos/sys/cgroup.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/inotify.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <memory>
 #include <thread>
 
 #include "custos/sys/procfs.hpp"
@@ -224,6 +226,35 @@ Result<std::vector<std::int32_t>> CgroupDir::procs() const {
   return out;
 }
 
+Result<std::vector<std::int32_t>> CgroupDir::tree_procs(std::size_t max_pids) const {
+  std::vector<std::int32_t> out = CUSTOS_TRY(procs());
+  // Breadth-first over child directories; each level is opened relative to its parent's fd.
+  struct Level {
+    CgroupDir dir;
+    int depth;
+  };
+  std::vector<Level> queue;
+  auto push_children = [&queue](CgroupDir const& parent, int depth) {
+    UniqueFd listing(::openat(parent.fd().get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!listing.valid()) return;
+    std::unique_ptr<DIR, int (*)(DIR*)> const d(::fdopendir(listing.get()), &::closedir);
+    if (!d) return;
+    (void)listing.release();  // now owned by the DIR stream
+    while (dirent const* e = ::readdir(d.get())) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      if (auto child = CgroupDir::open_child(parent, e->d_name)) queue.push_back(Level{std::move(*child), depth + 1});
+    }
+  };
+  push_children(*this, 0);
+  for (std::size_t i = 0; i < queue.size() && out.size() < max_pids; ++i) {
+    if (auto p = queue[i].dir.procs()) out.insert(out.end(), p->begin(), p->end());
+    if (queue[i].depth < 16) push_children(queue[i].dir, queue[i].depth);
+    queue[i].dir = CgroupDir();  // keep at most the unvisited levels' fds open
+  }
+  if (out.size() > max_pids) out.resize(max_pids);
+  return out;
+}
+
 Result<void> CgroupDir::attach(pid_t pid) const {
   auto w = write_file_at(fd_, "cgroup.procs", std::to_string(pid));
   if (!w) return as_cgroup_error(std::move(w).error(), path_);
@@ -231,6 +262,18 @@ Result<void> CgroupDir::attach(pid_t pid) const {
 }
 
 Result<void> CgroupDir::remove() const {
+  // rmdir goes by path: make sure the path still names the directory we hold (a cgroup can be
+  // renamed within its parent), so we never remove a different cgroup.
+  struct stat held {};
+  struct stat named {};
+  if (::fstat(fd_.get(), &held) != 0) return Error(Errc::cgroup_failed, "fstat " + path_, errno);
+  if (::stat(path_.c_str(), &named) != 0) {
+    if (errno == ENOENT) return ok();
+    return Error(Errc::cgroup_failed, "stat " + path_, errno);
+  }
+  if (named.st_dev != held.st_dev || named.st_ino != held.st_ino) {
+    return Error(Errc::cgroup_failed, path_ + " now names another directory; not removed", ESTALE);
+  }
   auto const deadline = Clock::now() + std::chrono::seconds(1);
   for (;;) {
     if (::rmdir(path_.c_str()) == 0 || errno == ENOENT) return ok();

@@ -144,7 +144,7 @@ Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const&
   std::vector<std::int32_t> pids;
   std::optional<CgroupStats> cg;
   if (cgroup != nullptr) {
-    pids = CUSTOS_TRY(cgroup->procs());
+    pids = CUSTOS_TRY(cgroup->tree_procs(options.max_processes));
     cg = CUSTOS_TRY(cgroup->stats());
     u.source = SampleSource::cgroup;
   } else {

@@ -137,10 +137,22 @@ class CgroupTest : public FdLeakTest {
       dir = CgroupDir();
       return;
     }
-    (void)dir.kill();
+    (void)dir.kill();  // reaches every cgroup below too
     EXPECT_TRUE(dir.wait_empty(std::chrono::seconds(10)));
+    // Child cgroups a failed test did not register are removed too, deepest first, so no
+    // custos-test-* directory outlives the test whatever happened in it.
+    remove_children(dir.path());
     EXPECT_TRUE(dir.remove()) << dir.path();
     dir = CgroupDir();
+  }
+
+  static void remove_children(std::string const& path) {
+    std::error_code ec;
+    for (auto const& e : std::filesystem::directory_iterator(path, ec)) {
+      if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+      remove_children(e.path().string());
+      EXPECT_EQ(::rmdir(e.path().c_str()), 0) << e.path() << ": " << std::strerror(errno);
+    }
   }
 
   [[nodiscard]] std::string procs_path() const { return cg_.path() + "/cgroup.procs"; }

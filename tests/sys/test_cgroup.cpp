@@ -231,6 +231,8 @@ TEST_F(CgroupKernelTest, AttachMovesAProcessAndProcsListsIt) {
   EXPECT_EQ(a.procs().value(), std::vector<std::int32_t>{child.pid()});
   EXPECT_TRUE(cg_.procs().value().empty());
   EXPECT_TRUE(cg_.populated().value()) << "populated covers the subtree";
+  EXPECT_EQ(cg_.tree_procs().value(), std::vector<std::int32_t>{child.pid()}) << "tree_procs walks children";
+  EXPECT_TRUE(cg_.tree_procs(0).value().empty()) << "bounded";
   // A cgroup with a child cgroup cannot be removed, even when it holds no process itself.
   auto rm = cg_.remove();
   ASSERT_FALSE(rm);
@@ -342,6 +344,23 @@ TEST_F(CgroupKernelTest, PrepareExecutionRootReportsWhatExecutionsReallyGet) {
   auto missing = prepare_execution_root(cg_.path() + "/no-such-cgroup");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, Errc::cgroup_unavailable);
+}
+
+// v2 forbids renaming cgroups, but a cgroup can be removed by someone else and another one made
+// under the same name; remove() must then leave the newcomer alone.
+TEST_F(CgroupKernelTest, RemoveNeverTakesADifferentCgroupAtTheSamePath) {
+  auto made = CgroupDir::create(cg_, "x");
+  ASSERT_TRUE(made);
+  CgroupDir const x = std::move(*made);
+  ASSERT_EQ(::rmdir((cg_.path() + "/x").c_str()), 0);  // removed behind our back
+  auto other = CgroupDir::create(cg_, "x");             // a different cgroup at the same path
+  ASSERT_TRUE(other);
+  extra_.push_back(std::move(*other));
+  auto rm = x.remove();
+  ASSERT_FALSE(rm);
+  EXPECT_EQ(rm.error().sys_errno, ESTALE);
+  struct stat st {};
+  EXPECT_EQ(::stat((cg_.path() + "/x").c_str(), &st), 0) << "the other cgroup is untouched";
 }
 
 TEST_F(CgroupKernelTest, EnsureSubtreeCreatesThenReopens) {

@@ -87,13 +87,17 @@ class CgroupDir {
   [[nodiscard]] Result<void> wait_empty(std::chrono::milliseconds timeout) const;
   // The pids of cgroup.procs (this cgroup only, not its children). Errors: cgroup.failed.
   [[nodiscard]] Result<std::vector<std::int32_t>> procs() const;
+  // The pids of this cgroup and of every cgroup below it (an execution with delegation may
+  // create its own children), at most `max_pids` and 16 levels deep. Child cgroups that vanish
+  // during the walk are skipped. Errors: cgroup.failed when this cgroup's own list is unreadable.
+  [[nodiscard]] Result<std::vector<std::int32_t>> tree_procs(std::size_t max_pids = 65536) const;
   // Moves `pid` into this cgroup (writes it to cgroup.procs). The caller needs write access to
   // this cgroup.procs and to the common ancestor's. Errors: cgroup.failed (ESRCH, EACCES, EBUSY).
   [[nodiscard]] Result<void> attach(pid_t pid) const;
   // rmdir of the directory. EBUSY is retried for up to ~1 s, because a just-killed subtree stays
   // populated until the kernel has finished its exits; ENOENT counts as already removed.
   // Errors: cgroup.failed (EBUSY after the retries: a process is still inside or a child
-  // cgroup exists).
+  // cgroup exists; ESTALE when the path now names another directory, which is left alone).
   [[nodiscard]] Result<void> remove() const;
 
   // cgroup.controllers: the controllers available to this cgroup.

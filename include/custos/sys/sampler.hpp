@@ -46,15 +46,16 @@ struct TreeUsage {
 
 struct SampleOptions {
   std::string proc_root = "/proc";
-  // With no cgroup, the fallback pids are extended by their descendants found through
-  // /proc/<pid>/task/<tid>/children, up to this many processes in total.
+  // Bound on the processes examined: the cgroup's tree, or (with no cgroup) the fallback pids
+  // extended by their descendants found through /proc/<pid>/task/<tid>/children.
   std::uint32_t max_processes = 4096;
 };
 
 // Samples the tree. With a cgroup: cpu from cpu.stat, memory/pids from their counters when the
-// controllers are enabled, the process list from cgroup.procs (complete: setsid and reparented
-// descendants included) and everything else summed over it from /proc. Without a cgroup: the
-// fallback pids plus their living descendants, summed from /proc/<pid>/stat, statm and fd/;
+// controllers are enabled, the process list from cgroup.procs of the cgroup and its child
+// cgroups (complete: setsid and reparented descendants included; at most max_processes), and
+// everything else summed over it from /proc. Without a cgroup: the fallback pids plus their
+// living descendants, summed from /proc/<pid>/stat, statm and fd/;
 // reparented orphans are invisible to this walk (the marker sweep still finds them).
 // A process that exits during the sample is skipped. Errors: cgroup.failed when the cgroup's
 // cgroup.procs cannot be read; procfs.failed when the proc root cannot be used.

@@ -254,3 +254,75 @@ RC_GTEST_PROP(CanonicalProperty, TruncationIsAlwaysRejected, (std::string s)) {
 
 }  // namespace
 }  // namespace custos::core
+
+namespace custos::core {
+namespace {
+
+TEST(Canonical, NestingDepthIsBounded) {
+  auto nested = [](std::size_t depth) {
+    CanonicalWriter w{kTestKind};
+    for (std::size_t i = 0; i < depth; ++i) w.begin_record(1, kInnerKind);
+    for (std::size_t i = 0; i < depth; ++i) w.end_record();
+    return std::move(w).finish();
+  };
+  auto walk = [](std::vector<std::uint8_t> const& doc) -> Errc {
+    auto r = CanonicalReader::open(doc, kTestKind);
+    if (!r) return r.error().code;
+    CanonicalReader cur = *r;
+    while (cur.has(1)) {
+      auto next = cur.record(1, kInnerKind);
+      if (!next) return next.error().code;
+      cur = *next;
+    }
+    return Errc::internal;  // reached the innermost record
+  };
+  EXPECT_EQ(walk(nested(kCanonicalMaxDepth)), Errc::internal);
+  EXPECT_EQ(walk(nested(kCanonicalMaxDepth + 1)), Errc::canonical_malformed);
+}
+
+TEST(Canonical, PeekKind) {
+  auto doc = sample_doc();
+  EXPECT_EQ(CanonicalReader::peek_kind(doc).value(), kTestKind);
+  std::vector<std::uint8_t> const short_doc(doc.begin(), doc.begin() + 6);
+  EXPECT_EQ(CanonicalReader::peek_kind(short_doc).error().code, Errc::canonical_malformed);
+}
+
+// A misused writer stops the process instead of producing bytes that would be digested.
+TEST(CanonicalWriterDeathTest, MisuseAborts) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        CanonicalWriter w{kTestKind};
+        w.u8(2, 0).u8(1, 0);  // tags must increase
+      },
+      "");
+  EXPECT_DEATH(
+      {
+        CanonicalWriter w{kTestKind};
+        w.u8(0, 0);  // tag 0 is reserved
+      },
+      "");
+  EXPECT_DEATH(
+      {
+        CanonicalWriter w{kTestKind};
+        w.begin_record(1, kInnerKind);
+        (void)std::move(w).finish();  // record left open
+      },
+      "");
+  EXPECT_DEATH(
+      {
+        CanonicalWriter w{kTestKind};
+        w.begin_list(1, FieldType::string);
+        w.element_u32(1);  // element of the wrong type
+      },
+      "");
+  EXPECT_DEATH(
+      {
+        CanonicalWriter w{kTestKind};
+        w.end_record();  // nothing to close
+      },
+      "");
+}
+
+}  // namespace
+}  // namespace custos::core

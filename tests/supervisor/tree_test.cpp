@@ -168,7 +168,9 @@ INSTANTIATE_TEST_SUITE_P(Boundaries, TreeTest,
 TEST_F(SupervisorTest, MarkerBoundaryProcessThatScrubsItsEnvironmentIsUnconfirmed) {
   manager(BoundaryPreference::marker);
   Collected c;
-  auto st = start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; exit 0"), &c);
+  // The pause lets `env` exec sleep without the marker before the root's exit starts teardown
+  // (a process still marked at sweep time is rightly killed).
+  auto st = start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"), &c);
   EXPECT_EQ(st.boundary, Boundary::marker);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);
@@ -189,7 +191,7 @@ TEST_F(SupervisorTest, CgroupBoundaryCatchesEnvironmentScrubber) {
   if (!have_cgroup()) GTEST_SKIP() << "no writable cgroup v2 directory";
   manager(BoundaryPreference::cgroup);
   Collected c;
-  auto st = start(sh("env -u CUSTOS_MARKER setsid sleep 100 </dev/null >/dev/null 2>&1 & echo $!; exit 0"), &c);
+  auto st = start(sh("env -u CUSTOS_MARKER setsid sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"), &c);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);
   auto fds = pidfds_from(c.stream_text("stdout"));

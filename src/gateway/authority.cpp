@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <charconv>
 #include <initializer_list>
 #include <limits>
@@ -351,7 +352,16 @@ Result<Grant> grant_from_json(json::value const& v) {
       for (auto& d : br.diags()) r.diags().push_back(std::move(d));
     }
   }
-  if (auto e = r.u64(o, "expires_ns")) g.expires_ns = static_cast<std::int64_t>(*e);
+  // Nanoseconds since the epoch exceed 2^53; this one value is an exact JSON integer.
+  if (auto const* e = o.if_contains("expires_ns"); e != nullptr && !e->is_null()) {
+    if (e->is_int64() && e->get_int64() > 0) {
+      g.expires_ns = e->get_int64();
+    } else if (e->is_uint64() && e->get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
+      g.expires_ns = static_cast<std::int64_t>(e->get_uint64());
+    } else {
+      r.bad(Errc::plan_invalid_value, "expires_ns", "a positive integer (ns since the epoch)");
+    }
+  }
   if (!r.diags().empty()) return Error::from_diagnostics(std::move(r.diags()));
   return g;
 }

@@ -176,7 +176,6 @@ Result<void> ExecutionGateway::create_record(LaunchPermit permit,
 
 void ExecutionGateway::on_terminal(std::string const& execution_id, core::TerminalRecord const&) {
   live_.erase(execution_id);
-  fenced_.erase(execution_id);
 }
 
 Result<std::uint64_t> ExecutionGateway::input(std::string const& execution_id,
@@ -196,7 +195,13 @@ bool ExecutionGateway::fenced(std::string const& execution_id) const {
 void ExecutionGateway::fence(std::string const& execution_id, std::string const& reason) {
   // The fence is in place before the revoking call returns: this runs on the loop thread, and
   // every later exec.input is served after it and refused by input().
-  fenced_.insert(execution_id);
+  if (fenced_.insert(execution_id).second) {
+    fenced_order_.push_back(execution_id);
+    while (fenced_order_.size() > kFencedHistory) {
+      fenced_.erase(fenced_order_.front());
+      fenced_order_.pop_front();
+    }
+  }
   if (manager_ == nullptr) return;
   (void)manager_->cancel(execution_id, core::Trigger::lease_fence, reason);
   // Bytes already admitted may still drain; then the child sees EOF.

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,7 +196,12 @@ class ExecutionGateway {
   std::unique_ptr<Sink> sink_;
   std::optional<Armed> armed_;
   std::map<std::string, Dependent> live_;
+  // Fenced executions stay fenced after they end (exec.input keeps answering input_closed),
+  // bounded: the oldest are forgotten beyond kFencedHistory (the manager refuses input to an
+  // execution it no longer knows anyway).
+  static constexpr std::size_t kFencedHistory = 4096;
   std::set<std::string> fenced_;
+  std::deque<std::string> fenced_order_;
 };
 
 }  // namespace custos::gateway

@@ -57,6 +57,19 @@ inline void write_text(std::string const& path, std::string const& text) {
   ::close(fd);
 }
 
+// The command name of a process ("" once it is gone).
+inline std::string comm_of(std::int32_t pid) {
+  std::string s;
+  int const fd = ::open(("/proc/" + std::to_string(pid) + "/comm").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  char buf[64];
+  ssize_t const n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n > 0) s.assign(buf, static_cast<std::size_t>(n));
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
 // Polls `cond` every 5 ms until it holds or `timeout` passes.
 inline bool eventually(std::function<bool()> const& cond,
                        std::chrono::milliseconds timeout = std::chrono::seconds(10)) {

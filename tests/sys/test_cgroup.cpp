@@ -5,6 +5,7 @@
 
 #include <linux/magic.h>
 
+#include <algorithm>
 #include <set>
 
 #include "custos/sys/cgroup.hpp"
@@ -16,6 +17,7 @@ namespace custos::sys {
 namespace {
 
 using testing::CgroupTest;
+using testing::comm_of;
 using testing::eventually;
 using testing::FdLeakTest;
 using testing::kill_and_reap;
@@ -149,13 +151,17 @@ TEST_F(CgroupKernelTest, KillLeavesNoSurvivorOfADoubleForkedTree) {
       {"PATH=/usr/bin:/bin"}, procs_path());
   ASSERT_TRUE(root.valid());
   // Four sleeps in the end: the shell itself (exec), the setsid one, and two double-forked.
+  // Transient subshells come and go meanwhile, so wait for a snapshot of exactly four sleeps.
+  std::vector<std::int32_t> snapshot;
   ASSERT_TRUE(eventually([&] {
     auto p = cg_.procs();
-    return p && p->size() == 4;
+    if (!p || p->size() != 4) return false;
+    snapshot = *p;
+    return std::all_of(snapshot.begin(), snapshot.end(), [](std::int32_t q) { return comm_of(q) == "sleep"; });
   }));
   EXPECT_TRUE(cg_.populated().value());
   std::vector<Pidfd> members;
-  for (std::int32_t const pid : cg_.procs().value()) {
+  for (std::int32_t const pid : snapshot) {
     auto p = Pidfd::open(pid);
     ASSERT_TRUE(p) << pid;
     members.push_back(std::move(*p));

@@ -13,6 +13,7 @@
 namespace custos::sys {
 namespace {
 
+using testing::comm_of;
 using testing::eventually;
 using testing::FdLeakTest;
 using testing::kill_and_reap;
@@ -21,13 +22,6 @@ using testing::TempDir;
 using testing::write_text;
 
 class MarkerTest : public FdLeakTest {};
-
-std::string comm_of(std::int32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
 
 std::vector<std::int32_t> scan_matches(Marker const& m) {
   auto r = marker_scan(m);

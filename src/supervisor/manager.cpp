@@ -80,8 +80,11 @@ std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_
 }
 
 bool ExecutionManager::is_direct_child(std::int32_t pid) const {
-  return std::any_of(executions_.begin(), executions_.end(),
-                     [pid](auto const& kv) { return kv.second->is_root_pid(pid); });
+  // Called per candidate on every reap (SIGCHLD): an index, not a scan of every execution.
+  auto it = roots_.find(pid);
+  if (it == roots_.end()) return false;
+  auto sup = find(it->second);
+  return sup && sup->is_root_pid(pid);
 }
 
 Result<StartResult> ExecutionManager::start(LaunchRequest request) {
@@ -120,6 +123,7 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request) {
     return res.error();
   }
   if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = *id;
+  if (res->pid > 0 && !sup->terminal()) roots_[res->pid] = *id;
   ++stats_.started;
   if (sup->terminal() && res->pid == 0) ++stats_.spawn_failed;
   return res;
@@ -205,6 +209,7 @@ Result<OutputSlice> ExecutionManager::output(std::string const& execution_id, St
 
 void ExecutionManager::on_terminal(std::string const& execution_id) {
   ++stats_.terminal;
+  std::erase_if(roots_, [&](auto const& kv) { return kv.second == execution_id; });
   terminal_order_.push_back(execution_id);
   // Keep a bounded history of terminal executions for get/wait/output; the oldest go first,
   // with their spool files (the registry keeps the durable record).

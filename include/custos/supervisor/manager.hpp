@@ -112,6 +112,7 @@ class ExecutionManager {
   std::optional<sys::CgroupDir> subtree_;   // where per-execution cgroups are created
   std::string cgroup_mount_;                // the cgroup2 mount point (for relative paths)
   std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
+  std::map<std::int32_t, std::string> roots_;         // root pid of a live execution -> its id
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;               // guards callbacks against a destroyed manager

@@ -59,6 +59,7 @@ struct ProcSample {
   std::uint64_t rss_pages = 0;
   std::uint64_t fds = 0;
   bool fds_readable = false;  // fd/ needs ptrace access, stat and statm do not
+  bool zombie = false;        // exited, not yet reaped: its CPU counts, nothing else does
 };
 
 enum class ReadOutcome : std::uint8_t { ok, gone, unreadable };
@@ -78,6 +79,10 @@ ReadOutcome sample_process(UniqueFd const& proc, std::int32_t pid, ProcSample& o
   for (std::size_t i = 11; i <= 14; ++i) {  // f[0] is field 3, so field 14 is f[11]
     // cutime/cstime are signed in the kernel's format; a negative value never occurs in practice.
     if (auto const v = to_u64(f[i])) out.cpu_ticks += *v;
+  }
+  if (f[0] == "Z") {
+    out.zombie = true;
+    return ReadOutcome::ok;
   }
   auto statm = read_file_at(proc, base + "/statm", 4096);
   if (!statm) return classify(statm.error().sys_errno);
@@ -159,8 +164,9 @@ Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const&
     ProcSample one;
     switch (sample_process(proc, pid, one)) {
       case ReadOutcome::ok:
-        ++live;
         sum.cpu_ticks += one.cpu_ticks;
+        if (one.zombie) break;
+        ++live;
         sum.rss_pages += one.rss_pages;
         sum.fds += one.fds;
         if (!one.fds_readable) ++fds_hidden;

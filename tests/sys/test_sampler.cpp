@@ -72,6 +72,16 @@ TEST_F(SamplerTest, NothingToMeasureIsUnavailableNotZero) {
   EXPECT_EQ(r->open_fds.fidelity, Fidelity::unavailable);
   EXPECT_EQ(r->processes.fidelity, Fidelity::unavailable);
 
+  // An exited, unreaped process (zombie) is not a live process.
+  Pidfd zombie = start_shell("exit 0", {});
+  ASSERT_TRUE(zombie.valid());
+  ASSERT_TRUE(eventually([&] { return !zombie.alive(); }));
+  auto z = sample_tree(nullptr, {zombie.pid()});
+  ASSERT_TRUE(z);
+  EXPECT_EQ(z->processes.value, 0u);
+  ASSERT_TRUE(zombie.wait());
+  zombie = Pidfd();
+
   // An exited (reaped) process: counted as zero live processes, sums unavailable.
   Pidfd gone = start_shell("exit 0", {});
   ASSERT_TRUE(gone.valid());

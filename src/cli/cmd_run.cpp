@@ -27,6 +27,7 @@
 
 #include "common.hpp"
 #include "custos/rpc/base64.hpp"
+#include "custos/rpc/protocol.hpp"
 #include "custos/sys/unique_fd.hpp"
 #include "exit_codes.hpp"
 
@@ -265,6 +266,12 @@ class Runner {
     auto sub = client_->call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}});
     if (!sub) return report(sub.error());
 
+    // Replies are never dropped, events may be (slow subscriber policy): the answer to this
+    // wait ends the run even if the terminal event itself was dropped.
+    auto waiting = client_->send("exec.wait", {{"execution_id", id_}});
+    if (!waiting) return report(waiting.error());
+    wait_id_ = *waiting;
+
     if (f_.pty) raw_.enter(STDIN_FILENO);
     return loop();
   }
@@ -347,6 +354,17 @@ class Runner {
         auto const* idv = m.if_contains("id");
         std::uint64_t rid = 0;
         if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
+        if (rid == wait_id_) {
+          if (auto const* err = m.if_contains("error"); err != nullptr && err->is_object()) {
+            return finish_error(rpc::error_from_object(err->get_object()));
+          }
+          if (auto* res = m.if_contains("result"); res != nullptr) {
+            terminal = *res;
+            drain_spools();
+            break;
+          }
+          continue;
+        }
         if (input_inflight && rid == *input_inflight) {
           input_inflight.reset();
           if (auto const* err = m.if_contains("error"); err != nullptr) {
@@ -380,15 +398,53 @@ class Runner {
     return exit_code_for(*terminal);
   }
 
+  // Writes the stream's bytes from what we have written so far up to `upto` (or to the end of
+  // the spool when nullopt), read with exec.output. Covers events the daemon dropped because we
+  // were slow (docs/api.md) and output beyond the plan's event budget.
+  void fill_from_spool(std::string const& stream, std::optional<std::uint64_t> upto) {
+    auto& done = written_[stream];
+    int const fd = stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO;
+    while (!upto || done < *upto) {
+      std::uint64_t want = 1U << 20U;
+      if (upto) want = std::min<std::uint64_t>(want, *upto - done);
+      auto r = client_->call("exec.output", {{"execution_id", id_}, {"stream", stream},
+                                              {"offset", done}, {"max_bytes", want}});
+      if (!r || !r->is_object()) return;
+      auto data = rpc::base64_decode(str_field(r->get_object(), "data_b64"));
+      if (!data || data->empty()) return;
+      (void)write_all(fd, *data);
+      done += data->size();
+    }
+  }
+
+  void drain_spools() {
+    if (f_.pty) {
+      fill_from_spool("pty", std::nullopt);
+      return;
+    }
+    fill_from_spool("stdout", std::nullopt);
+    fill_from_spool("stderr", std::nullopt);
+  }
+
   // Returns true when the terminal event arrived (output is complete by then: events are
-  // delivered in seq order and terminal is the last).
+  // delivered in seq order and terminal is the last; anything dropped is read from the spool).
   bool on_event(json::object const& ev, std::optional<json::value>& terminal) {
     std::string const kind = str_field(ev, "kind");
     if (kind == "output") {
       auto data = rpc::base64_decode(str_field(ev, "data_b64"));
       if (!data) return false;
-      int const fd = str_field(ev, "stream") == "stderr" ? STDERR_FILENO : STDOUT_FILENO;
-      (void)write_all(fd, *data);
+      std::string const stream = str_field(ev, "stream");
+      auto& done = written_[stream];
+      std::uint64_t offset = done;
+      if (auto const* o = ev.if_contains("offset"); o != nullptr && o->is_number()) {
+        offset = o->to_number<std::uint64_t>();
+      }
+      if (offset > done) fill_from_spool(stream, offset);
+      if (offset + data->size() <= done) return false;  // already written (replay overlap)
+      auto const skip = static_cast<std::ptrdiff_t>(done > offset ? done - offset : 0);
+      std::vector<std::uint8_t> const rest(data->begin() + skip, data->end());
+      (void)write_all(stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, rest);
+      done = offset + data->size();
       return false;
     }
     if (kind == "terminal") {
@@ -399,6 +455,7 @@ class Runner {
         auto r = client_->call("exec.wait", {{"execution_id", id_}});
         if (r) terminal = *r;
       }
+      drain_spools();
       return true;
     }
     return false;
@@ -415,6 +472,8 @@ class Runner {
   std::string id_;
   RawTerminal raw_;
   SignalFd signals_;
+  std::map<std::string, std::uint64_t> written_;  // bytes written per stream
+  std::uint64_t wait_id_ = 0;
   std::size_t inflight_len_ = 0;
   bool inflight_eof_ = false;
 };

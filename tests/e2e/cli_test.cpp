@@ -63,6 +63,15 @@ TEST_F(Cli, ExitCodesPropagate) {
   EXPECT_EQ(e.status, 0) << e.err;
 }
 
+TEST_F(Cli, LargeOutputArrivesCompleteAndInOrder) {
+  auto r = cli({"run", "--", "/usr/bin/seq", "1", "800000"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string expect;
+  for (int i = 1; i <= 800000; ++i) expect += std::to_string(i) + "\n";
+  EXPECT_EQ(r.out.size(), expect.size());
+  EXPECT_TRUE(r.out == expect);
+}
+
 TEST_F(Cli, StdinIsForwardedWithEof) {
   auto r = cli({"run", "--", "/bin/cat"}, "line one\nline two\n");
   EXPECT_EQ(r.status, 0) << r.err;

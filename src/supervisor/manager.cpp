@@ -262,18 +262,25 @@ std::map<std::int32_t, std::string> ExecutionManager::attribute_zombies() const 
           is_direct_child(pid)) {
         continue;
       }
-      auto pdir = sys::open_dir_path("/proc/" + std::to_string(pid));
-      if (!pdir) continue;
-      auto text = sys::read_file_at(*pdir, "cgroup");
-      if (!text) continue;
-      auto path = sys::parse_own_cgroup(*text);
-      if (!path) continue;
-      std::string p = *path;
-      if (auto del = p.find(" (deleted)"); del != std::string::npos) p.resize(del);
-      if (auto owner = cgroup_owner_.find(p); owner != cgroup_owner_.end()) out[pid] = owner->second;
+      if (auto owner = owner_by_cgroup(pid)) out[pid] = *owner;
     }
   }
   return out;
+}
+
+std::optional<std::string> ExecutionManager::owner_by_cgroup(std::int32_t pid) const {
+  if (cgroup_owner_.empty()) return std::nullopt;
+  auto pdir = sys::open_dir_path("/proc/" + std::to_string(pid));
+  if (!pdir) return std::nullopt;
+  auto text = sys::read_file_at(*pdir, "cgroup");
+  if (!text) return std::nullopt;
+  auto path = sys::parse_own_cgroup(*text);
+  if (!path) return std::nullopt;
+  std::string p = *path;
+  if (auto del = p.find(" (deleted)"); del != std::string::npos) p.resize(del);
+  auto owner = cgroup_owner_.find(p);
+  if (owner == cgroup_owner_.end()) return std::nullopt;
+  return owner->second;
 }
 
 void ExecutionManager::reap_orphans_now() {

@@ -991,6 +991,8 @@ bool Supervisor::unknown_orphans_alive() const {
         continue;
       }
       if (manager_ != nullptr && manager_->is_direct_child(pid)) continue;
+      // Inside another execution's cgroup: that execution's, not an escapee of this one.
+      if (manager_ != nullptr && manager_->owner_by_cgroup(pid)) continue;
       // A zombie or an exiting process reads as not alive through its pidfd.
       if (auto fd = sys::Pidfd::open(pid); fd && fd->alive()) candidates.push_back(std::move(*fd));
     }

@@ -100,6 +100,8 @@ class ExecutionManager {
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;
   [[nodiscard]] std::map<std::int32_t, std::string> attribute_zombies() const;
+  // The execution whose cgroup holds `pid` (read from /proc/<pid>/cgroup), if any.
+  [[nodiscard]] std::optional<std::string> owner_by_cgroup(std::int32_t pid) const;
 
   boost::asio::io_context& io_;
   ManagerConfig config_;

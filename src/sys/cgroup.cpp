@@ -1,18 +1,17 @@
 // cgroup v2 shell (see cgroup.hpp).
 #include "custos/sys/cgroup.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/inotify.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <dirent.h>
+#include <fcntl.h>
 #include <memory>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/sys/procfs.hpp"
 
@@ -70,15 +69,14 @@ std::optional<std::uint64_t> read_optional_u64(CgroupDir const& dir, std::string
 Result<void> require_controller(CgroupDir const& dir, std::string const& controller) {
   std::set<std::string> const have = CUSTOS_TRY(dir.controllers());
   if (!have.contains(controller)) {
-    return Error(Errc::sys_unsupported,
-                 "controller '" + controller + "' is not enabled for " + dir.path() +
-                     " (absent from cgroup.controllers)");
+    return Error(Errc::sys_unsupported, "controller '" + controller + "' is not enabled for " +
+                                            dir.path() + " (absent from cgroup.controllers)");
   }
   return ok();
 }
 
-Result<void> write_limit(CgroupDir const& dir, std::string const& controller, std::string const& file,
-                         std::string const& value) {
+Result<void> write_limit(CgroupDir const& dir, std::string const& controller,
+                         std::string const& file, std::string const& value) {
   CUSTOS_TRYV(require_controller(dir, controller));
   auto w = write_file_at(dir.fd(), file, value);
   if (!w) return as_cgroup_error(std::move(w).error(), dir.path());
@@ -97,7 +95,9 @@ Result<CgroupMount> parse_cgroup2_mount(std::string_view mountinfo) {
     auto const dash = std::find(f.begin(), f.end(), std::string_view("-"));
     if (dash == f.end() || dash + 1 == f.end() || *(dash + 1) != "cgroup2") continue;
     auto const e = parse_mountinfo_line(line);
-    if (!e) return Error(Errc::cgroup_failed, "malformed cgroup2 line in mountinfo: " + std::string(line));
+    if (!e)
+      return Error(Errc::cgroup_failed,
+                   "malformed cgroup2 line in mountinfo: " + std::string(line));
     return CgroupMount{e->mount_point, mount_option_present(e->mount_options, "nsdelegate") ||
                                            mount_option_present(e->super_options, "nsdelegate")};
   }
@@ -108,9 +108,11 @@ Result<CgroupMount> find_cgroup2_mount(std::string const& mountinfo_path) {
   auto dir = open_dir_path("/");
   if (!dir) return std::move(dir).error();
   // mountinfo can be long on busy hosts; 4 MiB bounds it while covering thousands of mounts.
-  auto text = read_file_at(*dir, mountinfo_path.front() == '/' ? mountinfo_path.substr(1) : mountinfo_path,
-                           4 * 1024 * 1024);
-  if (!text) return Error(Errc::cgroup_unavailable, "read " + mountinfo_path, text.error().sys_errno);
+  auto text =
+      read_file_at(*dir, mountinfo_path.front() == '/' ? mountinfo_path.substr(1) : mountinfo_path,
+                   4 * 1024 * 1024);
+  if (!text)
+    return Error(Errc::cgroup_unavailable, "read " + mountinfo_path, text.error().sys_errno);
   return parse_cgroup2_mount(*text);
 }
 
@@ -134,8 +136,10 @@ Result<std::string> parse_own_cgroup(std::string_view proc_cgroup) {
 Result<std::string> own_cgroup(std::string const& proc_cgroup_path) {
   auto dir = open_dir_path("/");
   if (!dir) return std::move(dir).error();
-  auto text = read_file_at(*dir, proc_cgroup_path.front() == '/' ? proc_cgroup_path.substr(1) : proc_cgroup_path);
-  if (!text) return Error(Errc::cgroup_unavailable, "read " + proc_cgroup_path, text.error().sys_errno);
+  auto text = read_file_at(
+      *dir, proc_cgroup_path.front() == '/' ? proc_cgroup_path.substr(1) : proc_cgroup_path);
+  if (!text)
+    return Error(Errc::cgroup_unavailable, "read " + proc_cgroup_path, text.error().sys_errno);
   return parse_own_cgroup(*text);
 }
 
@@ -147,7 +151,8 @@ Result<CgroupDir> CgroupDir::open(std::string path) {
 }
 
 Result<CgroupDir> CgroupDir::create(CgroupDir const& parent, std::string name) {
-  if (!valid_component(name)) return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
+  if (!valid_component(name))
+    return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
   if (::mkdirat(parent.fd().get(), name.c_str(), 0755) != 0) {
     return Error(Errc::cgroup_failed, "mkdir " + parent.path() + "/" + name, errno);
   }
@@ -155,8 +160,10 @@ Result<CgroupDir> CgroupDir::create(CgroupDir const& parent, std::string name) {
 }
 
 Result<CgroupDir> CgroupDir::open_child(CgroupDir const& parent, std::string name) {
-  if (!valid_component(name)) return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
-  int const fd = ::openat(parent.fd().get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (!valid_component(name))
+    return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
+  int const fd =
+      ::openat(parent.fd().get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Error(Errc::cgroup_failed, "open " + parent.path() + "/" + name, errno);
   return CgroupDir(UniqueFd(fd), parent.path() + "/" + name);
 }
@@ -164,7 +171,8 @@ Result<CgroupDir> CgroupDir::open_child(CgroupDir const& parent, std::string nam
 Result<void> CgroupDir::kill() const {
   auto w = write_file_at(fd_, "cgroup.kill", "1");
   if (!w) {
-    if (w.error().sys_errno == ENOENT) return Error(Errc::sys_unsupported, "no cgroup.kill in " + path_, ENOENT);
+    if (w.error().sys_errno == ENOENT)
+      return Error(Errc::sys_unsupported, "no cgroup.kill in " + path_, ENOENT);
     return as_cgroup_error(std::move(w).error(), path_);
   }
   return ok();
@@ -196,7 +204,8 @@ Result<void> CgroupDir::wait_empty(std::chrono::milliseconds timeout) const {
     auto const now = Clock::now();
     if (now >= deadline) {
       return Error(Errc::cleanup_unconfirmed,
-                   path_ + " still populated after " + std::to_string(timeout.count()) + " ms", ETIMEDOUT);
+                   path_ + " still populated after " + std::to_string(timeout.count()) + " ms",
+                   ETIMEDOUT);
     }
     auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                       std::chrono::milliseconds(1);
@@ -221,7 +230,8 @@ Result<std::vector<std::int32_t>> CgroupDir::procs() const {
   if (!text) return as_cgroup_error(std::move(text).error(), path_);
   std::vector<std::int32_t> out;
   for (std::string_view const w : split_ws(*text)) {
-    if (auto const v = parse_u64(w); v && *v > 0 && *v <= 0x7fffffff) out.push_back(static_cast<std::int32_t>(*v));
+    if (auto const v = parse_u64(w); v && *v > 0 && *v <= 0x7fffffff)
+      out.push_back(static_cast<std::int32_t>(*v));
   }
   return out;
 }
@@ -242,7 +252,8 @@ Result<std::vector<std::int32_t>> CgroupDir::tree_procs(std::size_t max_pids) co
     (void)listing.release();  // now owned by the DIR stream
     while (dirent const* e = ::readdir(d.get())) {
       if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
-      if (auto child = CgroupDir::open_child(parent, e->d_name)) queue.push_back(Level{std::move(*child), depth + 1});
+      if (auto child = CgroupDir::open_child(parent, e->d_name))
+        queue.push_back(Level{std::move(*child), depth + 1});
     }
   };
   push_children(*this, 0);
@@ -278,12 +289,15 @@ Result<void> CgroupDir::remove() const {
   for (;;) {
     if (::rmdir(path_.c_str()) == 0 || errno == ENOENT) return ok();
     int const err = errno;
-    if (err != EBUSY || Clock::now() >= deadline) return Error(Errc::cgroup_failed, "rmdir " + path_, err);
+    if (err != EBUSY || Clock::now() >= deadline)
+      return Error(Errc::cgroup_failed, "rmdir " + path_, err);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
-Result<std::set<std::string>> CgroupDir::controllers() const { return read_word_set(*this, "cgroup.controllers"); }
+Result<std::set<std::string>> CgroupDir::controllers() const {
+  return read_word_set(*this, "cgroup.controllers");
+}
 
 Result<std::set<std::string>> CgroupDir::subtree_control() const {
   return read_word_set(*this, "cgroup.subtree_control");
@@ -314,7 +328,8 @@ Result<void> CgroupDir::set_pids_max(std::uint64_t count) const {
 }
 
 Result<void> CgroupDir::set_cpu_max(std::uint64_t quota_usec, std::uint64_t period_usec) const {
-  return write_limit(*this, "cpu", "cpu.max", std::to_string(quota_usec) + " " + std::to_string(period_usec));
+  return write_limit(*this, "cpu", "cpu.max",
+                     std::to_string(quota_usec) + " " + std::to_string(period_usec));
 }
 
 Result<CgroupStats> CgroupDir::stats() const {
@@ -334,7 +349,8 @@ Result<CgroupStats> CgroupDir::stats() const {
   return s;
 }
 
-Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name, std::set<std::string> const& wanted) {
+Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name,
+                                 std::set<std::string> const& wanted) {
   auto made = CgroupDir::create(parent, name);
   CgroupDir dir;
   if (made) {
@@ -355,12 +371,14 @@ Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name, std:
   return dir;
 }
 
-Result<ExecutionRoot> prepare_execution_root(std::string const& daemon_cgroup_dir, std::set<std::string> const& wanted,
+Result<ExecutionRoot> prepare_execution_root(std::string const& daemon_cgroup_dir,
+                                             std::set<std::string> const& wanted,
                                              std::string const& leaf, std::string const& subtree) {
   auto opened = CgroupDir::open(daemon_cgroup_dir);
   if (!opened) {
     if (opened.error().sys_errno == ENOENT) {
-      return Error(Errc::cgroup_unavailable, "daemon cgroup " + daemon_cgroup_dir + " does not exist", ENOENT);
+      return Error(Errc::cgroup_unavailable,
+                   "daemon cgroup " + daemon_cgroup_dir + " does not exist", ENOENT);
     }
     return std::move(opened).error();
   }
@@ -375,11 +393,14 @@ Result<ExecutionRoot> prepare_execution_root(std::string const& daemon_cgroup_di
   // cgroup.type file.
   bool const is_root = ::faccessat(own.fd().get(), "cgroup.type", F_OK, 0) != 0;
   std::set<std::string> enabled = CUSTOS_TRY(own.subtree_control());
-  bool const missing = std::any_of(want.begin(), want.end(), [&](std::string const& c) { return !enabled.contains(c); });
+  bool const missing = std::any_of(want.begin(), want.end(),
+                                   [&](std::string const& c) { return !enabled.contains(c); });
   if (missing) {
     if (!is_root) {
       auto procs = own.procs();
-      bool const has_self = procs && std::find(procs->begin(), procs->end(), static_cast<std::int32_t>(::getpid())) != procs->end();
+      bool const has_self =
+          procs && std::find(procs->begin(), procs->end(), static_cast<std::int32_t>(::getpid())) !=
+                       procs->end();
       if (has_self) {
         CgroupDir const leaf_dir = CUSTOS_TRY(ensure_subtree(own, leaf));
         CUSTOS_TRYV(leaf_dir.attach(::getpid()));

@@ -2,11 +2,19 @@
 // leaves nothing behind: fds are closed, scratch cgroups removed, forked children reaped.
 #include "custos/sys/probes.hpp"
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <seccomp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
 #include <linux/sched.h>
-#include <seccomp.h>
+#include <memory>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -15,14 +23,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <memory>
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-#include <cerrno>
-#include <cstring>
 
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/pidfd.hpp"
@@ -90,12 +90,15 @@ ChildOutcome run_in_child(Body body) {
 int try_unshare(int flag) {
   if (::unshare(flag) == 0) return 0;
   int const err = errno;
-  if (flag != CLONE_NEWUSER && (err == EPERM || err == EACCES) && ::unshare(CLONE_NEWUSER | flag) == 0) return 1;
+  if (flag != CLONE_NEWUSER && (err == EPERM || err == EACCES) &&
+      ::unshare(CLONE_NEWUSER | flag) == 0)
+    return 1;
   return 2 + (err < 250 ? err : 250);
 }
 
 void add(HostCapabilities& caps, std::string name, bool available, std::string detail) {
-  caps.checks.push_back(CapabilityCheck{name, available, std::move(detail), std::string(missing_meaning(name))});
+  caps.checks.push_back(
+      CapabilityCheck{name, available, std::move(detail), std::string(missing_meaning(name))});
 }
 
 void probe_pidfd(HostCapabilities& caps) {
@@ -168,7 +171,8 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
     caps.cgroup.directory = *own == "/" ? mount->path : mount->path + *own;
   }
   add(caps, "cgroup", true,
-      "cgroup2 at " + mount->path + (own ? ", daemon in " + *own : ", own cgroup unknown: " + own.error().message()));
+      "cgroup2 at " + mount->path +
+          (own ? ", daemon in " + *own : ", own cgroup unknown: " + own.error().message()));
 
   std::optional<CgroupDir> dir;
   if (caps.cgroup.directory) {
@@ -180,33 +184,44 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
   }
   std::string list;
   for (auto const& c : caps.cgroup.controllers) list += (list.empty() ? "" : " ") + c;
-  bool const limits = caps.cgroup.controllers.contains("memory") && caps.cgroup.controllers.contains("pids");
-  add(caps, "cgroup_controllers", limits, list.empty() ? "no controllers enabled" : "controllers: " + list);
+  bool const limits =
+      caps.cgroup.controllers.contains("memory") && caps.cgroup.controllers.contains("pids");
+  add(caps, "cgroup_controllers", limits,
+      list.empty() ? "no controllers enabled" : "controllers: " + list);
   add(caps, "nsdelegate", caps.cgroup.nsdelegate,
-      caps.cgroup.nsdelegate ? "cgroup2 mounted with nsdelegate" : "cgroup2 mounted without nsdelegate");
+      caps.cgroup.nsdelegate ? "cgroup2 mounted with nsdelegate"
+                             : "cgroup2 mounted without nsdelegate");
 
   // Writability and clone3 are tested in a scratch cgroup that is removed before returning.
   std::optional<CgroupDir> parent;
-  std::string parent_path = options.scratch_cgroup_parent.value_or(caps.cgroup.directory.value_or(""));
+  std::string parent_path =
+      options.scratch_cgroup_parent.value_or(caps.cgroup.directory.value_or(""));
   std::string why_not;
   if (!parent_path.empty()) {
     auto p = CgroupDir::open(parent_path);
-    if (p) parent = std::move(*p);
-    else why_not = p.error().message();
+    if (p)
+      parent = std::move(*p);
+    else
+      why_not = p.error().message();
   } else {
     why_not = "own cgroup unknown";
   }
   std::optional<CgroupDir> scratch;
   if (parent) {
-    std::string const name = "custos-probe-" + std::to_string(::getpid()) + "-" + std::to_string(g_probe_counter++);
+    std::string const name =
+        "custos-probe-" + std::to_string(::getpid()) + "-" + std::to_string(g_probe_counter++);
     auto s = CgroupDir::create(*parent, name);
-    if (s) scratch = std::move(*s);
-    else why_not = s.error().message();
+    if (s)
+      scratch = std::move(*s);
+    else
+      why_not = s.error().message();
   }
   // The root cgroup has no cgroup.kill even where the kernel supports it: a child shows it.
-  if (scratch && !caps.cgroup.kill) caps.cgroup.kill = ::faccessat(scratch->fd().get(), "cgroup.kill", F_OK, 0) == 0;
+  if (scratch && !caps.cgroup.kill)
+    caps.cgroup.kill = ::faccessat(scratch->fd().get(), "cgroup.kill", F_OK, 0) == 0;
   add(caps, "cgroup_kill", caps.cgroup.kill,
-      caps.cgroup.kill ? "cgroup.kill present" : "no cgroup.kill file in the daemon's cgroup or a scratch child");
+      caps.cgroup.kill ? "cgroup.kill present"
+                       : "no cgroup.kill file in the daemon's cgroup or a scratch child");
   caps.cgroup.writable = scratch.has_value();
   add(caps, "cgroup_writable", caps.cgroup.writable,
       scratch ? "created and removed a child cgroup of " + parent_path : why_not);
@@ -215,7 +230,8 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
     caps.clone3_into_cgroup = okay;
     add(caps, "clone3_into_cgroup", okay, detail);
   } else {
-    add(caps, "clone3_into_cgroup", false, scratch ? "not tried (try_clone3 = false)" : "no writable cgroup to try");
+    add(caps, "clone3_into_cgroup", false,
+        scratch ? "not tried (try_clone3 = false)" : "no writable cgroup to try");
   }
   if (scratch) {
     (void)scratch->wait_empty(std::chrono::milliseconds(1000));
@@ -227,13 +243,16 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
   int current = 0;
   caps.subreaper = ::prctl(PR_GET_CHILD_SUBREAPER, &current, 0, 0, 0) == 0;
   add(caps, "subreaper", caps.subreaper,
-      caps.subreaper ? std::string("PR_GET_CHILD_SUBREAPER works (currently ") + (current ? "set" : "not set") + ")"
+      caps.subreaper ? std::string("PR_GET_CHILD_SUBREAPER works (currently ") +
+                           (current ? "set" : "not set") + ")"
                      : "prctl(PR_GET_CHILD_SUBREAPER): " + errno_text(errno));
 
-  long const abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  long const abi =
+      ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   caps.landlock_abi = abi > 0 ? static_cast<int>(abi) : 0;
   add(caps, "landlock", abi > 0,
-      abi > 0 ? "Landlock ABI " + std::to_string(abi) : "landlock_create_ruleset(VERSION): " + errno_text(errno));
+      abi > 0 ? "Landlock ABI " + std::to_string(abi)
+              : "landlock_create_ruleset(VERSION): " + errno_text(errno));
 
   int const mode = ::prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
   int const mode_err = errno;
@@ -241,8 +260,8 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
   caps.seccomp = mode >= 0 && caps.seccomp_api_level >= 1;
   add(caps, "seccomp", caps.seccomp,
       mode < 0 ? "prctl(PR_GET_SECCOMP): " + errno_text(mode_err)
-               : "libseccomp API level " + std::to_string(caps.seccomp_api_level) + ", current mode " +
-                     std::to_string(mode));
+               : "libseccomp API level " + std::to_string(caps.seccomp_api_level) +
+                     ", current mode " + std::to_string(mode));
 
   std::string userns_limit;
   if (auto root = open_dir_path("/")) {
@@ -256,9 +275,10 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
     int flag;
     bool HostCapabilities::*field;
   };
-  for (NsProbe const ns : {NsProbe{"user_namespaces", CLONE_NEWUSER, &HostCapabilities::user_namespaces},
-                           NsProbe{"pid_namespaces", CLONE_NEWPID, &HostCapabilities::pid_namespaces},
-                           NsProbe{"net_namespaces", CLONE_NEWNET, &HostCapabilities::net_namespaces}}) {
+  for (NsProbe const ns :
+       {NsProbe{"user_namespaces", CLONE_NEWUSER, &HostCapabilities::user_namespaces},
+        NsProbe{"pid_namespaces", CLONE_NEWPID, &HostCapabilities::pid_namespaces},
+        NsProbe{"net_namespaces", CLONE_NEWNET, &HostCapabilities::net_namespaces}}) {
     if (!options.try_namespaces) {
       add(caps, ns.name, false, "not tried (try_namespaces = false)");
       continue;
@@ -268,10 +288,14 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
     bool const okay = r.ran && (r.exit_code == 0 || r.exit_code == 1);
     caps.*ns.field = okay;
     std::string detail;
-    if (!r.ran) detail = r.detail;
-    else if (r.exit_code == 0) detail = "unshare succeeded in a child";
-    else if (r.exit_code == 1) detail = "unshare succeeded together with a new user namespace";
-    else detail = "unshare: " + errno_text(r.exit_code - 2);
+    if (!r.ran)
+      detail = r.detail;
+    else if (r.exit_code == 0)
+      detail = "unshare succeeded in a child";
+    else if (r.exit_code == 1)
+      detail = "unshare succeeded together with a new user namespace";
+    else
+      detail = "unshare: " + errno_text(r.exit_code - 2);
     if (flag == CLONE_NEWUSER) detail += userns_limit;
     add(caps, ns.name, okay, detail);
   }
@@ -280,7 +304,8 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
 void probe_engines(HostCapabilities& caps, ProbeOptions const& options) {
   if (is_socket(options.docker_socket)) caps.engines.docker = options.docker_socket;
   add(caps, "docker", caps.engines.docker.has_value(),
-      caps.engines.docker ? "socket " + *caps.engines.docker : "no Unix socket at " + options.docker_socket);
+      caps.engines.docker ? "socket " + *caps.engines.docker
+                          : "no Unix socket at " + options.docker_socket);
 
   std::string const system_sock = options.run_root + "/podman/podman.sock";
   if (is_socket(system_sock)) caps.engines.podman.push_back(system_sock);
@@ -311,21 +336,40 @@ std::string_view missing_meaning(std::string_view capability) noexcept {
     std::string_view meaning;
   };
   static constexpr Row kRows[] = {
-      {"pidfd", "processes could only be named by pid, which the kernel recycles; custos cannot supervise safely"},
-      {"pidfd_get_info", "exit status of a reaped non-child cannot be read; such exits are recorded as unobserved"},
+      {"pidfd",
+       "processes could only be named by pid, which the kernel recycles; custos cannot supervise "
+       "safely"},
+      {"pidfd_get_info",
+       "exit status of a reaped non-child cannot be read; such exits are recorded as unobserved"},
       {"so_peerpidfd", "RPC callers are identified by SO_PEERCRED pid only, not pinned by a pidfd"},
-      {"cgroup", "no cgroup v2 hierarchy: executions use the cooperative marker boundary and may end unconfirmed"},
-      {"cgroup_controllers", "memory/pids/cpu limits cannot be kernel-enforced; those dimensions are only sampled"},
-      {"nsdelegate", "a root execution can move itself out of its cgroup; only the final marker sweep can catch it"},
-      {"cgroup_kill", "teardown cannot kill a cgroup in one step; a tree that forks during teardown may survive"},
-      {"cgroup_writable", "no per-execution cgroups: marker boundary only, teardown is cooperative, not kernel-enforced"},
-      {"clone3_into_cgroup", "a child cannot be born inside its execution cgroup; no kernel-enforced cgroup boundary"},
-      {"subreaper", "orphaned descendants reparent to init and can no longer be reaped or attributed by the daemon"},
-      {"landlock", "filesystem sandbox requirements are unsupported on this host and are refused at admission"},
-      {"seccomp", "syscall filter requirements are unsupported on this host and are refused at admission"},
-      {"user_namespaces", "uid-mapped sandboxes are unsupported on this host and are refused at admission"},
-      {"pid_namespaces", "executions cannot get a private pid namespace; such requirements are refused"},
-      {"net_namespaces", "network isolation requirements are unsupported on this host and are refused"},
+      {"cgroup",
+       "no cgroup v2 hierarchy: executions use the cooperative marker boundary and may end "
+       "unconfirmed"},
+      {"cgroup_controllers",
+       "memory/pids/cpu limits cannot be kernel-enforced; those dimensions are only sampled"},
+      {"nsdelegate",
+       "a root execution can move itself out of its cgroup; only the final marker sweep can catch "
+       "it"},
+      {"cgroup_kill",
+       "teardown cannot kill a cgroup in one step; a tree that forks during teardown may survive"},
+      {"cgroup_writable",
+       "no per-execution cgroups: marker boundary only, teardown is cooperative, not "
+       "kernel-enforced"},
+      {"clone3_into_cgroup",
+       "a child cannot be born inside its execution cgroup; no kernel-enforced cgroup boundary"},
+      {"subreaper",
+       "orphaned descendants reparent to init and can no longer be reaped or attributed by the "
+       "daemon"},
+      {"landlock",
+       "filesystem sandbox requirements are unsupported on this host and are refused at admission"},
+      {"seccomp",
+       "syscall filter requirements are unsupported on this host and are refused at admission"},
+      {"user_namespaces",
+       "uid-mapped sandboxes are unsupported on this host and are refused at admission"},
+      {"pid_namespaces",
+       "executions cannot get a private pid namespace; such requirements are refused"},
+      {"net_namespaces",
+       "network isolation requirements are unsupported on this host and are refused"},
       {"docker", "no Docker engine socket: the docker backend is unavailable"},
       {"podman", "no Podman API socket: the podman backend is unavailable"},
   };
@@ -348,16 +392,18 @@ boost::json::value to_json(HostCapabilities const& caps) {
   namespace json = boost::json;
   json::array controllers;
   for (auto const& c : caps.cgroup.controllers) controllers.emplace_back(c);
-  json::object cgroup{{"path", caps.cgroup.path ? json::value(*caps.cgroup.path) : json::value(nullptr)},
-                      {"own", caps.cgroup.own ? json::value(*caps.cgroup.own) : json::value(nullptr)},
-                      {"writable", caps.cgroup.writable},
-                      {"controllers", std::move(controllers)},
-                      {"nsdelegate", caps.cgroup.nsdelegate},
-                      {"kill", caps.cgroup.kill}};
+  json::object cgroup{
+      {"path", caps.cgroup.path ? json::value(*caps.cgroup.path) : json::value(nullptr)},
+      {"own", caps.cgroup.own ? json::value(*caps.cgroup.own) : json::value(nullptr)},
+      {"writable", caps.cgroup.writable},
+      {"controllers", std::move(controllers)},
+      {"nsdelegate", caps.cgroup.nsdelegate},
+      {"kill", caps.cgroup.kill}};
   json::array podman;
   for (auto const& p : caps.engines.podman) podman.emplace_back(p);
-  json::object engines{{"docker", caps.engines.docker ? json::value(*caps.engines.docker) : json::value(nullptr)},
-                       {"podman", std::move(podman)}};
+  json::object engines{
+      {"docker", caps.engines.docker ? json::value(*caps.engines.docker) : json::value(nullptr)},
+      {"podman", std::move(podman)}};
   json::array checks;
   for (auto const& c : caps.checks) {
     checks.emplace_back(json::object{{"name", c.name},

@@ -1,16 +1,15 @@
 // procfs small-file helpers and the marker boundary (see procfs.hpp, docs/boundaries.md).
 #include "custos/sys/procfs.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
+#include <dirent.h>
+#include <fcntl.h>
 #include <memory>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/sys/pidfd.hpp"
 
@@ -35,7 +34,9 @@ bool parse_pid(char const* name, std::int32_t& out) {
 // How reading one process's environ ended.
 enum class EnvironState : std::uint8_t { marked, unmarked, gone, unreadable };
 
-bool errno_means_gone(int err) { return err == ENOENT || err == ESRCH; }
+bool errno_means_gone(int err) {
+  return err == ENOENT || err == ESRCH;
+}
 
 // Streams <proc_root>/<pid>/environ looking for the whole entry "\0CUSTOS_MARKER=<hex>\0"
 // without holding more than one chunk plus the needle in memory.
@@ -86,7 +87,8 @@ NsProbe process_pid_ns(std::string const& proc_root, std::int32_t pid) {
   std::string const path = proc_root + "/" + std::to_string(pid) + "/ns/pid";
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    return NsProbe{std::nullopt, errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable};
+    return NsProbe{std::nullopt,
+                   errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable};
   }
   return NsProbe{static_cast<std::uint64_t>(st.st_ino), EnvironState::unmarked};
 }
@@ -103,7 +105,8 @@ bool proc_root_is_ours(std::string const& proc_root) {
   return theirs.st_dev == mine.st_dev && theirs.st_ino == mine.st_ino;
 }
 
-Result<std::uint64_t> expected_ns(std::optional<std::uint64_t> given, std::string const& proc_root) {
+Result<std::uint64_t> expected_ns(std::optional<std::uint64_t> given,
+                                  std::string const& proc_root) {
   if (given) return *given;
   return pid_namespace_inode("self", proc_root);
 }
@@ -184,10 +187,15 @@ Result<MarkerScanResult> scan_once(ScanParams const& sp) {
     }
     if (*ns.inode != sp.ns_inode) continue;  // another pid namespace: never ours to touch
     switch (read_environ_state(proc_root, pid, needle, sp.max_environ_bytes)) {
-      case EnvironState::marked: out.matched.push_back(pid); break;
-      case EnvironState::unreadable: out.unreadable.push_back(pid); break;
+      case EnvironState::marked:
+        out.matched.push_back(pid);
+        break;
+      case EnvironState::unreadable:
+        out.unreadable.push_back(pid);
+        break;
       case EnvironState::gone:
-      case EnvironState::unmarked: break;
+      case EnvironState::unmarked:
+        break;
     }
   }
   return out;
@@ -211,8 +219,10 @@ std::string unescape_octal(std::string_view s) {
   out.reserve(s.size());
   auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3])) {
-      out.push_back(static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0')));
+    if (s[i] == '\\' && i + 3 < s.size() && is_oct(s[i + 1]) && is_oct(s[i + 2]) &&
+        is_oct(s[i + 3])) {
+      out.push_back(
+          static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) | (s[i + 3] - '0')));
       i += 3;
       continue;
     }
@@ -221,7 +231,9 @@ std::string unescape_octal(std::string_view s) {
   return out;
 }
 
-char hex_digit(unsigned v) { return "0123456789abcdef"[v & 0xfu]; }
+char hex_digit(unsigned v) {
+  return "0123456789abcdef"[v & 0xfu];
+}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -236,7 +248,7 @@ std::optional<MountInfoEntry> parse_mountinfo_line(std::string_view line) {
   // id parent maj:min root mountpoint options [optional fields...] - fstype source superoptions
   auto const dash = std::find(f.begin(), f.end(), std::string_view("-"));
   if (dash == f.end() || dash - f.begin() < 6 || f.end() - dash < 4) return std::nullopt;
-  return MountInfoEntry{unescape_octal(f[3]),  unescape_octal(f[4]),         std::string(f[5]),
+  return MountInfoEntry{unescape_octal(f[3]), unescape_octal(f[4]),    std::string(f[5]),
                         std::string(dash[1]), unescape_octal(dash[2]), std::string(dash[3])};
 }
 
@@ -245,7 +257,9 @@ bool mount_option_present(std::string_view options, std::string_view name) {
   while (i <= options.size()) {
     std::size_t const comma = std::min(options.find(',', i), options.size());
     std::string_view const opt = options.substr(i, comma - i);
-    if (opt == name || (opt.size() > name.size() && opt.starts_with(name) && opt[name.size()] == '=')) return true;
+    if (opt == name ||
+        (opt.size() > name.size() && opt.starts_with(name) && opt[name.size()] == '='))
+      return true;
     i = comma + 1;
   }
   return false;
@@ -261,8 +275,10 @@ bool proc_hides_processes(std::string_view mountinfo, std::string const& proc_ro
     if (!e || e->fstype != "proc" || e->mount_point != proc_root) continue;
     // The last mount at a mount point is the visible one, so later lines override.
     hides = false;
-    for (std::string_view const opts : {std::string_view(e->super_options), std::string_view(e->mount_options)}) {
-      for (std::string_view const v : {"hidepid=2", "hidepid=invisible", "hidepid=4", "hidepid=ptraceable"}) {
+    for (std::string_view const opts :
+         {std::string_view(e->super_options), std::string_view(e->mount_options)}) {
+      for (std::string_view const v :
+           {"hidepid=2", "hidepid=invisible", "hidepid=4", "hidepid=ptraceable"}) {
         std::size_t const at = opts.find(v);
         if (at != std::string_view::npos && (at == 0 || opts[at - 1] == ',') &&
             (at + v.size() == opts.size() || opts[at + v.size()] == ',')) {
@@ -280,7 +296,8 @@ Result<UniqueFd> open_dir_path(std::string const& path) {
   return UniqueFd(fd);
 }
 
-Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name, std::size_t max_bytes) {
+Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
+                                 std::size_t max_bytes) {
   int const fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Error(Errc::sys_error, "open " + name, errno);
   UniqueFd const guard(fd);
@@ -294,7 +311,8 @@ Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name, s
     }
     if (n == 0) break;
     if (out.size() + static_cast<std::size_t>(n) > max_bytes) {
-      return Error(Errc::sys_error, "read " + name + ": larger than " + std::to_string(max_bytes) + " bytes", EFBIG);
+      return Error(Errc::sys_error,
+                   "read " + name + ": larger than " + std::to_string(max_bytes) + " bytes", EFBIG);
     }
     out.append(buf, static_cast<std::size_t>(n));
   }
@@ -312,7 +330,8 @@ Result<void> write_file_at(UniqueFd const& dir, std::string const& name, std::st
       return Error(Errc::sys_error, "write " + name, errno);
     }
     // cgroupfs and procfs take a value in one write; a short write means it was not taken.
-    if (static_cast<std::size_t>(n) != data.size()) return Error(Errc::sys_error, "short write " + name, EIO);
+    if (static_cast<std::size_t>(n) != data.size())
+      return Error(Errc::sys_error, "short write " + name, EIO);
     return ok();
   }
 }
@@ -340,7 +359,8 @@ Result<Marker> Marker::generate() {
 
 Result<Marker> Marker::from_hex(std::string_view hex) {
   Marker m;
-  if (hex.size() != m.bits.size() * 2) return Error(Errc::procfs_failed, "marker: expected 32 hex digits");
+  if (hex.size() != m.bits.size() * 2)
+    return Error(Errc::procfs_failed, "marker: expected 32 hex digits");
   for (std::size_t i = 0; i < m.bits.size(); ++i) {
     int const hi = hex_value(hex[2 * i]);
     int const lo = hex_value(hex[2 * i + 1]);
@@ -377,7 +397,8 @@ bool environ_has_marker(std::string_view environ, Marker const& marker) {
 Result<MarkerScanResult> marker_scan(Marker const& marker, MarkerScanOptions const& options) {
   std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
   std::string const needle = marker_needle(marker);
-  return scan_once(ScanParams{needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks});
+  return scan_once(ScanParams{needle, ns, options.proc_root, options.max_environ_bytes,
+                              options.not_before_ticks});
 }
 
 Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions const& options) {
@@ -392,13 +413,14 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
   }
   std::uint32_t const max_rounds = std::max<std::uint32_t>(options.max_rounds, 1);
   while (out.rounds < max_rounds) {
-    MarkerScanResult const scan = CUSTOS_TRY(scan_once(
-        ScanParams{needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks}));
+    MarkerScanResult const scan = CUSTOS_TRY(scan_once(ScanParams{
+        needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks}));
     ++out.rounds;
     out.unreadable = static_cast<std::uint32_t>(scan.unreadable.size());
-    out.unreadable_pids.assign(scan.unreadable.begin(),
-                               scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                   scan.unreadable.size(), kMaxUnreadablePidsReported)));
+    out.unreadable_pids.assign(
+        scan.unreadable.begin(),
+        scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                      scan.unreadable.size(), kMaxUnreadablePidsReported)));
     out.remaining = static_cast<std::uint32_t>(scan.matched.size());
     if (scan.matched.empty() || !can_signal) break;
     for (std::int32_t const pid : scan.matched) {
@@ -408,7 +430,8 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
       // through /proc/<pid> now that the pidfd pins a process, then check the pidfd is still
       // alive — a live process keeps its pid, so the re-read was of the very process the pidfd
       // names.
-      EnvironState const again = read_environ_state(options.proc_root, pid, needle, options.max_environ_bytes);
+      EnvironState const again =
+          read_environ_state(options.proc_root, pid, needle, options.max_environ_bytes);
       if (again != EnvironState::marked || !pidfd->alive()) continue;
       bool const delivered = CUSTOS_TRY(pidfd->send_signal(options.signal));
       if (delivered) ++out.signalled;

@@ -1,17 +1,16 @@
 // Tree resource sampling and the bounded disk walk (see sampler.hpp).
 #include "custos/sys/sampler.hpp"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <charconv>
 #include <deque>
+#include <dirent.h>
+#include <fcntl.h>
 #include <memory>
 #include <set>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <utility>
 
 #include "custos/sys/procfs.hpp"
@@ -64,7 +63,9 @@ struct ProcSample {
 
 enum class ReadOutcome : std::uint8_t { ok, gone, unreadable };
 
-ReadOutcome classify(int err) { return (err == ENOENT || err == ESRCH) ? ReadOutcome::gone : ReadOutcome::unreadable; }
+ReadOutcome classify(int err) {
+  return (err == ENOENT || err == ESRCH) ? ReadOutcome::gone : ReadOutcome::unreadable;
+}
 
 ReadOutcome sample_process(UniqueFd const& proc, std::int32_t pid, ProcSample& out) {
   std::string const base = std::to_string(pid);
@@ -121,7 +122,8 @@ std::vector<std::int32_t> expand_descendants(UniqueFd const& proc, std::vector<p
       auto text = read_file_at(proc, task + "/" + e->d_name + "/children", 1u << 20);
       if (!text) continue;
       for (std::string_view const w : words(*text)) {
-        if (auto const v = to_u64(w); v && *v > 0 && *v <= 0x7fffffff) queue.push_back(static_cast<std::int32_t>(*v));
+        if (auto const v = to_u64(w); v && *v > 0 && *v <= 0x7fffffff)
+          queue.push_back(static_cast<std::int32_t>(*v));
       }
     }
   }
@@ -132,9 +134,12 @@ std::vector<std::int32_t> expand_descendants(UniqueFd const& proc, std::vector<p
 
 std::string_view fidelity_wire(Fidelity f) noexcept {
   switch (f) {
-    case Fidelity::hard: return "hard";
-    case Fidelity::sampled: return "sampled";
-    case Fidelity::unavailable: return "unavailable";
+    case Fidelity::hard:
+      return "hard";
+    case Fidelity::sampled:
+      return "sampled";
+    case Fidelity::unavailable:
+      return "unavailable";
   }
   return "unavailable";
 }
@@ -142,7 +147,8 @@ std::string_view fidelity_wire(Fidelity f) noexcept {
 Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const& fallback_pids,
                               SampleOptions const& options) {
   auto proc_dir = open_dir_path(options.proc_root);
-  if (!proc_dir) return Error(Errc::procfs_failed, "open " + options.proc_root, proc_dir.error().sys_errno);
+  if (!proc_dir)
+    return Error(Errc::procfs_failed, "open " + options.proc_root, proc_dir.error().sys_errno);
   UniqueFd const& proc = *proc_dir;
 
   TreeUsage u;
@@ -171,8 +177,11 @@ Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const&
         sum.fds += one.fds;
         if (!one.fds_readable) ++fds_hidden;
         break;
-      case ReadOutcome::unreadable: ++u.unreadable; break;
-      case ReadOutcome::gone: break;
+      case ReadOutcome::unreadable:
+        ++u.unreadable;
+        break;
+      case ReadOutcome::gone:
+        break;
     }
   }
   // With a cgroup the list is complete, so a sum over it is a measurement even when it is
@@ -196,17 +205,20 @@ Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const&
     u.processes = {*cg->pids_current, cg->pids_max ? Fidelity::hard : Fidelity::sampled};
   } else {
     // Counting the processes we could see is a measurement even when some were unreadable.
-    u.processes = {live + u.unreadable, (cgroup != nullptr || !fallback_pids.empty()) ? Fidelity::sampled
-                                                                                       : Fidelity::unavailable};
+    u.processes = {live + u.unreadable, (cgroup != nullptr || !fallback_pids.empty())
+                                            ? Fidelity::sampled
+                                            : Fidelity::unavailable};
   }
   u.open_fds = {sum.fds, fds_hidden == 0 ? summed : Fidelity::unavailable};
   return u;
 }
 
-Result<DiskUsage> walk_disk_usage(UniqueFd const& root, std::uint64_t max_entries, std::uint32_t max_depth) {
+Result<DiskUsage> walk_disk_usage(UniqueFd const& root, std::uint64_t max_entries,
+                                  std::uint32_t max_depth) {
   struct stat root_st {};
   if (::fstat(root.get(), &root_st) != 0) return Error(Errc::sys_error, "fstat walk root", errno);
-  if (!S_ISDIR(root_st.st_mode)) return Error(Errc::sys_error, "walk root is not a directory", ENOTDIR);
+  if (!S_ISDIR(root_st.st_mode))
+    return Error(Errc::sys_error, "walk root is not a directory", ENOTDIR);
   // fdopendir takes over its fd, and the caller keeps `root`: list a fresh open of ".".
   DirPtr top = open_dir_at(root.get(), ".");
   if (!top) return Error(Errc::sys_error, "open walk root", errno);
@@ -232,7 +244,8 @@ Result<DiskUsage> walk_disk_usage(UniqueFd const& root, std::uint64_t max_entrie
     ++du.entries;
     struct stat st {};
     if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished
-    bool const counted_before = st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !linked.emplace(st.st_dev, st.st_ino).second;
+    bool const counted_before =
+        st.st_nlink > 1 && !S_ISDIR(st.st_mode) && !linked.emplace(st.st_dev, st.st_ino).second;
     if (!counted_before) {
       du.bytes += static_cast<std::uint64_t>(st.st_blocks) * 512u;
       if (S_ISREG(st.st_mode)) du.apparent_bytes += static_cast<std::uint64_t>(st.st_size);
@@ -253,7 +266,8 @@ Result<DiskUsage> walk_disk_usage(UniqueFd const& root, std::uint64_t max_entrie
       continue;
     }
     struct stat opened {};
-    if (::fstat(::dirfd(sub.get()), &opened) != 0 || opened.st_dev != st.st_dev || opened.st_ino != st.st_ino) {
+    if (::fstat(::dirfd(sub.get()), &opened) != 0 || opened.st_dev != st.st_dev ||
+        opened.st_ino != st.st_ino) {
       ++du.unreadable;  // replaced between fstatat and openat: not the directory we counted
       continue;
     }

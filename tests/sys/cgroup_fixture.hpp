@@ -3,24 +3,24 @@
 // started with plain fork+exec (these tests exercise sys/ independently of spawn).
 #pragma once
 
-#include <fcntl.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <signal.h>
+#include <stdlib.h>
 #include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/pidfd.hpp"
+
 #include "sys/process_fixture.hpp"
 
 namespace custos::sys::testing {

@@ -1,16 +1,15 @@
 // cgroup v2 shell against the real kernel (a cgroup per test under the v2 mount) and against fake
 // mount tables and a fake cgroup directory for the parsing logic.
+#include <algorithm>
+#include <linux/magic.h>
+#include <set>
 #include <sys/statfs.h>
 #include <sys/vfs.h>
-
-#include <linux/magic.h>
-
-#include <algorithm>
-#include <set>
 
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
+
 #include "sys/cgroup_fixture.hpp"
 
 namespace custos::sys {
@@ -50,7 +49,8 @@ TEST_F(MountinfoTest, FakeTables) {
   std::string const systemd =
       "25 22 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 "
       "rw,nsdelegate,memory_recursiveprot\n";
-  std::string const escaped = "40 1 0:40 / /mnt/my\\040cgroups rw shared:1 master:2 - cgroup2 none rw\n";
+  std::string const escaped =
+      "40 1 0:40 / /mnt/my\\040cgroups rw shared:1 master:2 - cgroup2 none rw\n";
   std::vector<Case> const cases = {
       {"hybrid", hybrid, CgroupMount{"/sys/fs/cgroup/unified", false}},
       {"systemd", systemd, CgroupMount{"/sys/fs/cgroup", true}},
@@ -76,7 +76,8 @@ TEST_F(MountinfoTest, FakeTables) {
 
 TEST_F(MountinfoTest, OwnCgroupLine) {
   EXPECT_EQ(parse_own_cgroup("4:memory:/x\n0::/\n").value(), "/");
-  EXPECT_EQ(parse_own_cgroup("0::/system.slice/custos.service\n").value(), "/system.slice/custos.service");
+  EXPECT_EQ(parse_own_cgroup("0::/system.slice/custos.service\n").value(),
+            "/system.slice/custos.service");
   auto none = parse_own_cgroup("4:memory:/x\n1:cpu:/\n");
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, Errc::cgroup_unavailable);
@@ -96,7 +97,8 @@ TEST_F(MountinfoTest, FakeCgroupDirectoryLimitsAndStats) {
   ASSERT_FALSE(dir.path().empty());
   write_text(dir.path() + "/cgroup.controllers", "memory pids\n");
   write_text(dir.path() + "/cgroup.events", "populated 1\nfrozen 0\n");
-  write_text(dir.path() + "/cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n");
+  write_text(dir.path() + "/cpu.stat",
+             "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n");
   write_text(dir.path() + "/memory.current", "4096\n");
   write_text(dir.path() + "/memory.max", "max\n");
   write_text(dir.path() + "/pids.current", "3\n");
@@ -157,7 +159,8 @@ TEST_F(CgroupKernelTest, KillLeavesNoSurvivorOfADoubleForkedTree) {
     auto p = cg_.procs();
     if (!p || p->size() != 4) return false;
     snapshot = *p;
-    return std::all_of(snapshot.begin(), snapshot.end(), [](std::int32_t q) { return comm_of(q) == "sleep"; });
+    return std::all_of(snapshot.begin(), snapshot.end(),
+                       [](std::int32_t q) { return comm_of(q) == "sleep"; });
   }));
   EXPECT_TRUE(cg_.populated().value());
   std::vector<Pidfd> members;
@@ -189,7 +192,8 @@ TEST_F(CgroupKernelTest, KillLeavesNoSurvivorOfADoubleForkedTree) {
 TEST_F(CgroupKernelTest, WaitEmptyWakesWhenTheLastProcessExits) {
   Pidfd child = start_shell("exec sleep 0.3", {"PATH=/usr/bin:/bin"}, procs_path());
   ASSERT_TRUE(child.valid());
-  ASSERT_TRUE(eventually([&] { auto p = cg_.populated();
+  ASSERT_TRUE(eventually([&] {
+    auto p = cg_.populated();
     return p && *p;
   }));
   auto const t0 = std::chrono::steady_clock::now();
@@ -206,7 +210,8 @@ TEST_F(CgroupKernelTest, WaitEmptyWakesWhenTheLastProcessExits) {
 TEST_F(CgroupKernelTest, WaitEmptyTimesOutAndRemoveRefusesWhilePopulated) {
   Pidfd child = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin"}, procs_path());
   ASSERT_TRUE(child.valid());
-  ASSERT_TRUE(eventually([&] { auto p = cg_.populated();
+  ASSERT_TRUE(eventually([&] {
+    auto p = cg_.populated();
     return p && *p;
   }));
   auto const t0 = std::chrono::steady_clock::now();
@@ -230,14 +235,16 @@ TEST_F(CgroupKernelTest, AttachMovesAProcessAndProcsListsIt) {
   CgroupDir const& a = extra_.back();
   Pidfd child = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin"}, procs_path());
   ASSERT_TRUE(child.valid());
-  ASSERT_TRUE(eventually([&] { auto p = cg_.procs();
+  ASSERT_TRUE(eventually([&] {
+    auto p = cg_.procs();
     return p && p->size() == 1;
   }));
   ASSERT_TRUE(a.attach(child.pid()));
   EXPECT_EQ(a.procs().value(), std::vector<std::int32_t>{child.pid()});
   EXPECT_TRUE(cg_.procs().value().empty());
   EXPECT_TRUE(cg_.populated().value()) << "populated covers the subtree";
-  EXPECT_EQ(cg_.tree_procs().value(), std::vector<std::int32_t>{child.pid()}) << "tree_procs walks children";
+  EXPECT_EQ(cg_.tree_procs().value(), std::vector<std::int32_t>{child.pid()})
+      << "tree_procs walks children";
   EXPECT_TRUE(cg_.tree_procs(0).value().empty()) << "bounded";
   // A cgroup with a child cgroup cannot be removed, even when it holds no process itself.
   auto rm = cg_.remove();
@@ -299,9 +306,10 @@ TEST_F(CgroupKernelTest, RootEscapeFromACgroupNamespaceIsCaughtByTheFinalMarkerS
   CgroupDir const& other = extra_[1];
 
   Marker const m = Marker::generate().value();
-  std::string const script = "exec unshare --cgroup sh -c 'echo $$ > " + other.path() +
-                             "/cgroup.procs && exec sleep 300'";
-  Pidfd child = start_shell(script, {"PATH=/usr/bin:/bin", m.env_entry()}, exec_cg.path() + "/cgroup.procs");
+  std::string const script =
+      "exec unshare --cgroup sh -c 'echo $$ > " + other.path() + "/cgroup.procs && exec sleep 300'";
+  Pidfd child =
+      start_shell(script, {"PATH=/usr/bin:/bin", m.env_entry()}, exec_cg.path() + "/cgroup.procs");
   ASSERT_TRUE(child.valid());
   ASSERT_TRUE(eventually([&] {
     auto p = other.procs();
@@ -359,7 +367,7 @@ TEST_F(CgroupKernelTest, RemoveNeverTakesADifferentCgroupAtTheSamePath) {
   ASSERT_TRUE(made);
   CgroupDir const x = std::move(*made);
   ASSERT_EQ(::rmdir((cg_.path() + "/x").c_str()), 0);  // removed behind our back
-  auto other = CgroupDir::create(cg_, "x");             // a different cgroup at the same path
+  auto other = CgroupDir::create(cg_, "x");            // a different cgroup at the same path
   ASSERT_TRUE(other);
   extra_.push_back(std::move(*other));
   auto rm = x.remove();

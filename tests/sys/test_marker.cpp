@@ -1,13 +1,13 @@
 // The marker boundary: the real /proc with real marked trees (no cgroup), plus a fake proc tree
 // for the cases the real kernel will not produce on demand.
+#include <algorithm>
+#include <fstream>
 #include <grp.h>
 #include <sys/stat.h>
 
-#include <algorithm>
-#include <fstream>
-
 #include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
+
 #include "sys/cgroup_fixture.hpp"
 
 namespace custos::sys {
@@ -39,12 +39,14 @@ TEST_F(MarkerTest, MarkerTextForms) {
   EXPECT_EQ(Marker::env_name(), "CUSTOS_MARKER");
   std::string const hex = a->env_value();
   ASSERT_EQ(hex.size(), 32u);
-  EXPECT_TRUE(std::all_of(hex.begin(), hex.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }));
+  EXPECT_TRUE(std::all_of(hex.begin(), hex.end(),
+                          [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }));
   EXPECT_EQ(a->env_entry(), "CUSTOS_MARKER=" + hex);
   EXPECT_EQ(Marker::from_hex(hex).value(), *a);
   EXPECT_FALSE(Marker::from_hex(hex.substr(1)));
   std::string upper = hex;
-  std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) { return c == 'a' ? 'A' : c; });
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](char c) { return c == 'a' ? 'A' : c; });
   if (upper != hex) {
     EXPECT_FALSE(Marker::from_hex(upper));
   }
@@ -67,7 +69,8 @@ TEST_F(MarkerTest, EnvironMatchesWholeEntriesOnly) {
 }
 
 TEST_F(MarkerTest, MountTableAndHiddenProcesses) {
-  auto e = parse_mountinfo_line("22 1 0:5 / /my\\040proc rw,nosuid shared:12 - proc proc rw,hidepid=invisible");
+  auto e = parse_mountinfo_line(
+      "22 1 0:5 / /my\\040proc rw,nosuid shared:12 - proc proc rw,hidepid=invisible");
   ASSERT_TRUE(e);
   EXPECT_EQ(e->root, "/");
   EXPECT_EQ(e->mount_point, "/my proc");
@@ -92,8 +95,10 @@ TEST_F(MarkerTest, MountTableAndHiddenProcesses) {
   }
   // hidepid=1 only denies reading (counted as unreadable); the last mount on a point wins.
   EXPECT_FALSE(proc_hides_processes("22 1 0:5 / /proc rw - proc proc rw,hidepid=1\n", "/proc"));
-  EXPECT_FALSE(proc_hides_processes("22 1 0:5 / /proc rw - proc proc rw,hidepid=2\n" + plain, "/proc"));
-  EXPECT_TRUE(proc_hides_processes(plain + "23 1 0:6 / /proc rw - proc proc rw,hidepid=2\n", "/proc"));
+  EXPECT_FALSE(
+      proc_hides_processes("22 1 0:5 / /proc rw - proc proc rw,hidepid=2\n" + plain, "/proc"));
+  EXPECT_TRUE(
+      proc_hides_processes(plain + "23 1 0:6 / /proc rw - proc proc rw,hidepid=2\n", "/proc"));
 
   // This host's /proc does not hide processes, so sweeps here can be confirmed at all.
   auto root = open_dir_path("/");
@@ -113,9 +118,10 @@ TEST_F(MarkerTest, SweepKillsADoubleForkedMarkedTree) {
   std::vector<std::int32_t> found;
   ASSERT_TRUE(eventually([&] {
     found = scan_matches(m);
-    return found.size() == 3 &&
-           std::all_of(found.begin(), found.end(), [](std::int32_t p) { return comm_of(p) == "sleep"; });
-  })) << "matched " << found.size();
+    return found.size() == 3 && std::all_of(found.begin(), found.end(),
+                                            [](std::int32_t p) { return comm_of(p) == "sleep"; });
+  })) << "matched "
+      << found.size();
   EXPECT_TRUE(std::find(found.begin(), found.end(), root.pid()) != found.end());
   std::vector<Pidfd> members;
   for (std::int32_t const pid : found) members.push_back(Pidfd::open(pid).value());
@@ -126,12 +132,15 @@ TEST_F(MarkerTest, SweepKillsADoubleForkedMarkedTree) {
   o.not_before_ticks = read_start_time(root.pid()).value();
   auto r = marker_sweep(m, o);
   ASSERT_TRUE(r) << r.error().message();
-  EXPECT_TRUE(r->confirmed) << "unreadable " << r->unreadable << " (first " << (r->unreadable_pids.empty() ? -1 : r->unreadable_pids[0]) << ") remaining " << r->remaining;
+  EXPECT_TRUE(r->confirmed) << "unreadable " << r->unreadable << " (first "
+                            << (r->unreadable_pids.empty() ? -1 : r->unreadable_pids[0])
+                            << ") remaining " << r->remaining;
   EXPECT_GE(r->signalled, 3u) << "a dying process seen again is signalled again";
   EXPECT_GE(r->rounds, 2u) << "a final scan must have found nothing";
   EXPECT_EQ(r->remaining, 0u);
   for (Pidfd const& p : members) {
-    EXPECT_TRUE(eventually([&] { return !p.alive(); }, std::chrono::seconds(5))) << "survivor " << p.pid();
+    EXPECT_TRUE(eventually([&] { return !p.alive(); }, std::chrono::seconds(5)))
+        << "survivor " << p.pid();
   }
   auto st = root.wait();
   ASSERT_TRUE(st);
@@ -150,12 +159,14 @@ TEST_F(MarkerTest, AProcessThatScrubsItsEnvironmentEscapesTheSweep) {
   Pidfd marked = start_shell("exec sleep 300", env);
   ASSERT_TRUE(scrubbed.valid() && marked.valid());
   ASSERT_TRUE(eventually([&] {
-    return comm_of(scrubbed.pid()) == "sleep" && scan_matches(m) == std::vector<std::int32_t>{marked.pid()} &&
+    return comm_of(scrubbed.pid()) == "sleep" &&
+           scan_matches(m) == std::vector<std::int32_t>{marked.pid()} &&
            comm_of(marked.pid()) == "sleep";
   }));
 
   MarkerSweepOptions o;
-  o.not_before_ticks = std::min(read_start_time(scrubbed.pid()).value(), read_start_time(marked.pid()).value());
+  o.not_before_ticks =
+      std::min(read_start_time(scrubbed.pid()).value(), read_start_time(marked.pid()).value());
   auto r = marker_sweep(m, o);
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_GE(r->signalled, 1u);
@@ -190,7 +201,8 @@ ScannerReport sweep_as(uid_t uid, Marker const& m, std::int32_t target) {
   if (scanner == 0) {
     pipe->first.reset();
     unsigned char out[4] = {0, 0, 0, 0};
-    if (::setgroups(0, nullptr) == 0 && ::setresgid(uid, uid, uid) == 0 && ::setresuid(uid, uid, uid) == 0) {
+    if (::setgroups(0, nullptr) == 0 && ::setresgid(uid, uid, uid) == 0 &&
+        ::setresuid(uid, uid, uid) == 0) {
       MarkerSweepOptions o;
       o.pid_ns_inode = ns;
       o.max_rounds = 1;
@@ -202,7 +214,8 @@ ScannerReport sweep_as(uid_t uid, Marker const& m, std::int32_t target) {
       auto res = marker_sweep(m, o);
       out[0] = res && scan ? 1 : 0;
       out[1] = res && res->confirmed ? 1 : 0;
-      out[2] = scan && std::find(scan->unreadable.begin(), scan->unreadable.end(), target) != scan->unreadable.end();
+      out[2] = scan && std::find(scan->unreadable.begin(), scan->unreadable.end(), target) !=
+                           scan->unreadable.end();
       out[3] = res ? static_cast<unsigned char>(std::min<std::uint32_t>(res->signalled, 255)) : 255;
     }
     (void)!::write(pipe->second.get(), out, sizeof out);
@@ -229,7 +242,8 @@ TEST_F(MarkerTest, UnreadableProcessesMakeTheSweepUnconfirmed) {
   Marker const m = Marker::generate().value();
   Pidfd target = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", m.env_entry()});
   ASSERT_TRUE(target.valid());
-  ASSERT_TRUE(eventually([&] { return scan_matches(m) == std::vector<std::int32_t>{target.pid()}; }));
+  ASSERT_TRUE(
+      eventually([&] { return scan_matches(m) == std::vector<std::int32_t>{target.pid()}; }));
   ScannerReport const rep = sweep_as(65534, m, target.pid());
   EXPECT_TRUE(rep.ran) << "the sweep ran as nobody";
   EXPECT_FALSE(rep.confirmed) << "an unreadable process must make the result unconfirmed";
@@ -280,7 +294,9 @@ TEST_F(MarkerTest, FakeProcTreeScanAndSweep) {
   ASSERT_FALSE(t.path().empty());
   Marker const m = Marker::generate().value();
   std::string const root = t.path();
-  auto mk = [&](std::string const& rel) { ASSERT_EQ(::mkdir((root + "/" + rel).c_str(), 0755), 0) << rel; };
+  auto mk = [&](std::string const& rel) {
+    ASSERT_EQ(::mkdir((root + "/" + rel).c_str(), 0755), 0) << rel;
+  };
   mk("self");
   mk("self/ns");
   write_text(root + "/self/ns/pid", "ns");

@@ -1,16 +1,16 @@
 // probe_host on the real machine (its scratch cgroup placed in this test's own cgroup), and the
 // engine socket discovery against a fake run directory.
+#include <boost/json/serialize.hpp>
+#include <seccomp.h>
+
 #include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#include <seccomp.h>
-#include <sys/prctl.h>
-
-#include <boost/json/serialize.hpp>
-
 #include "custos/sys/probes.hpp"
+
 #include "sys/cgroup_fixture.hpp"
 
 namespace custos::sys {
@@ -76,18 +76,18 @@ TEST_F(ProbeHostTest, ReportsWhatThisHostCanDo) {
     EXPECT_EQ(c.missing_means, missing_meaning(c.name));
   }
   for (char const* n : {"pidfd", "pidfd_get_info", "so_peerpidfd", "cgroup", "cgroup_writable",
-                        "cgroup_controllers", "nsdelegate", "cgroup_kill", "clone3_into_cgroup", "subreaper",
-                        "landlock", "seccomp", "user_namespaces", "pid_namespaces", "net_namespaces", "docker",
-                        "podman"}) {
+                        "cgroup_controllers", "nsdelegate", "cgroup_kill", "clone3_into_cgroup",
+                        "subreaper", "landlock", "seccomp", "user_namespaces", "pid_namespaces",
+                        "net_namespaces", "docker", "podman"}) {
     EXPECT_TRUE(names.contains(n)) << n;
   }
   EXPECT_EQ(missing_meaning("no-such-capability"), "");
 
   boost::json::value const j = to_json(*caps);
   auto const& obj = j.as_object();
-  for (char const* k : {"pidfd", "clone3_into_cgroup", "cgroup", "subreaper", "landlock_abi", "seccomp",
-                        "user_namespaces", "pid_namespaces", "net_namespaces", "engines", "pidfd_get_info",
-                        "so_peerpidfd", "checks"}) {
+  for (char const* k : {"pidfd", "clone3_into_cgroup", "cgroup", "subreaper", "landlock_abi",
+                        "seccomp", "user_namespaces", "pid_namespaces", "net_namespaces", "engines",
+                        "pidfd_get_info", "so_peerpidfd", "checks"}) {
     EXPECT_TRUE(obj.contains(k)) << k;
   }
   EXPECT_EQ(obj.at("cgroup").as_object().at("path").as_string(), mount.path);
@@ -109,7 +109,8 @@ TEST_F(ProbeHostTest, MissingFacilitiesAreReportedNotAssumed) {
     unsigned char out[8] = {};
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     int rc = ctx == nullptr ? -1 : 0;
-    for (int const nr : {SCMP_SYS(pidfd_open), SCMP_SYS(clone3), SCMP_SYS(landlock_create_ruleset), SCMP_SYS(unshare)}) {
+    for (int const nr : {SCMP_SYS(pidfd_open), SCMP_SYS(clone3), SCMP_SYS(landlock_create_ruleset),
+                         SCMP_SYS(unshare)}) {
       if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
     }
     if (rc == 0 && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && seccomp_load(ctx) == 0) {
@@ -127,7 +128,8 @@ TEST_F(ProbeHostTest, MissingFacilitiesAreReportedNotAssumed) {
         bool details = true;
         for (auto const& c : caps->checks) {
           if (c.name == "pidfd" || c.name == "clone3_into_cgroup" || c.name == "landlock") {
-            details = details && !c.available && c.detail.find("38") != std::string::npos;  // ENOSYS
+            details =
+                details && !c.available && c.detail.find("38") != std::string::npos;  // ENOSYS
           }
         }
         out[7] = details;
@@ -156,7 +158,8 @@ TEST_F(ProbeHostTest, MissingFacilitiesAreReportedNotAssumed) {
 
 TEST_F(ProbeEnginesTest, NoCgroupMountMeansNothingCgroupIsClaimed) {
   TempDir t;
-  write_text(t.path() + "/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n");
+  write_text(t.path() + "/mountinfo",
+             "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n");
   ProbeOptions o;
   o.mountinfo_path = t.path() + "/mountinfo";
   o.try_namespaces = false;
@@ -199,8 +202,8 @@ TEST_F(ProbeEnginesTest, FindsOnlyRealSocketsAtTheKnownPaths) {
   auto caps = probe_host(o);
   ASSERT_TRUE(caps) << caps.error().message();
   EXPECT_EQ(caps->engines.docker, run + "/docker.sock");
-  EXPECT_EQ(caps->engines.podman,
-            (std::vector<std::string>{run + "/user/1000/podman/podman.sock", run + "/user/1001/podman.sock"}));
+  EXPECT_EQ(caps->engines.podman, (std::vector<std::string>{run + "/user/1000/podman/podman.sock",
+                                                            run + "/user/1001/podman.sock"}));
 
   o.docker_socket = run + "/fake-docker.sock";
   auto none = probe_host(o);

@@ -1,11 +1,11 @@
 // Tree sampling against real busy processes (with and without a cgroup), and the disk walk on a
 // real directory tree with symlink loops and hard links.
 #include <fcntl.h>
+#include <fstream>
 #include <sys/stat.h>
 
-#include <fstream>
-
 #include "custos/sys/sampler.hpp"
+
 #include "sys/cgroup_fixture.hpp"
 
 namespace custos::sys {
@@ -38,7 +38,8 @@ TEST_F(SamplerTest, BusyTreeWithoutCgroupIsSampledFromProc) {
     if (!r) return false;
     u = *r;
     return u.cpu_ms.value > 0 && u.processes.value == 2;
-  })) << "cpu_ms " << u.cpu_ms.value << " processes " << u.processes.value;
+  })) << "cpu_ms "
+      << u.cpu_ms.value << " processes " << u.processes.value;
   EXPECT_EQ(u.source, SampleSource::procfs);
   EXPECT_EQ(u.cpu_ms.fidelity, Fidelity::sampled);
   EXPECT_GT(u.rss_bytes.value, 0u);
@@ -51,7 +52,8 @@ TEST_F(SamplerTest, BusyTreeWithoutCgroupIsSampledFromProc) {
   // Clean up by pidfd only: find the sleeping child, pin it, then kill the shell and the child.
   std::vector<std::int32_t> kids;
   {
-    std::ifstream in("/proc/" + std::to_string(busy.pid()) + "/task/" + std::to_string(busy.pid()) + "/children");
+    std::ifstream in("/proc/" + std::to_string(busy.pid()) + "/task/" + std::to_string(busy.pid()) +
+                     "/children");
     std::int32_t k = 0;
     while (in >> k) kids.push_back(k);
   }
@@ -100,7 +102,8 @@ TEST_F(SamplerTest, NothingToMeasureIsUnavailableNotZero) {
 }
 
 TEST_F(SamplerCgroupTest, BusyTreeInACgroupUsesTheCgroupCounters) {
-  Pidfd busy = start_shell("(setsid sleep 300 &) ; while :; do :; done", {"PATH=/usr/bin:/bin"}, procs_path());
+  Pidfd busy = start_shell("(setsid sleep 300 &) ; while :; do :; done", {"PATH=/usr/bin:/bin"},
+                           procs_path());
   ASSERT_TRUE(busy.valid());
   TreeUsage u;
   ASSERT_TRUE(eventually([&] {
@@ -108,7 +111,8 @@ TEST_F(SamplerCgroupTest, BusyTreeInACgroupUsesTheCgroupCounters) {
     if (!r) return false;
     u = *r;
     return u.cpu_ms.value > 0 && u.processes.value == 2;
-  })) << "cpu_ms " << u.cpu_ms.value << " processes " << u.processes.value;
+  })) << "cpu_ms "
+      << u.cpu_ms.value << " processes " << u.processes.value;
   EXPECT_EQ(u.source, SampleSource::cgroup);
   EXPECT_EQ(u.cpu_ms.fidelity, Fidelity::sampled);
   auto const have = cg_.controllers().value();
@@ -143,9 +147,9 @@ TEST_F(DiskWalkTest, CountsWithoutFollowingSymlinksAndTerminatesOnLoops) {
   ASSERT_EQ(::mkdir((r + "/sub").c_str(), 0755), 0);
   write_text(r + "/sub/b.txt", std::string(5000, 'b'));
   ASSERT_EQ(::link((r + "/a.txt").c_str(), (r + "/sub/hard").c_str()), 0);
-  ASSERT_EQ(::symlink("..", (r + "/sub/up").c_str()), 0);     // a loop if followed
-  ASSERT_EQ(::symlink("self", (r + "/self").c_str()), 0);     // a link to itself
-  ASSERT_EQ(::symlink("/", (r + "/sub/root").c_str()), 0);    // the whole machine if followed
+  ASSERT_EQ(::symlink("..", (r + "/sub/up").c_str()), 0);   // a loop if followed
+  ASSERT_EQ(::symlink("self", (r + "/self").c_str()), 0);   // a link to itself
+  ASSERT_EQ(::symlink("/", (r + "/sub/root").c_str()), 0);  // the whole machine if followed
   ASSERT_EQ(::mkdir((r + "/sub/deep").c_str(), 0755), 0);
 
   UniqueFd root(::open(r.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

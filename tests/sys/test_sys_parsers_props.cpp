@@ -29,14 +29,16 @@ std::string escape_mountinfo(std::string const& s) {
 }
 
 RC_GTEST_PROP(SysParserProps, EscapedMountPointsRoundTrip, ()) {
-  auto const tail = *rc::gen::container<std::string>(rc::gen::elementOf(std::string("abc/ \t\\\n-_.07")));
+  auto const tail =
+      *rc::gen::container<std::string>(rc::gen::elementOf(std::string("abc/ \t\\\n-_.07")));
   std::string const path = "/" + tail;
   bool const nsdelegate = *rc::gen::arbitrary<bool>();
   bool const in_super = *rc::gen::arbitrary<bool>();
   std::string const opts = nsdelegate && !in_super ? "rw,nsdelegate" : "rw,relatime";
   std::string const super = nsdelegate && in_super ? "rw,nsdelegate,memory_recursiveprot" : "rw";
-  std::string const table = "30 1 0:26 / /proc rw - proc proc rw\n41 31 0:38 / " + escape_mountinfo(path) + " " +
-                            opts + " shared:3 master:1 - cgroup2 cgroup2 " + super + "\n";
+  std::string const table = "30 1 0:26 / /proc rw - proc proc rw\n41 31 0:38 / " +
+                            escape_mountinfo(path) + " " + opts +
+                            " shared:3 master:1 - cgroup2 cgroup2 " + super + "\n";
   auto m = parse_cgroup2_mount(table);
   RC_ASSERT(static_cast<bool>(m));
   RC_ASSERT(m->path == path);
@@ -63,8 +65,9 @@ RC_GTEST_PROP(SysParserProps, MarkerHexRoundTrips, ()) {
 RC_GTEST_PROP(SysParserProps, MarkerFoundExactlyWhenItsWholeEntryIsPresent, ()) {
   Marker m;
   for (auto& b : m.bits) b = *rc::gen::arbitrary<std::uint8_t>();
-  auto const entry_gen = rc::gen::container<std::string>(
-      rc::gen::elementOf(std::string("ABC_=x0123456789abcdef" "CUSTOS_MARKER")));
+  auto const entry_gen =
+      rc::gen::container<std::string>(rc::gen::elementOf(std::string("ABC_=x0123456789abcdef"
+                                                                     "CUSTOS_MARKER")));
   auto entries = *rc::gen::container<std::vector<std::string>>(entry_gen);
   // Near misses that must never match: the entry with a character more or less, or as a value.
   std::string const entry = m.env_entry();

@@ -12,14 +12,13 @@
 // setter returns sys.unsupported and the caller records that dimension as sampled/unavailable.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <vector>
 
 #include "custos/core/result.hpp"
@@ -43,12 +42,14 @@ struct CgroupMount {
 // The path of the `0::` line of a /proc/<pid>/cgroup file ("/" or "/system.slice/x.service").
 // Errors: cgroup.unavailable when there is no `0::` line (no v2 hierarchy).
 [[nodiscard]] Result<std::string> parse_own_cgroup(std::string_view proc_cgroup);
-[[nodiscard]] Result<std::string> own_cgroup(std::string const& proc_cgroup_path = "/proc/self/cgroup");
+[[nodiscard]] Result<std::string> own_cgroup(
+    std::string const& proc_cgroup_path = "/proc/self/cgroup");
 
 // Values read from the interface files; each is nullopt when its file is absent (controller not
 // enabled) or unreadable, never a made-up zero.
 struct CgroupStats {
-  std::optional<std::uint64_t> cpu_usage_usec;  // cpu.stat usage_usec (present without the cpu controller on v2)
+  std::optional<std::uint64_t>
+      cpu_usage_usec;  // cpu.stat usage_usec (present without the cpu controller on v2)
   std::optional<std::uint64_t> memory_current;  // memory.current (memory controller)
   std::optional<std::uint64_t> memory_peak;     // memory.peak (memory controller, kernel >= 5.19)
   std::optional<std::uint64_t> memory_max;      // memory.max, nullopt when "max" or absent
@@ -135,9 +136,9 @@ class CgroupDir {
 
 // Where execution cgroups go, and what the kernel will enforce in them.
 struct ExecutionRoot {
-  CgroupDir dir;                       // the subtree execution cgroups are created in
-  std::set<std::string> controllers;   // controllers available to each execution cgroup
-  bool moved_self = false;             // the daemon moved itself into the leaf cgroup
+  CgroupDir dir;                      // the subtree execution cgroups are created in
+  std::set<std::string> controllers;  // controllers available to each execution cgroup
+  bool moved_self = false;            // the daemon moved itself into the leaf cgroup
 };
 
 // Prepares the daemon-owned subtree below `daemon_cgroup_dir` (the absolute directory of the
@@ -151,7 +152,8 @@ struct ExecutionRoot {
 // left out: `controllers` reports what executions really get, so limits are recorded honestly.
 // Errors: cgroup.failed (open/mkdir/attach), cgroup.unavailable when the directory is missing.
 [[nodiscard]] Result<ExecutionRoot> prepare_execution_root(
-    std::string const& daemon_cgroup_dir, std::set<std::string> const& wanted = {"cpu", "memory", "pids"},
+    std::string const& daemon_cgroup_dir,
+    std::set<std::string> const& wanted = {"cpu", "memory", "pids"},
     std::string const& leaf = "daemon", std::string const& subtree = "executions");
 
 }  // namespace custos::sys

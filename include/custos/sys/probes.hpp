@@ -5,14 +5,14 @@
 // The tree resource probes (sample_tree, walk_disk_usage) live in sampler.hpp, included here.
 #pragma once
 
+#include <boost/json/value.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "custos/core/result.hpp"
 #include "custos/sys/sampler.hpp"
@@ -26,7 +26,7 @@ struct CgroupCapability {
   bool writable = false;                 // a child cgroup could be created (and removed) there
   std::set<std::string> controllers;     // cgroup.controllers of the daemon's cgroup
   bool nsdelegate = false;
-  bool kill = false;                     // cgroup.kill exists
+  bool kill = false;  // cgroup.kill exists
 };
 
 struct EngineSockets {
@@ -36,7 +36,7 @@ struct EngineSockets {
 
 // One line of `custos doctor`.
 struct CapabilityCheck {
-  std::string name;           // "pidfd", "clone3_into_cgroup", ...
+  std::string name;  // "pidfd", "clone3_into_cgroup", ...
   bool available = false;
   std::string detail;         // what was tried and what came back
   std::string missing_means;  // one line: the consequence when it is not available
@@ -47,9 +47,9 @@ struct HostCapabilities {
   bool clone3_into_cgroup = false;
   CgroupCapability cgroup;
   bool subreaper = false;
-  int landlock_abi = 0;            // 0: no Landlock
+  int landlock_abi = 0;  // 0: no Landlock
   bool seccomp = false;
-  int seccomp_api_level = 0;       // libseccomp seccomp_api_get()
+  int seccomp_api_level = 0;  // libseccomp seccomp_api_get()
   bool user_namespaces = false;
   bool pid_namespaces = false;
   bool net_namespaces = false;

@@ -49,7 +49,7 @@ namespace custos::sys {
 
 // One line of a mountinfo table (proc_pid_mountinfo(5)), octal escapes (\040 ...) decoded.
 struct MountInfoEntry {
-  std::string root;           // root of the mount within its filesystem
+  std::string root;  // root of the mount within its filesystem
   std::string mount_point;
   std::string mount_options;  // per-mount options ("rw,relatime")
   std::string fstype;
@@ -137,10 +137,10 @@ struct MarkerSweepOptions {
 struct MarkerSweepResult {
   // True only when the final full scan found no marked process AND could read every process.
   bool confirmed = false;
-  std::uint32_t signalled = 0;    // signals delivered, over all rounds
-  std::uint32_t unreadable = 0;   // processes the final scan could not inspect
-  std::uint32_t rounds = 0;       // full scans performed
-  std::uint32_t remaining = 0;    // marked processes still seen by the final scan
+  std::uint32_t signalled = 0;                // signals delivered, over all rounds
+  std::uint32_t unreadable = 0;               // processes the final scan could not inspect
+  std::uint32_t rounds = 0;                   // full scans performed
+  std::uint32_t remaining = 0;                // marked processes still seen by the final scan
   std::vector<std::int32_t> unreadable_pids;  // the first few, for diagnostics
   bool proc_hides_processes = false;  // the proc mount hides processes (hidepid): never confirmed
 };

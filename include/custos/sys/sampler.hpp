@@ -8,10 +8,9 @@
 //   unavailable nothing could be measured; the value is 0 and must not be read as "zero".
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <string_view>
+#include <sys/types.h>
 #include <vector>
 
 #include "custos/core/result.hpp"
@@ -35,11 +34,11 @@ struct Measured {
 enum class SampleSource : std::uint8_t { cgroup, procfs };
 
 struct TreeUsage {
-  Measured cpu_ms;      // user+system CPU of the tree (cgroup: includes exited members)
-  Measured rss_bytes;   // cgroup memory.current, else sum of resident pages (shared pages count
-                        // once per process, so the procfs sum can exceed the true footprint)
-  Measured processes;   // live processes in the tree
-  Measured open_fds;    // sum of /proc/<pid>/fd entries over the tree's processes
+  Measured cpu_ms;     // user+system CPU of the tree (cgroup: includes exited members)
+  Measured rss_bytes;  // cgroup memory.current, else sum of resident pages (shared pages count
+                       // once per process, so the procfs sum can exceed the true footprint)
+  Measured processes;  // live processes in the tree
+  Measured open_fds;   // sum of /proc/<pid>/fd entries over the tree's processes
   SampleSource source = SampleSource::procfs;  // where the process list came from
   std::uint32_t unreadable = 0;                // processes seen but not readable (EACCES)
 };

@@ -53,6 +53,7 @@ struct Floors {
 struct Env {
   std::string noop_path;       // static no-op program (exits 0 at once)
   std::string custos_path;     // the release `custos` binary built with this bench
+  std::string self_path;       // this program, for the --helper-* modes rows launch (helpers.cpp)
   std::string work_dir;        // private scratch directory, removed at the end
   std::string cgroup_root;     // custos-bench-<pid> beneath the v2 mount; empty when unavailable
   bool quick = false;          // --quick: fewer iterations (smoke runs, not for the docs)
@@ -60,6 +61,10 @@ struct Env {
 };
 
 using RowFn = std::vector<Row> (*)(Env const& env, Floors const& floors);
+struct RowArea {
+  char const* name;  // for --only (e.g. "launch", "memory", "teardown", "output", "registry")
+  RowFn fn;
+};
 
 // ---- the floors (bench/floors.cpp) --------------------------------------------------------
 [[nodiscard]] Floors measure_floors(Env const& env);
@@ -72,13 +77,26 @@ std::vector<Row> memory_rows(Env const& env, Floors const& floors);
 std::vector<Row> registry_rows(Env const& env, Floors const& floors);
 
 // Every product row function, in table order (bench/rows.cpp).
-[[nodiscard]] std::vector<RowFn> const& product_row_fns();
+[[nodiscard]] std::vector<RowArea> const& product_row_fns();
 
 // A row whose measurement is not wired in yet or cannot run here: the target and floor are
 // shown, the value is empty and `meets` is false, so a missing figure never looks like a pass.
 [[nodiscard]] Row unmeasured(std::string name, std::string unit, std::string floor_name,
                              std::optional<double> floor_value, double target, Better better,
                              std::string why);
+
+// ---- programs the rows launch: custos_bench itself in a helper mode (bench/helpers.cpp) ----
+//   --helper-write BYTES   writes BYTES to stdout in 64 KiB chunks, exits 0
+//   --helper-tree N        becomes a tree of N processes (plain, setsid, double-forked setsid),
+//                          prints "ready\n" once forked, then waits to be killed
+//   --helper-sleep         waits to be killed
+// Returns the exit code when argv asks for a helper, nothing otherwise.
+[[nodiscard]] std::optional<int> run_helper(int argc, char** argv);
+// The tree shape of the floor and the helper: the calling process forks n - 1 descendants, a
+// third plain children, a third setsid children, a third double-forked setsid grandchildren
+// (the shapes killpg misses); each closes stdio and waits to be killed. Returns in the caller
+// only; the descendants never return.
+void fork_tree(int n);
 
 // ---- helpers shared by floors and rows (bench/harness.cpp) --------------------------------
 [[nodiscard]] double median(std::vector<double> v);

@@ -300,30 +300,10 @@ std::optional<double> sqlite_commit_us(Env const& env) {
 
 constexpr int kTreeSize = 1000;
 
-// Runs in the tree's root child (a fork-style clone3 copy of this process): makes kTreeSize - 1
-// descendants, a third plain children, a third setsid children, a third double-forked setsid
-// grandchildren (the shapes killpg misses), then waits to be killed. Only syscalls are used.
+// Runs in the tree's root child (a fork-style clone3 copy of this process). Only syscalls are
+// used after the clone.
 [[noreturn]] void tree_root_main() {
-  struct sigaction sa{};
-  sa.sa_handler = SIG_IGN;  // children that exit (the double-fork middles) are reaped by the kernel
-  ::sigaction(SIGCHLD, &sa, nullptr);
-  for (int k = 0; k < kTreeSize - 1; ++k) {
-    pid_t const pid = ::fork();
-    if (pid < 0) ::_exit(1);
-    if (pid != 0) continue;
-    switch (k % 3) {
-      case 0:
-        break;
-      case 1:
-        ::setsid();
-        break;
-      default:
-        if (::fork() != 0) ::_exit(0);
-        ::setsid();
-        break;
-    }
-    for (;;) ::pause();
-  }
+  fork_tree(kTreeSize);
   for (;;) ::pause();
 }
 

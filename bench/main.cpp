@@ -3,13 +3,14 @@
 // docs/benchmarks.md. Never part of the test suite.
 //
 //   custos_bench [--quick] [--json FILE] [--markdown FILE] [--noop PATH] [--custos PATH]
-//                [--work-parent DIR] [--time-limit SECONDS]
+//                [--work-parent DIR] [--time-limit SECONDS] [--only AREA]
 //
 // Everything it creates lives in custos-bench-<pid> beneath the cgroup v2 mount and in a private
 // work directory; both are removed at the end, and a watchdog kills the bench cgroup and exits if
 // the run overstays its time limit.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -82,24 +83,26 @@ void write_kill(char const* path) {
 
 extern "C" void on_watchdog(int) {
   if (g_kill_path[0] != '\0') write_kill(g_kill_path);
-  static char const msg[] = "custos_bench: time limit reached; bench cgroup killed\n";
+  static char const msg[] = "custos_bench: time limit or interrupt; bench cgroup killed\n";
   [[maybe_unused]] auto const w = ::write(2, msg, sizeof msg - 1);
   ::_exit(3);
 }
 
-// Kills whatever is left in each child cgroup of the run's root and removes them, then the root.
-void remove_cgroup_tree(std::string const& root) {
-  if (root.empty()) return;
+// Kills whatever is left beneath the run's root and removes every cgroup there, deepest first
+// (rows nest: <root>/<row>/<execution>), then the root itself.
+void remove_cgroup_dir(fs::path const& dir) {
   std::error_code ec;
-  std::vector<fs::path> dirs;
-  for (auto const& e : fs::directory_iterator(root, ec)) {
-    if (e.is_directory(ec)) dirs.push_back(e.path());
+  std::vector<fs::path> children;
+  for (auto const& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec)) children.push_back(e.path());
   }
-  for (auto const& d : dirs) {
-    write_kill((d / "cgroup.kill").c_str());
-    for (int i = 0; i < 2000 && ::rmdir(d.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
-  }
-  for (int i = 0; i < 2000 && ::rmdir(root.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
+  for (auto const& c : children) remove_cgroup_dir(c);
+  write_kill((dir / "cgroup.kill").c_str());
+  for (int i = 0; i < 2000 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
+}
+
+void remove_cgroup_tree(std::string const& root) {
+  if (!root.empty()) remove_cgroup_dir(root);
 }
 
 // ---- output --------------------------------------------------------------------------------
@@ -214,19 +217,21 @@ std::string markdown(std::vector<Row> const& rows, bool quick, double secs) {
 int usage() {
   std::fprintf(stderr,
                "usage: custos_bench [--quick] [--json FILE] [--markdown FILE] [--noop PATH] [--custos PATH]\n"
-               "                    [--work-parent DIR] [--time-limit SECONDS]\n");
+               "                    [--work-parent DIR] [--time-limit SECONDS] [--only AREA]\n");
   return 2;
 }
 
 }  // namespace
 
 int run(int argc, char** argv) {
+  if (auto const helper = run_helper(argc, argv)) return *helper;
   Env env;
   env.noop_path = CUSTOS_BENCH_NOOP;
   env.custos_path = CUSTOS_BENCH_CUSTOS;
   std::string work_parent = CUSTOS_BENCH_WORK_PARENT;
   std::string json_file;
   std::string md_file;
+  std::string only;  // --only AREA: development aid, runs the floors and one row area
   int time_limit = 280;  // the whole run, scripts/bench's build excluded, stays under 5 minutes
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
@@ -235,7 +240,7 @@ int run(int argc, char** argv) {
     if (a == "--quick") {
       env.quick = true;
     } else if ((a == "--json" || a == "--markdown" || a == "--noop" || a == "--custos" || a == "--work-parent" ||
-                a == "--time-limit") &&
+                a == "--time-limit" || a == "--only") &&
                (v = next()) != nullptr) {
       if (a == "--json") json_file = v;
       if (a == "--markdown") md_file = v;
@@ -243,6 +248,7 @@ int run(int argc, char** argv) {
       if (a == "--custos") env.custos_path = v;
       if (a == "--work-parent") work_parent = v;
       if (a == "--time-limit") time_limit = std::atoi(v);
+      if (a == "--only") only = v;
     } else {
       return usage();
     }
@@ -252,6 +258,16 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (time_limit <= 0) return usage();
+  {
+    std::error_code ec;
+    env.self_path = fs::read_symlink("/proc/self/exe", ec).string();
+  }
+  // The memory row holds ~1,000 executions with several descriptors each.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   // Private scratch directory (pipe/PTY drain files, SQLite databases of the rows).
   std::string tmpl = work_parent + "/custos-bench-work-XXXXXX";
@@ -276,9 +292,12 @@ int run(int argc, char** argv) {
   }
   if (!cg_note.empty()) std::fprintf(stderr, "custos_bench: %s; cgroup floors will be missing\n", cg_note.c_str());
 
+  // The same last resort on the time limit and on an interrupt: nothing may outlive the run.
   struct sigaction sa{};
   sa.sa_handler = &on_watchdog;
   ::sigaction(SIGALRM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
   ::alarm(static_cast<unsigned>(time_limit));
   auto const t0 = std::chrono::steady_clock::now();
   env.deadline = t0 + std::chrono::seconds(time_limit - 10);
@@ -287,8 +306,9 @@ int run(int argc, char** argv) {
   Floors const floors = measure_floors(env);
   std::vector<Row> rows = floors.rows;
   std::fprintf(stderr, "custos_bench: product rows...\n");
-  for (RowFn fn : product_row_fns()) {
-    auto more = fn(env, floors);
+  for (auto const& area : product_row_fns()) {
+    if (!only.empty() && only != area.name) continue;
+    auto more = area.fn(env, floors);
     rows.insert(rows.end(), more.begin(), more.end());
   }
   double const secs = seconds_since(t0);

@@ -1,0 +1,85 @@
+// The helper modes of custos_bench: tiny programs the product rows launch through custos, so a
+// row needs nothing from the host but this binary (and they are the same code the floors use).
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench.hpp"
+
+namespace custos::bench {
+
+void fork_tree(int n) {
+  struct sigaction sa{};
+  sa.sa_handler = SIG_IGN;  // children that exit (the double-fork middles) are reaped by the kernel
+  ::sigaction(SIGCHLD, &sa, nullptr);
+  for (int k = 0; k < n - 1; ++k) {
+    pid_t const pid = ::fork();
+    if (pid < 0) ::_exit(1);
+    if (pid != 0) continue;
+    // Descendants let go of the execution's stdio, so only the root holds its pipes.
+    int const devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+      ::dup2(devnull, 2);
+    }
+    switch (k % 3) {
+      case 0:
+        break;
+      case 1:
+        ::setsid();
+        break;
+      default:
+        if (::fork() != 0) ::_exit(0);
+        ::setsid();
+        break;
+    }
+    for (;;) ::pause();
+  }
+}
+
+namespace {
+
+int helper_write(std::uint64_t total) {
+  static char buf[64 * 1024];
+  std::memset(buf, 'x', sizeof buf);
+  while (total > 0) {
+    std::size_t const want = total < sizeof buf ? static_cast<std::size_t>(total) : sizeof buf;
+    ssize_t const w = ::write(1, buf, want);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return 1;
+    }
+    total -= static_cast<std::uint64_t>(w);
+  }
+  return 0;
+}
+
+[[noreturn]] void helper_tree(int n) {
+  fork_tree(n);
+  static char const ready[] = "ready\n";
+  [[maybe_unused]] auto const w = ::write(1, ready, sizeof ready - 1);
+  for (;;) ::pause();
+}
+
+[[noreturn]] void helper_sleep() {
+  for (;;) ::pause();
+}
+
+}  // namespace
+
+std::optional<int> run_helper(int argc, char** argv) {
+  if (argc < 2) return std::nullopt;
+  std::string const mode = argv[1];
+  if (mode == "--helper-write" && argc == 3) return helper_write(std::strtoull(argv[2], nullptr, 10));
+  if (mode == "--helper-tree" && argc == 3) helper_tree(std::atoi(argv[2]));
+  if (mode == "--helper-sleep" && argc == 2) helper_sleep();
+  return std::nullopt;
+}
+
+}  // namespace custos::bench

@@ -1,0 +1,457 @@
+// Product rows through the supervisor: an ExecutionManager (the code the daemon runs) on this
+// process's own event loop, with its per-execution cgroups beneath this run's bench cgroup.
+//
+// Launch, teardown and output are measured from the manager's API to the terminal record, so
+// they include everything the supervisor does for an execution (staged spawn with barrier,
+// pidfs identity, cgroup create/remove, pumps and spools, events, sampler, close, terminal
+// record) except the RPC layer and the registry's durable writes (the sink is null here).
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "custos/core/plan.hpp"
+#include "custos/supervisor/manager.hpp"
+
+namespace custos::bench {
+namespace {
+
+namespace fs = std::filesystem;
+namespace sup = custos::supervisor;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kGiB = 1ULL << 30;
+
+// One ExecutionManager with its own cgroup subtree and state dir; tears everything down.
+class Harness {
+ public:
+  Harness(Env const& env, std::string const& name) {
+    if (!env.cgroup_root.empty()) {
+      std::string const sub = env.cgroup_root + "/" + name;
+      if (::mkdir(sub.c_str(), 0755) == 0) subtree_ = sub;
+    }
+    dir_ = fs::path(env.work_dir) / name;
+    std::error_code ec;
+    fs::create_directories(dir_ / "ws", ec);
+    sup::ManagerConfig cfg;
+    cfg.cgroup_subtree = subtree_;
+    cfg.boundary = subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
+    cfg.state_dir = dir_ / "state";
+    mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
+  }
+
+  Harness(Harness const&) = delete;
+  Harness& operator=(Harness const&) = delete;
+
+  ~Harness() {
+    if (mgr_->live_count() > 0) {
+      bool done = false;
+      mgr_->shutdown(sup::ShutdownPolicy::cancel, 20s, [&] {
+        done = true;
+        wake();
+      });
+      drive([&] { return done; }, 30s);
+    }
+    mgr_.reset();
+    if (!subtree_.empty()) {
+      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  [[nodiscard]] bool has_cgroup() const { return !subtree_.empty(); }
+  [[nodiscard]] std::string const& subtree() const { return subtree_; }
+  sup::ExecutionManager& mgr() { return *mgr_; }
+
+  core::ExecutionPlan plan(std::vector<std::string> argv) const {
+    core::ExecutionPlan p;
+    p.command.executable = argv.at(0);
+    p.command.argv = std::move(argv);
+    p.workspace.root = (dir_ / "ws").string();
+    p.escalation.grace_ms = 0;  // teardown compares with a bare cgroup.kill: no grace to wait out
+    p.escalation.kill_after_ms = 20000;
+    return p;
+  }
+
+  Result<sup::StartResult> start(core::ExecutionPlan p) {
+    sup::LaunchRequest r;
+    auto& id = r.identity;
+    id.project_id = "bench";
+    id.session_id = "bench";
+    id.run_id = "r1";
+    id.attempt_id = "a1";
+    id.turn_id = "t1";
+    id.action_id = "act-" + std::to_string(++seq_);
+    id.process_id = "proc-1";
+    id.workspace_id = "w1";
+    id.resource_id = "res1";
+    id.environment_id = "env1";
+    id.generation = 1;
+    id.revision = 1;
+    r.plan = std::move(p);
+    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()), static_cast<std::uint32_t>(::getegid()),
+                                ::getpid()};
+    return mgr_->start(std::move(r));
+  }
+
+  // Runs the loop until `pred` holds. Completion callbacks call wake(), which stops the current
+  // run_for slice at once, so a launch's latency is not rounded up to the slice; the slice only
+  // bounds how often a predicate that no callback announces (a cgroup filling up) is re-checked.
+  bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout,
+             std::chrono::milliseconds slice = 20ms) {
+    auto const deadline = Clock::now() + timeout;
+    while (!pred()) {
+      auto const now = Clock::now();
+      if (now >= deadline) return false;
+      io_.restart();
+      io_.run_for(std::min<Clock::duration>(slice, deadline - now));
+    }
+    return true;
+  }
+
+  void wake() { io_.stop(); }
+
+  std::optional<core::TerminalRecord> wait(std::string const& id, std::chrono::milliseconds timeout) {
+    std::optional<Result<core::TerminalRecord>> got;
+    mgr_->wait(id, timeout, [&](Result<core::TerminalRecord> r) {
+      got = std::move(r);
+      wake();
+    });
+    drive([&] { return got.has_value(); }, timeout + 5s);
+    if (!got || !*got) return std::nullopt;
+    return **got;
+  }
+
+ private:
+  boost::asio::io_context io_;
+  std::string subtree_;
+  fs::path dir_;
+  std::unique_ptr<sup::ExecutionManager> mgr_;
+  std::uint64_t seq_ = 0;
+};
+
+bool clean_exit(std::optional<core::TerminalRecord> const& t) {
+  return t.has_value() && t->classification == core::Classification::exited && t->exit.code == 0;
+}
+
+std::vector<std::int32_t> read_pids(std::string const& procs_file) {
+  std::ifstream in(procs_file);
+  std::vector<std::int32_t> out;
+  std::int32_t pid = 0;
+  while (in >> pid) out.push_back(pid);
+  return out;
+}
+
+// ---- launch ----------------------------------------------------------------------------------
+
+std::optional<double> launch_sequential_ms(Env const& env, std::string& why) {
+  Harness h(env, "sup-launch");
+  if (!h.has_cgroup()) {
+    why = "no writable cgroup v2 for the executions";
+    return std::nullopt;
+  }
+  std::size_t const n = env.quick ? 60 : 400;
+  std::vector<double> ms;
+  for (std::size_t i = 0; i < n && Clock::now() < env.deadline; ++i) {
+    auto const t0 = Clock::now();
+    auto r = h.start(h.plan({env.noop_path}));
+    if (!r) {
+      why = "start failed: " + r.error().message();
+      return std::nullopt;
+    }
+    auto t = h.wait(r->execution_id, 10s);
+    if (!clean_exit(t)) {
+      why = "the no-op did not end as exited 0";
+      return std::nullopt;
+    }
+    ms.push_back(seconds_since(t0) * 1000.0);
+  }
+  return median(ms);
+}
+
+std::optional<double> launch_concurrent_per_s(Env const& env, std::string& why) {
+  // Declared before the harness: its destructor may still run wait callbacks that touch them.
+  std::size_t started = 0;
+  std::size_t finished = 0;
+  std::size_t in_flight = 0;
+  bool failed = false;
+  Harness h(env, "sup-concurrent");
+  if (!h.has_cgroup()) {
+    why = "no writable cgroup v2 for the executions";
+    return std::nullopt;
+  }
+  constexpr std::size_t kInFlight = 16;
+  std::size_t const total = kInFlight * (env.quick ? 20 : 120);
+  auto const t0 = Clock::now();
+  while (finished < total && !failed && Clock::now() < env.deadline) {
+    while (in_flight < kInFlight && started < total) {
+      auto r = h.start(h.plan({env.noop_path}));
+      if (!r) {
+        why = "start failed: " + r.error().message();
+        failed = true;
+        break;
+      }
+      ++started;
+      ++in_flight;
+      h.mgr().wait(r->execution_id, 10000ms, [&](Result<core::TerminalRecord> t) {
+        --in_flight;
+        ++finished;
+        if (!t || t->classification != core::Classification::exited) failed = true;
+        h.wake();
+      });
+    }
+    // Back to launching when a slot is free and launches remain; in the tail (all started)
+    // only completions matter.
+    h.drive([&] { return (in_flight < kInFlight && started < total) || failed || finished >= total; }, 10s);
+  }
+  double const secs = seconds_since(t0);
+  h.drive([&] { return in_flight == 0; }, 20s);
+  if (failed) {
+    if (why.empty()) why = "an execution did not end as exited";
+    return std::nullopt;
+  }
+  if (finished < total) {
+    why = "the run's time limit was reached";
+    return std::nullopt;
+  }
+  return static_cast<double>(finished) / secs;
+}
+
+// ---- teardown --------------------------------------------------------------------------------
+
+// One 1,000-process tree through the supervisor: wait until all are in the execution's cgroup,
+// open a pidfd on each (so pid reuse cannot fake a survivor or hide one), cancel, wait for the
+// terminal record, then count the pidfds that are not yet readable (still alive).
+std::optional<double> teardown_once(Env const& env, Harness& h, std::string& why) {
+  constexpr int kTree = 1000;
+  auto p = h.plan({env.self_path, "--helper-tree", std::to_string(kTree)});
+  p.limits.processes = 4 * kTree;  // the sampler must not cancel the tree for its size
+  auto r = h.start(std::move(p));
+  if (!r) {
+    why = "start failed: " + r.error().message();
+    return std::nullopt;
+  }
+  std::string const procs = h.subtree() + "/" + r->execution_id + "/cgroup.procs";
+  int full = 0;
+  h.drive(
+      [&] {
+        full = read_pids(procs).size() >= static_cast<std::size_t>(kTree) ? full + 1 : 0;
+        return full >= 3;
+      },
+      30s);
+  auto const pids = read_pids(procs);
+  std::vector<int> pidfds;
+  for (auto pid : pids) {
+    long const fd = ::syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) pidfds.push_back(static_cast<int>(fd));
+  }
+  auto const t0 = Clock::now();
+  auto c = h.mgr().cancel(r->execution_id, core::Trigger::user, "bench teardown");
+  auto t = h.wait(r->execution_id, 60s);
+  double const ms = seconds_since(t0) * 1000.0;
+  std::size_t survivors = 0;
+  for (int fd : pidfds) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) == 0) ++survivors;
+    ::close(fd);
+  }
+  if (pids.size() < static_cast<std::size_t>(kTree)) {
+    why = "the tree did not reach " + std::to_string(kTree) + " processes in time";
+    return std::nullopt;
+  }
+  if (!c || !t) {
+    why = "cancel or terminal record failed";
+    return std::nullopt;
+  }
+  if (survivors > 0 || t->tree.cleanup != core::Cleanup::confirmed) {
+    why = std::to_string(survivors) + " survivors, cleanup " + std::string{core::cleanup_wire(t->tree.cleanup)};
+    return std::nullopt;
+  }
+  return ms;
+}
+
+// ---- output ----------------------------------------------------------------------------------
+
+std::optional<double> output_once(Env const& env, Harness& h, bool pty, std::uint64_t bytes, std::string& why) {
+  auto p = h.plan({env.self_path, "--helper-write", std::to_string(bytes)});
+  if (pty) {
+    p.io.mode = core::IoMode::pty;
+    p.io.rows = core::kDefaultPtyRows;
+    p.io.cols = core::kDefaultPtyCols;
+  }
+  p.limits.output_bytes = 2 * bytes;
+  p.output.spool_bytes = 2 * bytes;  // everything is kept: the figure is pipe/PTY -> spool file
+  p.output.max_events = 10'000'000;
+  auto const t0 = Clock::now();
+  auto r = h.start(std::move(p));
+  if (!r) {
+    why = "start failed: " + r.error().message();
+    return std::nullopt;
+  }
+  auto t = h.wait(r->execution_id, 120s);
+  double const secs = seconds_since(t0);
+  if (!clean_exit(t)) {
+    why = "the writer did not end as exited 0";
+    return std::nullopt;
+  }
+  auto const stream = pty ? core::Stream::pty : core::Stream::stdout_stream;
+  auto const it = t->output.find(stream);
+  if (it == t->output.end() || it->second.observed != bytes || !it->second.complete) {
+    why = "output accounting does not show every byte kept";
+    return std::nullopt;
+  }
+  return static_cast<double>(bytes) / static_cast<double>(kGiB) / secs;
+}
+
+std::optional<double> output_median(Env const& env, bool pty, std::uint64_t bytes, std::string& why) {
+  Harness h(env, pty ? "sup-pty" : "sup-pipe");
+  std::vector<double> v;
+  int const runs = env.quick ? 1 : 3;
+  for (int i = 0; i < runs && Clock::now() < env.deadline; ++i) {
+    auto const r = output_once(env, h, pty, bytes, why);
+    if (!r.has_value()) return std::nullopt;
+    v.push_back(*r);
+  }
+  if (v.empty()) {
+    why = "the run's time limit was reached";
+    return std::nullopt;
+  }
+  return median(v);
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+std::optional<std::uint64_t> rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream s(line.substr(6));
+      std::uint64_t kib = 0;
+      s >> kib;
+      return kib;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<double> idle_rss_kib_per_execution(Env const& env, std::string& why) {
+  Harness h(env, "sup-memory");
+  std::size_t const warm = 20;
+  std::size_t const n = env.quick ? 100 : 1000;
+  auto launch = [&](std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      auto r = h.start(h.plan({env.self_path, "--helper-sleep"}));
+      if (!r || r->phase == core::Phase::terminal) {
+        why = r ? "a sleeper did not start" : "start failed: " + r.error().message();
+        return false;
+      }
+    }
+    return true;
+  };
+  // Warm up pools and the allocator first, so the growth measured is per execution.
+  if (!launch(warm)) return std::nullopt;
+  h.drive([] { return false; }, 500ms);
+  // Give freed heap back first: earlier rows leave free pages that later allocations would reuse
+  // without any RSS growth, hiding the cost per execution.
+  ::malloc_trim(0);
+  auto const before = rss_kib();
+  if (!launch(n)) return std::nullopt;
+  h.drive([] { return false; }, 1500ms);  // a few sampler rounds: steady state, not a burst
+  ::malloc_trim(0);
+  auto const after = rss_kib();
+  std::size_t const live = h.mgr().live_count();
+  if (!before || !after || live != warm + n) {
+    why = "not every sleeper was still running";
+    return std::nullopt;
+  }
+  double const growth = static_cast<double>(*after) - static_cast<double>(*before);
+  return growth / static_cast<double>(n);
+}
+
+}  // namespace
+
+std::vector<Row> supervisor_launch_rows(Env const& env, Floors const& f) {
+  std::string why_seq;
+  std::string why_conc;
+  auto const seq = launch_sequential_ms(env, why_seq);
+  auto const conc = launch_concurrent_per_s(env, why_conc);
+  Row a = unmeasured("launch + wait of a static no-op through the supervisor (median)", "ms",
+                     "clone3 into fresh cgroup + pidfd wait + rmdir", f.launch_seq_ms, 1.3, Better::lower, why_seq);
+  a.value = seq;
+  Row b = unmeasured("same, 16 concurrent executions", "launches/s", "clone3 floor, 16 concurrent launchers",
+                     f.launch_concurrent_per_s, 0.8, Better::higher, why_conc);
+  b.value = conc;
+  return {a, b};
+}
+
+std::vector<Row> teardown_rows(Env const& env, Floors const& f) {
+  std::string why;
+  std::optional<double> value;
+  {
+    Harness h(env, "sup-teardown");
+    if (!h.has_cgroup()) {
+      why = "no writable cgroup v2 for the executions";
+    } else {
+      std::vector<double> v;
+      int const runs = env.quick ? 1 : 3;
+      for (int i = 0; i < runs && Clock::now() < env.deadline; ++i) {
+        auto const r = teardown_once(env, h, why);
+        if (!r.has_value()) {
+          v.clear();
+          break;
+        }
+        v.push_back(*r);
+      }
+      if (!v.empty()) value = median(v);
+    }
+  }
+  Row r = unmeasured("teardown of a 1,000-process tree with setsid/double-fork escapees (zero survivors)", "ms",
+                     "bare cgroup.kill + wait-empty", f.tree_kill_ms, 1.2, Better::lower, why);
+  r.value = value;
+  return {r};
+}
+
+std::vector<Row> output_rows(Env const& env, Floors const& f) {
+  std::string why_pipe;
+  std::string why_pty;
+  auto const pipe = output_median(env, false, env.quick ? kGiB / 8 : kGiB, why_pipe);
+  auto const pty = output_median(env, true, env.quick ? kGiB / 64 : kGiB / 4, why_pty);
+  Row a = unmeasured(env.quick ? "output: 128 MiB on stdout through the supervisor"
+                               : "output: 1 GiB on stdout through the supervisor",
+                     "GiB/s", "raw pipe -> file", f.pipe_gib_s, 0.85, Better::higher, why_pipe);
+  a.value = pipe;
+  Row b = unmeasured("output: PTY stream through the supervisor", "GiB/s", "raw PTY -> file", f.pty_gib_s, 0.9,
+                     Better::higher, why_pty);
+  b.value = pty;
+  return {a, b};
+}
+
+std::vector<Row> memory_rows(Env const& env, Floors const& /*f*/) {
+  // No kernel floor exists for this one: the comparison is with the budget itself (32 KiB per
+  // idle execution; a conmon costs ~2.5 MiB per container), so ratio <= 1.0 means within budget.
+  // Measured in this process, which hosts the same ExecutionManager the daemon does.
+  std::string why;
+  auto const v = idle_rss_kib_per_execution(env, why);
+  Row r = unmeasured(env.quick ? "RSS growth per idle running execution (100 sleeping)"
+                               : "RSS growth per idle running execution (1,000 sleeping)",
+                     "KiB", "budget per execution", 32.0, 1.0, Better::lower, why);
+  r.value = v;
+  return {r};
+}
+
+}  // namespace custos::bench

@@ -192,6 +192,12 @@ bool ExecutionGateway::fenced(std::string const& execution_id) const {
   return fenced_.contains(execution_id);
 }
 
+Result<bool> ExecutionGateway::may_access(Caller const& caller, std::string const& execution_id) {
+  if (caller.admin) return true;
+  auto use = CUSTOS_TRY(store_->get_use(execution_id));
+  return use.has_value() && use->actor == Principal{PrincipalKind::uid, caller.uid}.to_string();
+}
+
 void ExecutionGateway::fence(std::string const& execution_id, std::string const& reason) {
   // The fence is in place before the revoking call returns: this runs on the loop thread, and
   // every later exec.input is served after it and refused by input().

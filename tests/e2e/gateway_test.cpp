@@ -1,10 +1,9 @@
 // The gateway through the real daemon over its real socket: a non-admin on every admin method,
 // a runner starting under its grant (and a mismatch with no effect), replay, lease contention,
 // a continuous stdin writer with a revoke in the middle, quiescence.
+#include <atomic>
 #include <grp.h>
 #include <pwd.h>
-
-#include <atomic>
 #include <thread>
 
 #include "harness.hpp"
@@ -40,18 +39,18 @@ class Gateway : public ::testing::Test {
   }
 
   json::object grant_for(std::string const& principal, std::string const& id) {
-    return json::object{{"id", id},
-                        {"principal", principal},
-                        {"operations", json::array{"exec.native"}},
-                        {"executables", json::array{json::object{{"path", "/bin"}, {"prefix", true}},
-                                                    json::object{{"path", "/usr/bin"}, {"prefix", true}}}},
-                        {"workspaces", json::array{json::object{{"workspace_id", "w1"},
-                                                                {"root", "/tmp"},
-                                                                {"max_access", "writable"}}}},
-                        {"environment_ids", json::array{"env1"}},
-                        {"resource_ids", json::array{"res1"}},
-                        {"literal_env", true},
-                        {"budget", json::object{{"executions", 3}}}};
+    return json::object{
+        {"id", id},
+        {"principal", principal},
+        {"operations", json::array{"exec.native"}},
+        {"executables", json::array{json::object{{"path", "/bin"}, {"prefix", true}},
+                                    json::object{{"path", "/usr/bin"}, {"prefix", true}}}},
+        {"workspaces", json::array{json::object{
+                           {"workspace_id", "w1"}, {"root", "/tmp"}, {"max_access", "writable"}}}},
+        {"environment_ids", json::array{"env1"}},
+        {"resource_ids", json::array{"res1"}},
+        {"literal_env", true},
+        {"budget", json::object{{"executions", 3}}}};
   }
 
   json::object result_of(std::optional<json::object> const& r) {
@@ -71,7 +70,8 @@ class Gateway : public ::testing::Test {
     return params;
   }
 
-  Daemon daemon_{DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}}};
+  Daemon daemon_{
+      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}}};
   std::int64_t next_id_ = 1;
 };
 
@@ -119,11 +119,13 @@ TEST_F(Gateway, RunnerStartsUnderItsGrantAndAMismatchHasNoEffect) {
     auto const ep = l->at("result").at("epoch").to_number<std::uint64_t>();
     if (l->at("result").at("grants").as_array().size() != 1) return 12;
     // Mismatch first: an executable outside the grant.
-    auto bad = c.call(2, "exec.start", with_grant(start_params({"/sbin/not-granted"}), "g-run", ep));
+    auto bad =
+        c.call(2, "exec.start", with_grant(start_params({"/sbin/not-granted"}), "g-run", ep));
     if (!bad || error_code_of(*bad) != "auth.executable") return 13;
     auto stale = c.call(3, "exec.start", with_grant(start_params({"/bin/true"}), "g-run", ep + 1));
     if (!stale || error_code_of(*stale) != "auth.stale_epoch") return 14;
-    auto ok = c.call(4, "exec.start", with_grant(start_params({"/bin/sh", "-c", "exit 3"}), "g-run", ep));
+    auto ok =
+        c.call(4, "exec.start", with_grant(start_params({"/bin/sh", "-c", "exit 3"}), "g-run", ep));
     if (!ok || !ok->contains("result")) return 15;
     return 0;
   });
@@ -131,7 +133,8 @@ TEST_F(Gateway, RunnerStartsUnderItsGrantAndAMismatchHasNoEffect) {
   auto ex = result_of(admin.call(next_id_++, "exec.list"));
   ASSERT_EQ(ex.at("executions").as_array().size(), 1U) << "the refused starts created nothing";
   started = std::string{ex.at("executions").as_array()[0].at("execution_id").as_string()};
-  auto t = result_of(admin.call(next_id_++, "exec.wait", {{"execution_id", started}, {"timeout_ms", 20000}}));
+  auto t = result_of(
+      admin.call(next_id_++, "exec.wait", {{"execution_id", started}, {"timeout_ms", 20000}}));
   EXPECT_EQ(t.at("exit").at("code").as_int64(), 3);
   auto l = result_of(admin.call(next_id_++, "authority.list", {{"grant_id", "g-run"}}));
   auto const& spent = l.at("grants").as_array()[0].at("spent").as_object();
@@ -148,9 +151,11 @@ TEST_F(Gateway, ReplayAndLeaseContentionOverTheSocket) {
   ASSERT_TRUE(replay);
   EXPECT_EQ(error_code_of(*replay), "auth.replay") << json::serialize(*replay);
 
-  auto lease = result_of(c.call(next_id_++, "lease.acquire", {{"workspace_id", "w1"}, {"holder_session", "s1"}}));
+  auto lease = result_of(
+      c.call(next_id_++, "lease.acquire", {{"workspace_id", "w1"}, {"holder_session", "s1"}}));
   ASSERT_TRUE(lease.contains("lease_id"));
-  auto again = c.call(next_id_++, "lease.acquire", {{"workspace_id", "w1"}, {"holder_session", "s2"}});
+  auto again =
+      c.call(next_id_++, "lease.acquire", {{"workspace_id", "w1"}, {"holder_session", "s2"}});
   ASSERT_TRUE(again);
   EXPECT_EQ(error_code_of(*again), "lease.conflict");
   // While w1 is leased even an admin's writable start needs that lease.
@@ -171,9 +176,11 @@ TEST_F(Gateway, ReplayAndLeaseContentionOverTheSocket) {
 
 TEST_F(Gateway, ContinuousStdinWriterWithARevokeInTheMiddle) {
   auto admin = daemon_.client();
-  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", grant_for("uid:0", "g-stdin"))).contains("grant"));
+  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", grant_for("uid:0", "g-stdin")))
+                  .contains("grant"));
   auto const log = daemon_.tmp() / "stdin.log";
-  auto p = with_grant(start_params({"/bin/sh", "-c", "cat > " + log.native()}), "g-stdin", epoch(admin));
+  auto p =
+      with_grant(start_params({"/bin/sh", "-c", "cat > " + log.native()}), "g-stdin", epoch(admin));
   auto st = result_of(admin.call(next_id_++, "exec.start", p));
   ASSERT_TRUE(st.contains("execution_id"));
   std::string const id{st.at("execution_id").as_string()};
@@ -189,10 +196,12 @@ TEST_F(Gateway, ContinuousStdinWriterWithARevokeInTheMiddle) {
       std::string const line = std::to_string(i) + "\n";
       std::string b64;
       {
-        static char const* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        static char const* const kAlphabet =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         std::size_t k = 0;
         while (k + 2 < line.size()) {
-          unsigned v = (static_cast<unsigned char>(line[k]) << 16U) | (static_cast<unsigned char>(line[k + 1]) << 8U) |
+          unsigned v = (static_cast<unsigned char>(line[k]) << 16U) |
+                       (static_cast<unsigned char>(line[k + 1]) << 8U) |
                        static_cast<unsigned char>(line[k + 2]);
           for (int s = 18; s >= 0; s -= 6) b64 += kAlphabet[(v >> static_cast<unsigned>(s)) & 63U];
           k += 3;
@@ -221,14 +230,16 @@ TEST_F(Gateway, ContinuousStdinWriterWithARevokeInTheMiddle) {
   writer.join();
   stop = true;
   EXPECT_EQ(accepted_after.load(), 0);
-  auto t = result_of(admin.call(next_id_++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}}));
+  auto t =
+      result_of(admin.call(next_id_++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}}));
   EXPECT_EQ(t.at("trigger").as_string(), "lease_fence");
   std::ifstream in(log);
   std::string line;
   int lines = 0;
   while (std::getline(in, line)) {
     ++lines;
-    EXPECT_LT(std::stoi(line), revoked_after.load()) << "a line sent after the revoke returned arrived";
+    EXPECT_LT(std::stoi(line), revoked_after.load())
+        << "a line sent after the revoke returned arrived";
   }
   EXPECT_GT(lines, 100);
 }
@@ -239,13 +250,18 @@ TEST_F(Gateway, QuiescenceLiveThenEvidence) {
   p["identity"].as_object()["session_id"] = "holder-q";
   auto st = result_of(c.call(next_id_++, "exec.start", p));
   ASSERT_TRUE(st.contains("execution_id"));
-  auto q = result_of(c.call(next_id_++, "holder.quiescence", {{"session_id", "holder-q"}, {"generation", 1}}));
+  auto q = result_of(
+      c.call(next_id_++, "holder.quiescence", {{"session_id", "holder-q"}, {"generation", 1}}));
   EXPECT_FALSE(q.at("quiescent").as_bool());
   ASSERT_EQ(q.at("blocking").as_array().size(), 1U);
   EXPECT_EQ(q.at("blocking").as_array()[0].at("reason").as_string(), "live");
-  ASSERT_TRUE(result_of(c.call(next_id_++, "exec.cancel", {{"execution_id", st.at("execution_id")}})).contains("accepted"));
-  (void)result_of(c.call(next_id_++, "exec.wait", {{"execution_id", st.at("execution_id")}, {"timeout_ms", 20000}}));
-  auto done = result_of(c.call(next_id_++, "holder.quiescence", {{"session_id", "holder-q"}, {"generation", 1}}));
+  ASSERT_TRUE(
+      result_of(c.call(next_id_++, "exec.cancel", {{"execution_id", st.at("execution_id")}}))
+          .contains("accepted"));
+  (void)result_of(c.call(next_id_++, "exec.wait",
+                         {{"execution_id", st.at("execution_id")}, {"timeout_ms", 20000}}));
+  auto done = result_of(
+      c.call(next_id_++, "holder.quiescence", {{"session_id", "holder-q"}, {"generation", 1}}));
   EXPECT_TRUE(done.at("quiescent").as_bool()) << json::serialize(done);
   EXPECT_EQ(done.at("evidence").at("executions").as_array().size(), 1U);
 }

@@ -133,6 +133,8 @@ class ExecutionGateway {
   [[nodiscard]] Result<std::uint64_t> input(std::string const& execution_id,
                                             std::span<std::uint8_t const> data, bool eof);
   [[nodiscard]] bool fenced(std::string const& execution_id) const;
+  // Admins, or the uid that started the execution through the gateway (its actor).
+  [[nodiscard]] Result<bool> may_access(Caller const& caller, std::string const& execution_id);
 
   // ---- authority.* (admin only: auth.denied otherwise) ------------------------------------
   [[nodiscard]] Result<Grant> grant(Caller const& caller, Grant g);

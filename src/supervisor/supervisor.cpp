@@ -283,7 +283,10 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
 
   std::optional<Error> commit_error;
   if (cfg.sink != nullptr) {
-    if (auto r = cfg.sink->record_committed(id_); !r) commit_error = r.error();
+    if (auto r = cfg.sink->record_committed(id_); !r) {
+      commit_error = r.error();
+      sink_error("record_committed", r.error());
+    }
   }
   advance(core::event::Spawned{});
 

@@ -1,0 +1,148 @@
+// The ownership sink's order and its failures: a failure before the barrier is released means
+// no user code ran; a failure after it stops the execution as supervisor_failed.
+#include <algorithm>
+#include <map>
+
+#include "custos/sys/identity.hpp"
+#include "harness.hpp"
+
+namespace custos::supervisor::testing {
+namespace {
+
+class ScriptedSink final : public OwnershipSink {
+ public:
+  std::vector<std::string> calls;
+  std::string fail_at;  // name of the call that fails
+  std::optional<sys::PidfsIdentity> staged;
+
+  Result<> step(std::string name) {
+    calls.push_back(name);
+    if (name == fail_at) return Error(Errc::registry_io, "scripted failure at " + name);
+    return ok();
+  }
+  Result<> record_authorized(std::string const&, core::ExecutionIdentity const&,
+                             core::ExecutionPlan const&, std::string const& digest) override {
+    EXPECT_EQ(digest.rfind("sha256:", 0), 0U);
+    return step("authorized");
+  }
+  Result<> record_staged(std::string const&, sys::PidfsIdentity const& id, Boundary,
+                         std::string const&, std::string const& marker) override {
+    EXPECT_EQ(marker.size(), 32U);
+    staged = id;
+    return step("staged");
+  }
+  Result<> record_committed(std::string const&) override { return step("committed"); }
+  Result<> record_phase(std::string const&, core::Phase p) override {
+    return step("phase:" + std::string{core::phase_wire(p)});
+  }
+  Result<> record_trigger(std::string const&, core::Trigger t) override {
+    return step("trigger:" + std::string{core::trigger_wire(t)});
+  }
+  Result<> record_output(std::string const&, StreamId s, core::StreamAccounting const&) override {
+    return step("output:" + std::string{core::stream_wire(s)});
+  }
+  Result<> record_terminal(std::string const&, core::TerminalRecord const& r) override {
+    return step("terminal:" + std::string{core::classification_wire(r.classification)});
+  }
+};
+
+class SinkTest : public SupervisorTest {
+ protected:
+  ScriptedSink sink_;
+  ExecutionManager& managed() {
+    return manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = &sink_; });
+  }
+};
+
+TEST_F(SinkTest, CallsComeInLifecycleOrder) {
+  managed();
+  auto st = start(sh("exit 0"));
+  ASSERT_TRUE(terminal(st.execution_id));
+  std::vector<std::string> const want = {
+      "authorized",   "phase:starting", "staged",        "committed",     "phase:running",
+      "phase:exited", "phase:closed",   "output:stdout", "output:stderr", "terminal:exited"};
+  EXPECT_EQ(sink_.calls, want);
+  ASSERT_TRUE(sink_.staged.has_value());
+  EXPECT_EQ(sink_.staged->pid, st.pid);
+  EXPECT_FALSE(sink_.staged->boot_id.empty());
+}
+
+TEST_F(SinkTest, CancelRecordsTriggerBeforeStopping) {
+  managed();
+  auto st = start(plan({"/bin/sleep", "100"}));
+  ASSERT_TRUE(manager_->cancel(st.execution_id, core::Trigger::user, "x")->accepted);
+  ASSERT_TRUE(terminal(st.execution_id));
+  auto it = std::find(sink_.calls.begin(), sink_.calls.end(), "trigger:user");
+  ASSERT_NE(it, sink_.calls.end());
+  EXPECT_EQ(*(it + 1), "phase:stopping");
+  EXPECT_EQ(sink_.calls.back(), "terminal:cancelled");
+}
+
+TEST_F(SinkTest, AuthorizedFailureLaunchesNothing) {
+  managed();
+  sink_.fail_at = "authorized";
+  auto r = manager_->start(request(sh("touch ran")));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::registry_io);
+  EXPECT_TRUE(manager_->list({}).empty());
+  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
+}
+
+TEST_F(SinkTest, StagedFailureMeansNoUserCodeRan) {
+  managed();
+  sink_.fail_at = "staged";
+  auto st = start(sh("touch ran"));
+  EXPECT_EQ(st.phase, core::Phase::terminal);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  ASSERT_TRUE(rec->spawn_error);
+  EXPECT_EQ(rec->spawn_error->code, "record_staged");
+  drive([] { return false; }, 100ms);
+  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
+  // The staged child was killed and reaped at its barrier.
+  ASSERT_TRUE(sink_.staged.has_value());
+  if (auto fd = sys::Pidfd::open(sink_.staged->pid)) {
+    // The pid exists again only if someone else reused it: never our staged child.
+    auto t = sys::read_start_time(sink_.staged->pid);
+    if (t) {
+      EXPECT_NE(*t, sink_.staged->start_time_ticks);
+    }
+  }
+  EXPECT_EQ(sink_.calls.back(), "terminal:spawn_failed");
+}
+
+TEST_F(SinkTest, CommittedFailureStopsAsSupervisorFailed) {
+  managed();
+  sink_.fail_at = "committed";
+  auto st = start(plan({"/bin/sleep", "100"}));
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::supervisor_failed);
+  EXPECT_EQ(rec->trigger, core::Trigger::backend_failure);
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
+  auto v = manager_->get(st.execution_id);
+  ASSERT_TRUE(v);
+  EXPECT_TRUE(v->sink_error.has_value());
+}
+
+TEST_F(SupervisorTest, SixteenConcurrentExecutionsAllCloseWithTheirOwnOutput) {
+  manager();
+  std::vector<std::pair<std::string, std::unique_ptr<Collected>>> runs;
+  for (int i = 0; i < 16; ++i) {
+    auto c = std::make_unique<Collected>();
+    auto st = start(sh("printf 'run-" + std::to_string(i) + "'; sleep 0.1"), c.get());
+    runs.emplace_back(st.execution_id, std::move(c));
+  }
+  EXPECT_EQ(manager_->live_count(), 16U);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto rec = terminal(runs[i].first);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->exit.code, 0);
+    EXPECT_EQ(runs[i].second->stream_text("stdout"), "run-" + std::to_string(i));
+  }
+  EXPECT_EQ(manager_->live_count(), 0U);
+}
+
+}  // namespace
+}  // namespace custos::supervisor::testing

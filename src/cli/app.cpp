@@ -6,22 +6,25 @@
 
 #include <string>
 
-#include "commands.hpp"
 #include "custos/daemon/version.hpp"
+
+#include "commands.hpp"
 #include "exit_codes.hpp"
 
 namespace custos::cli {
 
 int run_main(int argc, char** argv) {
-  CLI::App app{"custos — owns every process it launches, from authorization to one terminal record"};
+  CLI::App app{
+      "custos — owns every process it launches, from authorization to one terminal record"};
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version", std::string{"custos "} + std::string{daemon::kVersion});
   app.set_config("--config", "", "Configuration file (TOML; daemon keys under [daemon])");
 
   Globals g;
-  app.add_option("--socket", g.socket, "Daemon socket (default: ./.custos/custos.sock if present, "
-                                        "else /run/custos/custos.sock)")
+  app.add_option("--socket", g.socket,
+                 "Daemon socket (default: ./.custos/custos.sock if present, "
+                 "else /run/custos/custos.sock)")
       ->envname("CUSTOS_SOCKET");
   app.add_flag("--json", g.json, "Machine-readable JSON output");
 

@@ -1,15 +1,14 @@
 // Blocking line-framed JSON-RPC client over a Unix stream socket.
 #include "custos/cli/client.hpp"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 
 #include "custos/rpc/protocol.hpp"
 
@@ -19,7 +18,7 @@ namespace json = boost::json;
 
 std::string default_socket() {
   if (char const* env = std::getenv("CUSTOS_SOCKET"); env != nullptr && *env != '\0') return env;
-  struct stat st{};
+  struct stat st {};
   if (::stat(".custos/custos.sock", &st) == 0 && S_ISSOCK(st.st_mode)) {
     char buf[4096];
     if (::getcwd(buf, sizeof buf) != nullptr) return std::string{buf} + "/.custos/custos.sock";
@@ -65,7 +64,8 @@ Result<void> RpcClient::write_all(std::string const& line) {
 
 Result<std::uint64_t> RpcClient::send(std::string_view method, json::object params) {
   std::uint64_t const id = next_id_++;
-  json::object req{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
+  json::object req{
+      {"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
   std::string line = json::serialize(req);
   line.push_back('\n');
   CUSTOS_TRYV(write_all(line));

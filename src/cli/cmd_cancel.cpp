@@ -29,7 +29,8 @@ void add_cancel(CLI::App& app, Globals& g) {
       return;
     }
     auto const& o = r->get_object();
-    bool const accepted = o.contains("accepted") && o.at("accepted").is_bool() && o.at("accepted").get_bool();
+    bool const accepted =
+        o.contains("accepted") && o.at("accepted").is_bool() && o.at("accepted").get_bool();
     std::string trigger = o.contains("trigger") ? boost::json::serialize(o.at("trigger")) : "null";
     fmt::print("{}: {} (first trigger: {})\n", *id, accepted ? "cancel accepted" : "not accepted",
                trigger);

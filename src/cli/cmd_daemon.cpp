@@ -1,8 +1,9 @@
 // custos daemon: flags and config file keys (docs/configuration.md) → daemon::run.
 #include <memory>
 
-#include "commands.hpp"
 #include "custos/daemon/daemon.hpp"
+
+#include "commands.hpp"
 #include "exit_codes.hpp"
 
 namespace custos::cli {
@@ -25,16 +26,20 @@ struct DaemonFlags {
 void add_daemon(CLI::App& app, Globals& g) {
   auto flags = std::make_shared<DaemonFlags>();
   auto& c = flags->config;
-  auto* sub = app.add_subcommand("daemon", "Run the supervisor daemon (keys of --config go under [daemon])");
-  sub->add_option("--state-dir", flags->state_dir,
-                  "State directory (registry, spools, lock); default ./.custos, or /var/lib/custos as root");
-  sub->add_option("--socket", flags->socket,
-                  "Socket path; default <state-dir>/custos.sock, or /run/custos/custos.sock as root");
+  auto* sub = app.add_subcommand("daemon",
+                                 "Run the supervisor daemon (keys of --config go under [daemon])");
+  sub->add_option(
+      "--state-dir", flags->state_dir,
+      "State directory (registry, spools, lock); default ./.custos, or /var/lib/custos as root");
+  sub->add_option(
+      "--socket", flags->socket,
+      "Socket path; default <state-dir>/custos.sock, or /run/custos/custos.sock as root");
   sub->add_option("--socket-mode", flags->socket_mode, "Socket permission mode (octal)")
       ->capture_default_str();
   sub->add_option("--admin-group", c.admin_group, "Group whose members may call every method");
-  sub->add_option("--cgroup-subtree", flags->cgroup_subtree,
-                  "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
+  sub->add_option(
+      "--cgroup-subtree", flags->cgroup_subtree,
+      "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
   sub->add_option("--boundary", flags->boundary, "auto | cgroup | marker")->capture_default_str();
   sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
       ->capture_default_str();

@@ -4,8 +4,9 @@
 
 #include <unistd.h>
 
-#include "common.hpp"
 #include "custos/sys/probes.hpp"
+
+#include "common.hpp"
 #include "exit_codes.hpp"
 
 namespace custos::cli {
@@ -41,7 +42,8 @@ void print_table(json::object const& caps) {
   }
   if (auto const* cg = caps.if_contains("cgroup"); cg != nullptr && cg->is_object()) {
     auto const& c = cg->get_object();
-    fmt::print("\ncgroup v2: path {}, writable {}", c.contains("path") ? json::serialize(c.at("path")) : "-",
+    fmt::print("\ncgroup v2: path {}, writable {}",
+               c.contains("path") ? json::serialize(c.at("path")) : "-",
                c.contains("writable") ? yes_no(c.at("writable")) : "-");
     if (auto const* ctl = c.if_contains("controllers"); ctl != nullptr) {
       fmt::print(", controllers {}", json::serialize(*ctl));
@@ -53,7 +55,8 @@ void print_table(json::object const& caps) {
 }  // namespace
 
 void add_doctor(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("doctor", "Show host capabilities and what each missing one means");
+  auto* sub =
+      app.add_subcommand("doctor", "Show host capabilities and what each missing one means");
   sub->callback([&g] {
     json::object info;
     std::string source;
@@ -73,8 +76,8 @@ void add_doctor(CLI::App& app, Globals& g) {
         return;
       }
       info["capabilities"] = sys::to_json(*caps);
-      source = "a local probe as uid " + std::to_string(::geteuid()) + " (no daemon answered: " +
-               client.error().context + ")";
+      source = "a local probe as uid " + std::to_string(::geteuid()) +
+               " (no daemon answered: " + client.error().context + ")";
     }
     if (g.json) {
       info["source"] = source;

@@ -2,12 +2,12 @@
 // keeps polling until every stream reports eof (the execution is terminal).
 #include <fmt/core.h>
 
+#include <thread>
 #include <unistd.h>
 
-#include <thread>
+#include "custos/rpc/base64.hpp"
 
 #include "common.hpp"
-#include "custos/rpc/base64.hpp"
 #include "exit_codes.hpp"
 
 namespace custos::cli {
@@ -48,15 +48,18 @@ void add_logs(CLI::App& app, Globals& g) {
       g.exit_code = report(client.error());
       return;
     }
-    StreamState streams[] = {{"stdout", STDOUT_FILENO}, {"stderr", STDERR_FILENO}, {"pty", STDOUT_FILENO}};
+    StreamState streams[] = {
+        {"stdout", STDOUT_FILENO}, {"stderr", STDERR_FILENO}, {"pty", STDOUT_FILENO}};
     bool first_round = true;
     for (;;) {
       bool progressed = false;
       bool all_done = true;
       for (auto& s : streams) {
         if (s.eof || s.absent) continue;
-        auto r = client->call("exec.output", {{"execution_id", *id}, {"stream", s.name},
-                                               {"offset", s.offset}, {"max_bytes", 1 << 20}});
+        auto r = client->call("exec.output", {{"execution_id", *id},
+                                              {"stream", s.name},
+                                              {"offset", s.offset},
+                                              {"max_bytes", 1 << 20}});
         if (!r) {
           if (r.error().code == Errc::exec_not_found || r.error().code == Errc::rpc_unavailable) {
             g.exit_code = report(r.error());
@@ -67,7 +70,8 @@ void add_logs(CLI::App& app, Globals& g) {
           continue;
         }
         auto const& o = r->get_object();
-        auto data = rpc::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
+        auto data =
+            rpc::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
         if (!data.empty()) {
           (void)write_all(s.fd, data);
           s.offset += data.size();

@@ -7,8 +7,16 @@
 // would be in any terminal). The exit code is the child's (docs/cli.md).
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
 #include <fcntl.h>
+#include <filesystem>
+#include <map>
+#include <optional>
 #include <poll.h>
+#include <random>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
@@ -16,19 +24,11 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstdlib>
-#include <deque>
-#include <filesystem>
-#include <map>
-#include <optional>
-#include <random>
-
-#include "common.hpp"
 #include "custos/rpc/base64.hpp"
 #include "custos/rpc/protocol.hpp"
 #include "custos/sys/unique_fd.hpp"
+
+#include "common.hpp"
 #include "exit_codes.hpp"
 
 extern char** environ;
@@ -55,7 +55,7 @@ struct RunFlags {
 constexpr char const* kDefaultInherit[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM"};
 
 bool is_executable_file(fs::path const& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
 }
 
@@ -75,7 +75,8 @@ Result<std::string> resolve_executable(std::string const& name) {
   std::size_t start = 0;
   while (start <= path.size()) {
     auto const end = path.find(':', start);
-    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string dir =
+        path.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (dir.empty()) dir = ".";
     fs::path candidate = fs::absolute(fs::path{dir} / name).lexically_normal();
     if (is_executable_file(candidate)) return candidate.native();
@@ -106,18 +107,13 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
   if (ws_root.size() > 1 && ws_root.back() == '/') ws_root.pop_back();
 
   std::string const run = "run-" + random_hex(16);
-  json::object identity{{"project_id", "cli"},
-                        {"session_id", "cli-" + std::to_string(::getuid())},
-                        {"run_id", run},
-                        {"attempt_id", "a1"},
-                        {"turn_id", "t1"},
-                        {"action_id", "act-" + random_hex(16)},
-                        {"process_id", "proc-1"},
-                        {"workspace_id", "cli"},
-                        {"resource_id", "cli"},
-                        {"environment_id", "cli"},
-                        {"generation", 0},
-                        {"revision", 0}};
+  json::object identity{
+      {"project_id", "cli"},    {"session_id", "cli-" + std::to_string(::getuid())},
+      {"run_id", run},          {"attempt_id", "a1"},
+      {"turn_id", "t1"},        {"action_id", "act-" + random_hex(16)},
+      {"process_id", "proc-1"}, {"workspace_id", "cli"},
+      {"resource_id", "cli"},   {"environment_id", "cli"},
+      {"generation", 0},        {"revision", 0}};
 
   json::array argv;
   for (auto const& a : f.command) argv.emplace_back(a);
@@ -137,7 +133,8 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
     literals.emplace_back(e.substr(0, eq), e.substr(eq + 1));
   }
   auto literal_named = [&](std::string const& n) {
-    for (auto const& [k, v] : literals) if (k == n) return true;
+    for (auto const& [k, v] : literals)
+      if (k == n) return true;
     return false;
   };
   if (!f.clean_env) {
@@ -299,7 +296,8 @@ class Runner {
         inflight_eof_ = eof_pending;
       }
 
-      pollfd fds[3] = {{client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
+      pollfd fds[3] = {
+          {client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
       bool const want_stdin = stdin_open && pending_input.empty() && !eof_pending;
       if (want_stdin) fds[2].events = POLLIN;
       int timeout = -1;
@@ -315,12 +313,14 @@ class Runner {
         if (sig == SIGWINCH && f_.pty) {
           winsize w{};
           if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &w) == 0) {
-            (void)client_->send("exec.resize", {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
+            (void)client_->send("exec.resize",
+                                {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
           }
         } else if (sig != 0 && sig != SIGWINCH && !cancel_sent) {
           cancel_sent = true;
-          (void)client_->send("exec.cancel", {{"execution_id", id_},
-                                              {"reason", "custos run: signal " + std::to_string(sig)}});
+          (void)client_->send(
+              "exec.cancel",
+              {{"execution_id", id_}, {"reason", "custos run: signal " + std::to_string(sig)}});
         }
       }
 
@@ -376,7 +376,8 @@ class Runner {
           }
           std::uint64_t accepted = 0;
           if (auto const* res = m.if_contains("result"); res != nullptr && res->is_object()) {
-            if (auto const* a = res->get_object().if_contains("accepted_bytes"); a != nullptr && a->is_number()) {
+            if (auto const* a = res->get_object().if_contains("accepted_bytes");
+                a != nullptr && a->is_number()) {
               accepted = a->to_number<std::uint64_t>();
             }
           }
@@ -407,8 +408,9 @@ class Runner {
     while (!upto || done < *upto) {
       std::uint64_t want = 1U << 20U;
       if (upto) want = std::min<std::uint64_t>(want, *upto - done);
-      auto r = client_->call("exec.output", {{"execution_id", id_}, {"stream", stream},
-                                              {"offset", done}, {"max_bytes", want}});
+      auto r = client_->call(
+          "exec.output",
+          {{"execution_id", id_}, {"stream", stream}, {"offset", done}, {"max_bytes", want}});
       if (!r || !r->is_object()) return;
       auto data = rpc::base64_decode(str_field(r->get_object(), "data_b64"));
       if (!data || data->empty()) return;
@@ -448,8 +450,10 @@ class Runner {
       return false;
     }
     if (kind == "terminal") {
-      if (auto const* t = ev.if_contains("terminal"); t != nullptr) terminal = *t;
-      else terminal = json::value(ev);
+      if (auto const* t = ev.if_contains("terminal"); t != nullptr)
+        terminal = *t;
+      else
+        terminal = json::value(ev);
       if (!terminal->is_object() || !terminal->get_object().contains("classification")) {
         // An event without the record: ask for it.
         auto r = client_->call("exec.wait", {{"execution_id", id_}});
@@ -482,17 +486,21 @@ class Runner {
 
 void add_run(CLI::App& app, Globals& g) {
   auto flags = std::make_shared<RunFlags>();
-  auto* sub = app.add_subcommand("run", "Run one command as an owned execution and stream its output");
+  auto* sub =
+      app.add_subcommand("run", "Run one command as an owned execution and stream its output");
   sub->add_option("command", flags->command, "EXE ARG... (after --)")->required();
   sub->add_option("--cwd", flags->cwd, "Working directory (inside the workspace; default: here)");
   sub->add_option("--workspace", flags->workspace, "Workspace root (default: current directory)");
   // One value per --env, so that "--env NAME -- cmd -c" does not end the list at "--".
-  sub->add_option("--env", flags->env, "NAME (inherit from here) or NAME=VALUE (literal); repeatable")
+  sub->add_option("--env", flags->env,
+                  "NAME (inherit from here) or NAME=VALUE (literal); repeatable")
       ->allow_extra_args(false);
   sub->add_option("--timeout", flags->timeout_s, "Wall-clock limit in seconds (exit 124 when hit)");
   sub->add_flag("--pty", flags->pty, "Run in a pseudo-terminal; local terminal goes raw");
-  sub->add_flag("--clean-env", flags->clean_env, "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");
-  sub->add_flag("--read-only", flags->read_only, "Declare the workspace read_only in the plan (default writable)");
+  sub->add_flag("--clean-env", flags->clean_env,
+                "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");
+  sub->add_flag("--read-only", flags->read_only,
+                "Declare the workspace read_only in the plan (default writable)");
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

@@ -16,13 +16,16 @@ int report(Error const& e) {
                d.message);
   }
   switch (e.code) {
-    case Errc::rpc_unavailable: return kExitUnreachable;
+    case Errc::rpc_unavailable:
+      return kExitUnreachable;
     case Errc::internal:
     case Errc::rpc_parse_error:
     case Errc::rpc_invalid_request:
     case Errc::rpc_method_not_found:
-    case Errc::rpc_invalid_params: return kExitInternal;
-    default: return kExitRefused;
+    case Errc::rpc_invalid_params:
+      return kExitInternal;
+    default:
+      return kExitRefused;
   }
 }
 

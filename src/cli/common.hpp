@@ -5,9 +5,10 @@
 
 #include <string>
 
-#include "commands.hpp"
 #include "custos/cli/client.hpp"
 #include "custos/core/result.hpp"
+
+#include "commands.hpp"
 
 namespace custos::cli {
 

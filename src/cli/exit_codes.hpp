@@ -4,7 +4,7 @@
 namespace custos::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitDaemonFailed = 1;   // `custos daemon` could not start
+inline constexpr int kExitDaemonFailed = 1;  // `custos daemon` could not start
 // 1..255 from `custos run`/`wait`: the child's own exit code; 128+N when killed by signal N.
 inline constexpr int kExitUsage = 64;         // EX_USAGE: bad flags or arguments
 inline constexpr int kExitRefused = 65;       // EX_DATAERR: the daemon refused the request

@@ -6,31 +6,31 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/json.hpp>
-
-#include <grp.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
-#include <unistd.h>
 
 #include <csignal>
-#include <memory>
 #include <cstdlib>
+#include <grp.h>
+#include <memory>
 #include <optional>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "custos/daemon/version.hpp"
+#include "custos/registry/recovery.hpp"
+#include "custos/registry/registry.hpp"
 #include "custos/rpc/dispatcher.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/rpc/server.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/registry_sink.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/probes.hpp"
 #include "custos/sys/unique_fd.hpp"
-#include "custos/registry/recovery.hpp"
-#include "custos/registry/registry.hpp"
-#include "custos/supervisor/manager.hpp"
-#include "custos/supervisor/registry_sink.hpp"
+
 #include "logging.hpp"
 #include "socket_path.hpp"
 
@@ -56,7 +56,9 @@ Result<std::optional<std::uint32_t>> resolve_group(std::string const& name) {
   return std::optional<std::uint32_t>{found->gr_gid};
 }
 
-void notify(std::string const& state) { (void)::sd_notify(0, state.c_str()); }
+void notify(std::string const& state) {
+  (void)::sd_notify(0, state.c_str());
+}
 
 class Daemon {
  public:
@@ -126,18 +128,25 @@ class Daemon {
     std::size_t live = 0, absent = 0, indeterminate = 0;
     for (auto const& e : report.executions) {
       switch (e.classification) {
-        case core::RecoveryPath::live_owned: ++live; break;
-        case core::RecoveryPath::absent_without_terminal: ++absent; break;
-        default: ++indeterminate; break;
+        case core::RecoveryPath::live_owned:
+          ++live;
+          break;
+        case core::RecoveryPath::absent_without_terminal:
+          ++absent;
+          break;
+        default:
+          ++indeterminate;
+          break;
       }
     }
-    spdlog::info("recovery: {} record(s) already terminal, {} re-acquired and cancelled, {} gone "
-                 "without a terminal record, {} indeterminate, {} orphan claim(s), {} quarantined",
-                 report.already_terminal, live, absent, indeterminate, report.orphan_claims.size(),
-                 report.quarantined.size());
+    spdlog::info(
+        "recovery: {} record(s) already terminal, {} re-acquired and cancelled, {} gone "
+        "without a terminal record, {} indeterminate, {} orphan claim(s), {} quarantined",
+        report.already_terminal, live, absent, indeterminate, report.orphan_claims.size(),
+        report.quarantined.size());
     for (auto const& e : report.executions) {
-      spdlog::info("recovery: {} {}: {}", e.execution_id, core::recovery_path_wire(e.classification),
-                   e.detail);
+      spdlog::info("recovery: {} {}: {}", e.execution_id,
+                   core::recovery_path_wire(e.classification), e.detail);
     }
     return ok();
   }
@@ -154,9 +163,10 @@ class Daemon {
       return ok();
     }
     if (config_.boundary == BoundaryMode::cgroup) return r.error();
-    spdlog::warn("boundary: marker — no writable cgroup v2 subtree ({}); executions are tracked "
-                 "by a cooperative /proc marker scan, not by the kernel",
-                 r.error().message());
+    spdlog::warn(
+        "boundary: marker — no writable cgroup v2 subtree ({}); executions are tracked "
+        "by a cooperative /proc marker scan, not by the kernel",
+        r.error().message());
     return ok();
   }
 
@@ -186,9 +196,10 @@ class Daemon {
   Result<void> start_manager() {
     supervisor::ManagerConfig mc;
     mc.cgroup_subtree = subtree_ ? subtree_->path() : std::string{};
-    mc.boundary = config_.boundary == BoundaryMode::cgroup   ? supervisor::BoundaryPreference::cgroup
-                  : config_.boundary == BoundaryMode::marker ? supervisor::BoundaryPreference::marker
-                                                             : supervisor::BoundaryPreference::automatic;
+    mc.boundary = config_.boundary == BoundaryMode::cgroup ? supervisor::BoundaryPreference::cgroup
+                  : config_.boundary == BoundaryMode::marker
+                      ? supervisor::BoundaryPreference::marker
+                      : supervisor::BoundaryPreference::automatic;
     mc.state_dir = config_.state_dir;
     mc.sink = sink_.get();
     // Becomes PR_SET_CHILD_SUBREAPER here, so orphaned descendants reparent to the daemon.
@@ -198,7 +209,8 @@ class Daemon {
   }
 
   Result<json::object> describe_host() const {
-    json::object out{{"version", kVersion}, {"boot_id", boot_id_},
+    json::object out{{"version", kVersion},
+                     {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
                      {"pid", ::getpid()}};
     if (caps_) {
@@ -261,8 +273,10 @@ class Daemon {
         if (manager_) manager_->reap_orphans_now();
       } else if (sig == SIGHUP) {
         auto r = reopen_logs(config_);
-        if (!r) spdlog::error("SIGHUP: reopening logs failed: {}", r.error().message());
-        else spdlog::info("SIGHUP: logs reopened");
+        if (!r)
+          spdlog::error("SIGHUP: reopening logs failed: {}", r.error().message());
+        else
+          spdlog::info("SIGHUP: logs reopened");
       } else {
         begin_shutdown(sig);
       }
@@ -271,8 +285,8 @@ class Daemon {
   }
 
   void notify_ready() {
-    notify("READY=1\nSTATUS=serving on " + config_.socket_path.native() + "\nMAINPID=" +
-           std::to_string(::getpid()));
+    notify("READY=1\nSTATUS=serving on " + config_.socket_path.native() +
+           "\nMAINPID=" + std::to_string(::getpid()));
     spdlog::info("ready");
   }
 
@@ -291,7 +305,8 @@ class Daemon {
       stop_loop();
       return;
     }
-    auto const policy = cancel ? supervisor::ShutdownPolicy::cancel : supervisor::ShutdownPolicy::detach;
+    auto const policy =
+        cancel ? supervisor::ShutdownPolicy::cancel : supervisor::ShutdownPolicy::detach;
     spdlog::info("{} live execution(s); {}", manager_->live_count(),
                  cancel ? "cancelling them and waiting for their terminal records"
                         : "leaving them running for recovery by the next start");

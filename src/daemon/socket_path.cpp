@@ -1,16 +1,15 @@
 // Lock files and the connect probe that keep two daemons off one socket.
 #include "socket_path.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <system_error>
+#include <unistd.h>
 
 namespace custos::daemon {
 
@@ -53,13 +52,14 @@ Result<sys::UniqueFd> claim_socket_path(fs::path const& path) {
   CUSTOS_TRYV(make_dir(path.parent_path(), 0755));
   auto lock = CUSTOS_TRY(lock_file(fs::path{path.native() + ".lock"}, Errc::rpc_unavailable,
                                    "another custos daemon serves this socket"));
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return lock;
     return Error{Errc::sys_error, "lstat " + path.native(), errno};
   }
   if (!S_ISSOCK(st.st_mode)) {
-    return Error{Errc::rpc_unavailable, path.native() + " exists and is not a socket; not removing it"};
+    return Error{Errc::rpc_unavailable,
+                 path.native() + " exists and is not a socket; not removing it"};
   }
   // The lock says no custos daemon holds it, but something else might listen there: probe.
   sys::UniqueFd probe{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};

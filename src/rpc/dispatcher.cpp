@@ -18,7 +18,9 @@ std::vector<std::string> Dispatcher::method_names() const {
   return out;
 }
 
-bool Dispatcher::has(std::string_view name) const { return methods_.find(name) != methods_.end(); }
+bool Dispatcher::has(std::string_view name) const {
+  return methods_.find(name) != methods_.end();
+}
 
 namespace {
 
@@ -48,8 +50,8 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
   bool const is_notification = id == nullptr;
   if (id != nullptr && !valid_id(*id)) {
     ++stats_.errors;
-    done(error_response(null_id, Error{Errc::rpc_invalid_request,
-                                       "id must be a string, a number or null"}));
+    done(error_response(null_id,
+                        Error{Errc::rpc_invalid_request, "id must be a string, a number or null"}));
     return;
   }
   json::value const reply_id = id != nullptr ? *id : json::value{};
@@ -70,8 +72,10 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
     done(error_response(reply_id, Error{Errc::rpc_invalid_request, problem}));
     return;
   }
-  if (is_notification) ++stats_.notifications;
-  else ++stats_.calls;
+  if (is_notification)
+    ++stats_.notifications;
+  else
+    ++stats_.calls;
 
   auto finish = [done, reply_id, is_notification, this](Result<json::value> r) {
     if (!r) ++stats_.errors;
@@ -79,8 +83,10 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
       done(json::value{});
       return;
     }
-    if (r) done(result_response(reply_id, std::move(*r)));
-    else done(error_response(reply_id, r.error()));
+    if (r)
+      done(result_response(reply_id, std::move(*r)));
+    else
+      done(error_response(reply_id, r.error()));
   };
 
   std::string_view const name = method->get_string();

@@ -7,9 +7,9 @@
 
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
-#include "custos/rpc/base64.hpp"
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
+#include "custos/rpc/base64.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/supervisor/manager.hpp"
 
@@ -24,7 +24,9 @@ constexpr std::uint64_t kDefaultOutputSlice = 64 * 1024;
 constexpr std::uint64_t kMaxOutputSlice = 1024 * 1024;  // keeps one response under the line limit
 constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 
-Error bad_param(std::string what) { return Error{Errc::rpc_invalid_params, std::move(what)}; }
+Error bad_param(std::string what) {
+  return Error{Errc::rpc_invalid_params, std::move(what)};
+}
 
 Result<std::string> required_string(json::object const& p, std::string_view key) {
   auto const* v = p.if_contains(key);
@@ -35,14 +37,18 @@ Result<std::string> required_string(json::object const& p, std::string_view key)
   return std::string{v->get_string()};
 }
 
-Result<std::optional<std::uint64_t>> optional_u64(json::object const& p, std::string_view key,
-                                                  std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+Result<std::optional<std::uint64_t>> optional_u64(
+    json::object const& p, std::string_view key,
+    std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
   auto const* v = p.if_contains(key);
   if (v == nullptr || v->is_null()) return std::optional<std::uint64_t>{};
   std::uint64_t n = 0;
-  if (v->is_uint64()) n = v->get_uint64();
-  else if (v->is_int64() && v->get_int64() >= 0) n = static_cast<std::uint64_t>(v->get_int64());
-  else return bad_param(std::string{key} + " must be a non-negative integer");
+  if (v->is_uint64())
+    n = v->get_uint64();
+  else if (v->is_int64() && v->get_int64() >= 0)
+    n = static_cast<std::uint64_t>(v->get_int64());
+  else
+    return bad_param(std::string{key} + " must be a non-negative integer");
   if (n > max) return bad_param(std::string{key} + " must be at most " + std::to_string(max));
   return std::optional<std::uint64_t>{n};
 }
@@ -76,22 +82,30 @@ Result<Parsed> parse_launch(json::object const& p) {
   auto const* id = p.if_contains("identity");
   auto const* plan = p.if_contains("plan");
   std::vector<Diagnostic> diags;
-  if (id == nullptr) diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
+  if (id == nullptr)
+    diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
   if (plan == nullptr) diags.push_back({Errc::plan_missing_field, "/plan", "plan is required"});
   Parsed out;
   if (id != nullptr) {
     auto r = core::parse_identity(*id, "/identity");
-    if (r) out.identity = std::move(*r);
-    else if (r.error().diagnostics.empty()) diags.push_back({r.error().code, "/identity", r.error().context});
-    else for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
+    if (r)
+      out.identity = std::move(*r);
+    else if (r.error().diagnostics.empty())
+      diags.push_back({r.error().code, "/identity", r.error().context});
+    else
+      for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
   }
   if (plan != nullptr) {
     auto r = core::parse_plan(*plan, "/plan");
-    if (r) out.plan = std::move(*r);
-    else if (r.error().diagnostics.empty()) diags.push_back({r.error().code, "/plan", r.error().context});
-    else for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
+    if (r)
+      out.plan = std::move(*r);
+    else if (r.error().diagnostics.empty())
+      diags.push_back({r.error().code, "/plan", r.error().context});
+    else
+      for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
   }
-  if (auto const* a = p.if_contains("authority"); a != nullptr && !a->is_object() && !a->is_null()) {
+  if (auto const* a = p.if_contains("authority");
+      a != nullptr && !a->is_object() && !a->is_null()) {
     diags.push_back({Errc::plan_wrong_type, "/authority", "authority must be an object"});
   }
   if (auto const* env = p.if_contains("inherited_env"); env != nullptr && !env->is_null()) {
@@ -114,10 +128,14 @@ Result<Parsed> parse_launch(json::object const& p) {
 
 std::string_view backend_wire(core::BackendKind k) {
   switch (k) {
-    case core::BackendKind::native: return "native";
-    case core::BackendKind::reference: return "reference";
-    case core::BackendKind::docker: return "docker";
-    case core::BackendKind::podman: return "podman";
+    case core::BackendKind::native:
+      return "native";
+    case core::BackendKind::reference:
+      return "reference";
+    case core::BackendKind::docker:
+      return "docker";
+    case core::BackendKind::podman:
+      return "podman";
   }
   return "native";
 }
@@ -125,9 +143,9 @@ std::string_view backend_wire(core::BackendKind k) {
 // Per-subscription state shared by the sink and the removal callback.
 struct SubState {
   std::optional<supervisor::SubscriptionHandle> handle;
-  std::uint64_t dropped = 0;       // events lost since the last delivered one
+  std::uint64_t dropped = 0;  // events lost since the last delivered one
   std::uint64_t dropped_total = 0;
-  bool ended = false;              // the terminal event went out (or the session closed)
+  bool ended = false;  // the terminal event went out (or the session closed)
   bool removed = false;
 };
 
@@ -137,7 +155,8 @@ Result<json::object> record_view(registry::Registry* reg, std::string const& id)
   if (reg == nullptr) return Error{Errc::exec_not_found, "no execution " + id};
   auto rec = reg->get(id);
   if (!rec) {
-    if (rec.error().code == Errc::registry_not_found) return Error{Errc::exec_not_found, "no execution " + id};
+    if (rec.error().code == Errc::registry_not_found)
+      return Error{Errc::exec_not_found, "no execution " + id};
     return rec.error();
   }
   json::object out{{"execution_id", rec->execution_id},
@@ -170,9 +189,13 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (!digest) return reply(digest.error());
           bool const native = parsed->plan.backend.kind == core::BackendKind::native;
           json::array missing;
-          if (!native) missing.emplace_back(std::string{"backend."} + std::string{backend_wire(parsed->plan.backend.kind)});
-          json::object admission{{"admitted", native}, {"missing", std::move(missing)},
-                                 {"default_boundary", m.config().cgroup_subtree.empty() ? "marker" : "cgroup"}};
+          if (!native)
+            missing.emplace_back(std::string{"backend."} +
+                                 std::string{backend_wire(parsed->plan.backend.kind)});
+          json::object admission{
+              {"admitted", native},
+              {"missing", std::move(missing)},
+              {"default_boundary", m.config().cgroup_subtree.empty() ? "marker" : "cgroup"}};
           reply(json::value(json::object{
               {"plan_digest", digest->to_string()},
               // The sandbox issue has not landed: the only admissible requirement set is the empty
@@ -196,209 +219,229 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           reply(json::value(r->to_json()));
         });
 
-  d.add("exec.get", Access::admin, [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto v = m.get(*id);
-    if (v) return reply(json::value(v->to_json()));
-    if (v.error().code != Errc::exec_not_found) return reply(v.error());
-    auto r = record_view(reg, *id);
-    if (!r) return reply(r.error());
-    reply(json::value(std::move(*r)));
-  });
+  d.add("exec.get", Access::admin,
+        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto v = m.get(*id);
+          if (v) return reply(json::value(v->to_json()));
+          if (v.error().code != Errc::exec_not_found) return reply(v.error());
+          auto r = record_view(reg, *id);
+          if (!r) return reply(r.error());
+          reply(json::value(std::move(*r)));
+        });
 
-  d.add("exec.list", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k) return reply(k.error());
-    supervisor::ListFilter filter;
-    if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
-      auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
-      if (!phase) return reply(bad_param("phase must be a phase name"));
-      filter.phase = phase;
-    }
-    if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
-      if (!se->is_string()) return reply(bad_param("session_id must be a string"));
-      filter.session_id = std::string{se->get_string()};
-    }
-    auto limit = optional_u64(p, "limit", 1000);
-    if (!limit) return reply(limit.error());
-    std::uint64_t const page = limit->value_or(100);
-    // The cursor is the number of executions already returned (newest first).
-    std::uint64_t offset = 0;
-    if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
-      if (!c->is_string()) return reply(bad_param("cursor must be a string from next_cursor"));
-      try {
-        offset = std::stoull(std::string{c->get_string()});
-      } catch (std::exception const&) {
-        return reply(bad_param("cursor must be a string from next_cursor"));
-      }
-    }
-    filter.limit = static_cast<std::size_t>(offset + page + 1);
-    auto all = m.list(filter);
-    json::array out;
-    for (std::size_t i = static_cast<std::size_t>(offset); i < all.size() && out.size() < page; ++i) {
-      out.push_back(all[i].to_json());
-    }
-    json::value next = nullptr;
-    if (all.size() > offset + page) next = std::to_string(offset + page);
-    reply(json::value(json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
-  });
+  d.add("exec.list", Access::admin,
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k)
+            return reply(k.error());
+          supervisor::ListFilter filter;
+          if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
+            auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
+            if (!phase) return reply(bad_param("phase must be a phase name"));
+            filter.phase = phase;
+          }
+          if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
+            if (!se->is_string()) return reply(bad_param("session_id must be a string"));
+            filter.session_id = std::string{se->get_string()};
+          }
+          auto limit = optional_u64(p, "limit", 1000);
+          if (!limit) return reply(limit.error());
+          std::uint64_t const page = limit->value_or(100);
+          // The cursor is the number of executions already returned (newest first).
+          std::uint64_t offset = 0;
+          if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
+            if (!c->is_string())
+              return reply(bad_param("cursor must be a string from next_cursor"));
+            try {
+              offset = std::stoull(std::string{c->get_string()});
+            } catch (std::exception const&) {
+              return reply(bad_param("cursor must be a string from next_cursor"));
+            }
+          }
+          filter.limit = static_cast<std::size_t>(offset + page + 1);
+          auto all = m.list(filter);
+          json::array out;
+          for (std::size_t i = static_cast<std::size_t>(offset);
+               i < all.size() && out.size() < page; ++i) {
+            out.push_back(all[i].to_json());
+          }
+          json::value next = nullptr;
+          if (all.size() > offset + page) next = std::to_string(offset + page);
+          reply(json::value(
+              json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
+        });
 
-  d.add("exec.wait", Access::admin, [&m, reg](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "timeout_ms"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto t = optional_u64(p, "timeout_ms", 7ULL * 24 * 3600 * 1000);
-    if (!t) return reply(t.error());
-    std::optional<std::chrono::milliseconds> timeout;
-    if (*t) timeout = std::chrono::milliseconds{static_cast<std::int64_t>(**t)};
-    if (auto held = m.get(*id); !held && held.error().code == Errc::exec_not_found) {
-      // Not the manager's: a terminal record in the registry answers at once; a record without
-      // one cannot be waited for by this daemon (recovery gave every such record a terminal).
-      auto r = record_view(reg, *id);
-      if (!r) return reply(r.error());
-      if (auto* rec_terminal = r->if_contains("terminal")) return reply(std::move(*rec_terminal));
-      return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
-    }
-    std::weak_ptr<Session> weak = s;
-    m.wait(*id, timeout, [reply, weak](Result<core::TerminalRecord> r) {
-      // A client that went away does not need its answer.
-      if (weak.expired()) return;
-      if (!r) return reply(r.error());
-      auto j = core::to_json(*r);
-      if (!j) return reply(j.error());
-      reply(std::move(*j));
-    });
-  });
+  d.add("exec.wait", Access::admin,
+        [&m, reg](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "timeout_ms"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto t = optional_u64(p, "timeout_ms", 7ULL * 24 * 3600 * 1000);
+          if (!t) return reply(t.error());
+          std::optional<std::chrono::milliseconds> timeout;
+          if (*t) timeout = std::chrono::milliseconds{static_cast<std::int64_t>(**t)};
+          if (auto held = m.get(*id); !held && held.error().code == Errc::exec_not_found) {
+            // Not the manager's: a terminal record in the registry answers at once; a record
+            // without one cannot be waited for by this daemon (recovery gave every such record a
+            // terminal).
+            auto r = record_view(reg, *id);
+            if (!r) return reply(r.error());
+            if (auto* rec_terminal = r->if_contains("terminal"))
+              return reply(std::move(*rec_terminal));
+            return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
+          }
+          std::weak_ptr<Session> weak = s;
+          m.wait(*id, timeout, [reply, weak](Result<core::TerminalRecord> r) {
+            // A client that went away does not need its answer.
+            if (weak.expired()) return;
+            if (!r) return reply(r.error());
+            auto j = core::to_json(*r);
+            if (!j) return reply(j.error());
+            reply(std::move(*j));
+          });
+        });
 
-  d.add("exec.cancel", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "reason"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    std::string reason = "exec.cancel";
-    if (auto const* r = p.if_contains("reason"); r != nullptr && !r->is_null()) {
-      if (!r->is_string()) return reply(bad_param("reason must be a string"));
-      reason = std::string{r->get_string()}.substr(0, 1024);
-    }
-    auto r = m.cancel(*id, core::Trigger::user, std::move(reason));
-    if (!r) return reply(r.error());
-    json::value trigger = nullptr;
-    if (r->trigger) trigger = json::string{core::trigger_wire(*r->trigger)};
-    reply(json::value(json::object{{"accepted", r->accepted}, {"trigger", std::move(trigger)}}));
-  });
+  d.add("exec.cancel", Access::admin,
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "reason"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          std::string reason = "exec.cancel";
+          if (auto const* r = p.if_contains("reason"); r != nullptr && !r->is_null()) {
+            if (!r->is_string()) return reply(bad_param("reason must be a string"));
+            reason = std::string{r->get_string()}.substr(0, 1024);
+          }
+          auto r = m.cancel(*id, core::Trigger::user, std::move(reason));
+          if (!r) return reply(r.error());
+          json::value trigger = nullptr;
+          if (r->trigger) trigger = json::string{core::trigger_wire(*r->trigger)};
+          reply(json::value(
+              json::object{{"accepted", r->accepted}, {"trigger", std::move(trigger)}}));
+        });
 
-  d.add("exec.input", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto eof = optional_bool(p, "eof");
-    if (!eof) return reply(eof.error());
-    std::vector<std::uint8_t> data;
-    if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-      auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
-      if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
-      if (decoded->size() > kMaxInputChunk) {
-        return reply(bad_param("data_b64 carries more than " + std::to_string(kMaxInputChunk) + " bytes"));
-      }
-      data = std::move(*decoded);
-    }
-    auto r = m.input(*id, data, *eof);
-    if (!r) return reply(r.error());
-    reply(json::value(json::object{{"accepted_bytes", *r}}));
-  });
+  d.add("exec.input", Access::admin,
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k)
+            return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto eof = optional_bool(p, "eof");
+          if (!eof) return reply(eof.error());
+          std::vector<std::uint8_t> data;
+          if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
+            auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
+            if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
+            if (decoded->size() > kMaxInputChunk) {
+              return reply(bad_param("data_b64 carries more than " +
+                                     std::to_string(kMaxInputChunk) + " bytes"));
+            }
+            data = std::move(*decoded);
+          }
+          auto r = m.input(*id, data, *eof);
+          if (!r) return reply(r.error());
+          reply(json::value(json::object{{"accepted_bytes", *r}}));
+        });
 
-  d.add("exec.resize", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "rows", "cols"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto rows = optional_u64(p, "rows", 65535);
-    if (!rows) return reply(rows.error());
-    auto cols = optional_u64(p, "cols", 65535);
-    if (!cols) return reply(cols.error());
-    if (!*rows || !*cols || **rows == 0 || **cols == 0) {
-      return reply(bad_param("rows and cols are required, 1..65535"));
-    }
-    auto r = m.resize(*id, static_cast<std::uint16_t>(**rows), static_cast<std::uint16_t>(**cols));
-    if (!r) return reply(r.error());
-    reply(json::value(json::object{}));
-  });
+  d.add("exec.resize", Access::admin,
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "rows", "cols"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto rows = optional_u64(p, "rows", 65535);
+          if (!rows) return reply(rows.error());
+          auto cols = optional_u64(p, "cols", 65535);
+          if (!cols) return reply(cols.error());
+          if (!*rows || !*cols || **rows == 0 || **cols == 0) {
+            return reply(bad_param("rows and cols are required, 1..65535"));
+          }
+          auto r =
+              m.resize(*id, static_cast<std::uint16_t>(**rows), static_cast<std::uint16_t>(**cols));
+          if (!r) return reply(r.error());
+          reply(json::value(json::object{}));
+        });
 
-  d.add("exec.subscribe", Access::admin, [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "from_seq"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto from = optional_u64(p, "from_seq");
-    if (!from) return reply(from.error());
-    if (auto exists = m.get(*id); !exists) return reply(exists.error());
+  d.add("exec.subscribe", Access::admin,
+        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "from_seq"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto from = optional_u64(p, "from_seq");
+          if (!from) return reply(from.error());
+          if (auto exists = m.get(*id); !exists) return reply(exists.error());
 
-    auto state = std::make_shared<SubState>();
-    auto sub_id = s->add_subscription([&m, state] {
-      state->removed = true;
-      if (state->handle) m.unsubscribe(*state->handle);
-    });
-    if (!sub_id) return reply(sub_id.error());
-    std::weak_ptr<Session> weak = s;
-    std::string const sid = *sub_id;
-    // Slow-subscriber policy (docs/api.md): an event the connection cannot queue is dropped
-    // and counted; the next delivered event carries `dropped` (and the seq gap shows it).
-    auto sink = [weak, state, sid](supervisor::Event const& ev) -> bool {
-      auto session = weak.lock();
-      if (!session || session->closed() || state->removed) return false;
-      json::object params = ev.to_json();
-      params["subscription"] = sid;
-      if (state->dropped != 0) params["dropped"] = state->dropped;
-      if (session->notify("exec.event", std::move(params))) {
-        state->dropped = 0;
-      } else {
-        ++state->dropped;
-        ++state->dropped_total;
-      }
-      if (ev.kind == "terminal") {
-        // A subscription ends with its execution's terminal event (docs/api.md).
-        state->ended = true;
-        if (state->handle) (void)session->remove_subscription(sid);
-      }
-      return true;
-    };
-    auto handle = m.subscribe(*id, *from, std::move(sink));
-    if (!handle) {
-      (void)s->remove_subscription(sid);
-      return reply(handle.error());
-    }
-    state->handle = *handle;
-    // The terminal event was already among the replayed ones: nothing more will come.
-    if (state->ended && !state->removed) (void)s->remove_subscription(sid);
-    reply(json::value(json::object{{"subscription", sid}, {"replay_from", handle->replay_from}}));
-  });
+          auto state = std::make_shared<SubState>();
+          auto sub_id = s->add_subscription([&m, state] {
+            state->removed = true;
+            if (state->handle) m.unsubscribe(*state->handle);
+          });
+          if (!sub_id) return reply(sub_id.error());
+          std::weak_ptr<Session> weak = s;
+          std::string const sid = *sub_id;
+          // Slow-subscriber policy (docs/api.md): an event the connection cannot queue is dropped
+          // and counted; the next delivered event carries `dropped` (and the seq gap shows it).
+          auto sink = [weak, state, sid](supervisor::Event const& ev) -> bool {
+            auto session = weak.lock();
+            if (!session || session->closed() || state->removed) return false;
+            json::object params = ev.to_json();
+            params["subscription"] = sid;
+            if (state->dropped != 0) params["dropped"] = state->dropped;
+            if (session->notify("exec.event", std::move(params))) {
+              state->dropped = 0;
+            } else {
+              ++state->dropped;
+              ++state->dropped_total;
+            }
+            if (ev.kind == "terminal") {
+              // A subscription ends with its execution's terminal event (docs/api.md).
+              state->ended = true;
+              if (state->handle) (void)session->remove_subscription(sid);
+            }
+            return true;
+          };
+          auto handle = m.subscribe(*id, *from, std::move(sink));
+          if (!handle) {
+            (void)s->remove_subscription(sid);
+            return reply(handle.error());
+          }
+          state->handle = *handle;
+          // The terminal event was already among the replayed ones: nothing more will come.
+          if (state->ended && !state->removed) (void)s->remove_subscription(sid);
+          reply(json::value(
+              json::object{{"subscription", sid}, {"replay_from", handle->replay_from}}));
+        });
 
-  d.add("exec.unsubscribe", Access::admin, [](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"subscription"}); !k) return reply(k.error());
-    auto id = required_string(p, "subscription");
-    if (!id) return reply(id.error());
-    auto r = s->remove_subscription(*id);
-    if (!r) return reply(r.error());
-    reply(json::value(json::object{}));
-  });
+  d.add("exec.unsubscribe", Access::admin,
+        [](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"subscription"}); !k) return reply(k.error());
+          auto id = required_string(p, "subscription");
+          if (!id) return reply(id.error());
+          auto r = s->remove_subscription(*id);
+          if (!r) return reply(r.error());
+          reply(json::value(json::object{}));
+        });
 
-  d.add("exec.output", Access::admin, [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-    if (auto k = only_keys(p, {"execution_id", "stream", "offset", "max_bytes"}); !k) return reply(k.error());
-    auto id = required_string(p, "execution_id");
-    if (!id) return reply(id.error());
-    auto stream_name = required_string(p, "stream");
-    if (!stream_name) return reply(stream_name.error());
-    auto stream = core::stream_from_wire(*stream_name);
-    if (!stream) return reply(bad_param("stream must be stdout, stderr or pty"));
-    auto offset = optional_u64(p, "offset");
-    if (!offset) return reply(offset.error());
-    auto max = optional_u64(p, "max_bytes");
-    if (!max) return reply(max.error());
-    std::uint64_t const want = std::min(max->value_or(kDefaultOutputSlice), kMaxOutputSlice);
-    auto r = m.output(*id, *stream, offset->value_or(0), want);
-    if (!r) return reply(r.error());
-    reply(json::value(json::object{{"data_b64", base64_encode(r->data)},
-                                   {"eof", r->eof},
-                                   {"complete", r->complete}}));
-  });
+  d.add("exec.output", Access::admin,
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "stream", "offset", "max_bytes"}); !k)
+            return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto stream_name = required_string(p, "stream");
+          if (!stream_name) return reply(stream_name.error());
+          auto stream = core::stream_from_wire(*stream_name);
+          if (!stream) return reply(bad_param("stream must be stdout, stderr or pty"));
+          auto offset = optional_u64(p, "offset");
+          if (!offset) return reply(offset.error());
+          auto max = optional_u64(p, "max_bytes");
+          if (!max) return reply(max.error());
+          std::uint64_t const want = std::min(max->value_or(kDefaultOutputSlice), kMaxOutputSlice);
+          auto r = m.output(*id, *stream, offset->value_or(0), want);
+          if (!r) return reply(r.error());
+          reply(json::value(json::object{
+              {"data_b64", base64_encode(r->data)}, {"eof", r->eof}, {"complete", r->complete}}));
+        });
 }
 
 }  // namespace custos::rpc

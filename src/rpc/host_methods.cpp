@@ -32,8 +32,8 @@ void register_introspection(Dispatcher& d) {
 }
 
 std::vector<std::string> deferred_methods() {
-  return {"authority.grant", "authority.revoke", "authority.list", "lease.acquire",
-          "lease.release", "holder.quiescence"};
+  return {"authority.grant", "authority.revoke", "authority.list",
+          "lease.acquire",   "lease.release",    "holder.quiescence"};
 }
 
 }  // namespace custos::rpc

@@ -18,12 +18,17 @@ namespace {
 
 int wire_number(Errc code) noexcept {
   switch (code) {
-    case Errc::rpc_parse_error: return kParseError;
+    case Errc::rpc_parse_error:
+      return kParseError;
     case Errc::rpc_invalid_request:
-    case Errc::rpc_line_too_long: return kInvalidRequest;
-    case Errc::rpc_method_not_found: return kMethodNotFound;
-    case Errc::rpc_invalid_params: return kInvalidParams;
-    default: return application_code(code);
+    case Errc::rpc_line_too_long:
+      return kInvalidRequest;
+    case Errc::rpc_method_not_found:
+      return kMethodNotFound;
+    case Errc::rpc_invalid_params:
+      return kInvalidParams;
+    default:
+      return application_code(code);
   }
 }
 
@@ -36,19 +41,16 @@ json::object error_object(Error const& e) {
   if (!e.diagnostics.empty()) {
     json::array diags;
     for (auto const& d : e.diagnostics) {
-      diags.push_back(json::object{{"code", errc_wire(d.code)},
-                                   {"pointer", d.pointer},
-                                   {"message", d.message}});
+      diags.push_back(json::object{
+          {"code", errc_wire(d.code)}, {"pointer", d.pointer}, {"message", d.message}});
     }
     detail["diagnostics"] = std::move(diags);
   }
-  json::object data{{"code", e.wire()},
-                    {"recovery", recovery_wire(e.recovery())},
-                    {"detail", std::move(detail)}};
+  json::object data{
+      {"code", e.wire()}, {"recovery", recovery_wire(e.recovery())}, {"detail", std::move(detail)}};
   std::string message = e.context.empty() ? std::string{e.wire()} : e.message();
-  return json::object{{"code", wire_number(e.code)},
-                      {"message", std::move(message)},
-                      {"data", std::move(data)}};
+  return json::object{
+      {"code", wire_number(e.code)}, {"message", std::move(message)}, {"data", std::move(data)}};
 }
 
 json::object error_response(json::value const& id, Error const& e) {
@@ -108,11 +110,20 @@ Error error_from_object(json::object const& err) {
     }
   } else if (auto const* n = err.if_contains("code"); n != nullptr && n->is_int64()) {
     switch (n->get_int64()) {
-      case kParseError: e.code = Errc::rpc_parse_error; break;
-      case kInvalidRequest: e.code = Errc::rpc_invalid_request; break;
-      case kMethodNotFound: e.code = Errc::rpc_method_not_found; break;
-      case kInvalidParams: e.code = Errc::rpc_invalid_params; break;
-      default: break;
+      case kParseError:
+        e.code = Errc::rpc_parse_error;
+        break;
+      case kInvalidRequest:
+        e.code = Errc::rpc_invalid_request;
+        break;
+      case kMethodNotFound:
+        e.code = Errc::rpc_method_not_found;
+        break;
+      case kInvalidParams:
+        e.code = Errc::rpc_invalid_params;
+        break;
+      default:
+        break;
     }
   }
   if (e.context.empty()) e.context = std::move(message);

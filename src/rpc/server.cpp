@@ -5,20 +5,19 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/write.hpp>
 
+#include <array>
+#include <cerrno>
+#include <deque>
 #include <fcntl.h>
+#include <fstream>
+#include <map>
 #include <poll.h>
+#include <set>
+#include <sstream>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-#include <array>
-#include <cerrno>
-#include <deque>
-#include <fstream>
-#include <map>
-#include <set>
-#include <sstream>
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5; the kernel here has it, older headers may not name it
@@ -150,7 +149,8 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   Result<void> remove_subscription(std::string const& id) override {
     auto it = subscriptions_.find(id);
     if (it == subscriptions_.end()) {
-      return Error{Errc::rpc_subscription_not_found, "no subscription " + id + " on this connection"};
+      return Error{Errc::rpc_subscription_not_found,
+                   "no subscription " + id + " on this connection"};
     }
     auto fn = std::move(it->second);
     subscriptions_.erase(it);
@@ -187,24 +187,23 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     if (closed_ || reading_ || read_eof_ || closing_) return;
     if (paused()) return;
     reading_ = true;
-    socket_.async_read_some(
-        asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec,
-                                                          std::size_t n) {
-          self->reading_ = false;
-          if (self->closed_) return;
-          if (ec == asio::error::eof) {
-            // A half-closed client still gets the replies to what it sent.
-            self->read_eof_ = true;
-            self->process_lines();
-            return;
-          }
-          if (ec) {
-            self->close();
-            return;
-          }
-          self->inbuf_.append(self->chunk_.data(), n);
-          self->process_lines();
-        });
+    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](
+                                                      boost::system::error_code ec, std::size_t n) {
+      self->reading_ = false;
+      if (self->closed_) return;
+      if (ec == asio::error::eof) {
+        // A half-closed client still gets the replies to what it sent.
+        self->read_eof_ = true;
+        self->process_lines();
+        return;
+      }
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->inbuf_.append(self->chunk_.data(), n);
+      self->process_lines();
+    });
   }
 
   [[nodiscard]] bool paused() const {
@@ -243,8 +242,10 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
                                       });
     }
     if (!closed_ && !closing_) {
-      if (read_eof_) maybe_finish();
-      else read_more();
+      if (read_eof_)
+        maybe_finish();
+      else
+        read_more();
     }
   }
 
@@ -302,9 +303,9 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   void line_too_long() {
     ++server_->stats.lines_too_long;
     inbuf_.clear();
-    refuse(Error{Errc::rpc_line_too_long, "a line is longer than " +
-                                              std::to_string(server_->limits.max_line_bytes) +
-                                              " bytes"});
+    refuse(Error{
+        Errc::rpc_line_too_long,
+        "a line is longer than " + std::to_string(server_->limits.max_line_bytes) + " bytes"});
   }
 
   void maybe_finish() {
@@ -332,29 +333,29 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
 
 void Server::Impl::start_accept() {
   if (!accepting) return;
-  acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec,
-                                                    stream::socket socket) {
-    if (!self->accepting) return;
-    if (!ec) {
-      auto peer = read_peer(socket.native_handle());
-      auto conn = std::make_shared<Connection>(self, std::move(socket), std::move(peer));
-      self->connections.emplace(conn.get(), conn);
-      ++self->stats.accepted;
-      self->stats.open = self->connections.size();
-      if (self->connections.size() > self->limits.max_connections) {
-        ++self->stats.refused;
-        conn->refuse(Error{Errc::rpc_overloaded,
-                           "at most " + std::to_string(self->limits.max_connections) +
-                               " connections"});
-      } else {
-        conn->start();
-      }
-    } else if (ec == asio::error::operation_aborted) {
-      return;
-    }
-    // Transient accept failures (EMFILE, ECONNABORTED) must not stop the server.
-    self->start_accept();
-  });
+  acceptor.async_accept(
+      [self = shared_from_this()](boost::system::error_code ec, stream::socket socket) {
+        if (!self->accepting) return;
+        if (!ec) {
+          auto peer = read_peer(socket.native_handle());
+          auto conn = std::make_shared<Connection>(self, std::move(socket), std::move(peer));
+          self->connections.emplace(conn.get(), conn);
+          ++self->stats.accepted;
+          self->stats.open = self->connections.size();
+          if (self->connections.size() > self->limits.max_connections) {
+            ++self->stats.refused;
+            conn->refuse(
+                Error{Errc::rpc_overloaded,
+                      "at most " + std::to_string(self->limits.max_connections) + " connections"});
+          } else {
+            conn->start();
+          }
+        } else if (ec == asio::error::operation_aborted) {
+          return;
+        }
+        // Transient accept failures (EMFILE, ECONNABORTED) must not stop the server.
+        self->start_accept();
+      });
 }
 
 void Server::Impl::on_closed(Connection* c) {
@@ -418,7 +419,11 @@ void Server::close_all() {
   for (auto& [ptr, conn] : conns) conn->close();
 }
 
-ServerStats Server::stats() const { return impl_->stats; }
-ServerLimits const& Server::limits() const noexcept { return impl_->limits; }
+ServerStats Server::stats() const {
+  return impl_->stats;
+}
+ServerLimits const& Server::limits() const noexcept {
+  return impl_->limits;
+}
 
 }  // namespace custos::rpc

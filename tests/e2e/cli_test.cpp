@@ -45,7 +45,11 @@ TEST_F(Cli, ExitCodesPropagate) {
   EXPECT_NE(t.out.find("\"timed_out\""), std::string::npos) << t.out;
   // An executable that the kernel refuses to exec: spawn failure, 127.
   fs::path const bogus = daemon_.tmp() / "not-a-program";
-  { std::ofstream f(bogus); f << "\x7f" "ELF garbage"; }
+  {
+    std::ofstream f(bogus);
+    f << "\x7f"
+         "ELF garbage";
+  }
   ::chmod(bogus.c_str(), 0755);
   auto s = cli({"--json", "run", "--", bogus.native()});
   EXPECT_EQ(s.status, 127) << s.out << s.err;
@@ -91,10 +95,11 @@ TEST_F(Cli, StdinIsForwardedWithEof) {
 TEST_F(Cli, EnvCwdAndWorkspace) {
   fs::path const ws = daemon_.tmp() / "ws";
   fs::create_directories(ws / "sub");
-  auto r = run_cli({"--socket", daemon_.socket().native(), "run", "--workspace", ws.native(), "--cwd",
-                    (ws / "sub").native(), "--env", "FOO=bar", "--env", "CUSTOS_TEST_INHERIT", "--",
-                    "/bin/sh", "-c", "pwd; echo $FOO; echo $CUSTOS_TEST_INHERIT; echo ${NOT_PASSED:-unset}"},
-                   {}, {"CUSTOS_TEST_INHERIT=from-caller", "NOT_PASSED=x"});
+  auto r = run_cli(
+      {"--socket", daemon_.socket().native(), "run", "--workspace", ws.native(), "--cwd",
+       (ws / "sub").native(), "--env", "FOO=bar", "--env", "CUSTOS_TEST_INHERIT", "--", "/bin/sh",
+       "-c", "pwd; echo $FOO; echo $CUSTOS_TEST_INHERIT; echo ${NOT_PASSED:-unset}"},
+      {}, {"CUSTOS_TEST_INHERIT=from-caller", "NOT_PASSED=x"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, (ws / "sub").native() + "\nbar\nfrom-caller\nunset\n");
 }
@@ -129,7 +134,8 @@ TEST_F(Cli, PsShowWaitCancelLogs) {
   auto st = c.call(1, "exec.start", start_params({"/bin/sh", "-c", "echo before; sleep 30"}));
   ASSERT_TRUE(st && st->contains("result"));
   std::string const live{st->at("result").at("execution_id").as_string()};
-  ASSERT_TRUE(wait_record(c, live, [](json::object const& o) { return o.at("phase").as_string() == "running"; }));
+  ASSERT_TRUE(wait_record(
+      c, live, [](json::object const& o) { return o.at("phase").as_string() == "running"; }));
   std::thread canceller([&] {
     std::this_thread::sleep_for(500ms);
     auto x = cli({"cancel", live});
@@ -219,7 +225,8 @@ TEST_F(Cli, PtyThroughTmux) {
   {
     std::ofstream f(script);
     f << "#!/bin/sh\n"
-      << "'" << binary() << "' --socket '" << daemon_.socket().native() << "' run --pty -- /bin/sh\n"
+      << "'" << binary() << "' --socket '" << daemon_.socket().native()
+      << "' run --pty -- /bin/sh\n"
       << "echo $? > '" << rc_file.native() << "'\n"
       << "stty -a > '" << stty_file.native() << "'\n"
       << "sleep 30\n";

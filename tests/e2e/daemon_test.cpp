@@ -10,7 +10,8 @@ namespace {
 
 // Runs `fn` in a forked child that switched to uid/gid `uid`/`gid` (and only those groups);
 // returns fn's result as the child's exit code.
-int as_user(uid_t uid, gid_t gid, std::vector<gid_t> const& groups, std::function<int()> const& fn) {
+int as_user(uid_t uid, gid_t gid, std::vector<gid_t> const& groups,
+            std::function<int()> const& fn) {
   pid_t pid = ::fork();
   if (pid == 0) {
     if (::setgroups(groups.size(), groups.data()) != 0) ::_exit(90);
@@ -90,10 +91,10 @@ TEST(DaemonSocket, LiveSocketIsNeverTakenOver) {
   ASSERT_TRUE(first.ready()) << first.log();
   // Same socket, different state dir: the socket lock refuses the second daemon.
   TempDir other;
-  auto r = run_cli({"daemon", "--state-dir", (other.path() / "s").native(), "--socket",
-                    first.socket().native(), "--boundary", "marker", "--log-target", "console",
-                    "--no-socket-activation"},
-                   {}, {}, 20s);
+  auto r = run_cli(
+      {"daemon", "--state-dir", (other.path() / "s").native(), "--socket", first.socket().native(),
+       "--boundary", "marker", "--log-target", "console", "--no-socket-activation"},
+      {}, {}, 20s);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("rpc.unavailable"), std::string::npos) << r.err;
   // Same state dir: the state lock refuses.
@@ -124,9 +125,9 @@ TEST(DaemonSocket, StaleSocketIsReplacedAndForeignFileKept) {
     ::close(fd);
   }
   ASSERT_TRUE(fs::is_socket(sock));
-  pid_t pid = Daemon::spawn({binary(), "daemon", "--state-dir", state.native(), "--boundary",
-                             "marker", "--log-file", (dir.path() / "log").native(),
-                             "--no-socket-activation"});
+  pid_t pid =
+      Daemon::spawn({binary(), "daemon", "--state-dir", state.native(), "--boundary", "marker",
+                     "--log-file", (dir.path() / "log").native(), "--no-socket-activation"});
   int pidfd = pidfd_open(pid);
   bool served = false;
   for (int i = 0; i < 200 && !served; ++i) {
@@ -146,9 +147,13 @@ TEST(DaemonSocket, StaleSocketIsReplacedAndForeignFileKept) {
   EXPECT_FALSE(fs::exists(sock)) << "a clean stop removes its socket";
 
   // A regular file where the socket should be is not ours to delete.
-  { std::ofstream f(sock); f << "precious"; }
-  auto r = run_cli({"daemon", "--state-dir", state.native(), "--boundary", "marker",
-                    "--log-target", "console", "--no-socket-activation"}, {}, {}, 20s);
+  {
+    std::ofstream f(sock);
+    f << "precious";
+  }
+  auto r = run_cli({"daemon", "--state-dir", state.native(), "--boundary", "marker", "--log-target",
+                    "console", "--no-socket-activation"},
+                   {}, {}, 20s);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("not a socket"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::is_regular_file(sock));
@@ -157,7 +162,7 @@ TEST(DaemonSocket, StaleSocketIsReplacedAndForeignFileKept) {
 TEST(DaemonSocket, SocketModeIs0660ByDefault) {
   Daemon d;
   ASSERT_TRUE(d.ready()) << d.log();
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(d.socket().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660U);
 }

@@ -27,7 +27,8 @@ std::string start(LineClient& c, std::int64_t id, json::object params) {
 
 TEST_F(Executions, StartWaitGetAndOutput) {
   auto c = daemon_.client();
-  auto r = c.call(1, "exec.start", start_params({"/bin/sh", "-c", "printf out; printf err >&2; exit 4"}));
+  auto r = c.call(1, "exec.start",
+                  start_params({"/bin/sh", "-c", "printf out; printf err >&2; exit 4"}));
   ASSERT_TRUE(r);
   ASSERT_TRUE(r->contains("result")) << json::serialize(*r);
   auto const& started = r->at("result").as_object();
@@ -42,7 +43,8 @@ TEST_F(Executions, StartWaitGetAndOutput) {
   EXPECT_EQ(t.at("classification").as_string(), "exited");
   EXPECT_EQ(t.at("exit").at("code").as_int64(), 4);
   EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
-  auto o = c.call(3, "exec.output", {{"execution_id", id}, {"stream", "stdout"}, {"offset", 0}, {"max_bytes", 100}});
+  auto o = c.call(3, "exec.output",
+                  {{"execution_id", id}, {"stream", "stdout"}, {"offset", 0}, {"max_bytes", 100}});
   ASSERT_TRUE(o && o->contains("result")) << (o ? json::serialize(*o) : "");
   EXPECT_EQ(o->at("result").at("data_b64").as_string(), "b3V0");  // "out"
   EXPECT_TRUE(o->at("result").at("eof").as_bool());
@@ -149,15 +151,17 @@ TEST_F(Executions, SixtyFourClientsEachRunningExecutions) {
       auto c = daemon_.client();
       int ok = 0;
       for (int i = 0; i < 3; ++i) {
-        auto r = c.call(t * 10 + i, "exec.start",
-                        start_params({"/bin/sh", "-c", "exit " + std::to_string((t + i) % 7)}), 60000ms);
+        auto r =
+            c.call(t * 10 + i, "exec.start",
+                   start_params({"/bin/sh", "-c", "exit " + std::to_string((t + i) % 7)}), 60000ms);
         if (!r || !r->contains("result")) {
           std::lock_guard lk(mu);
           failures.push_back(r ? json::serialize(*r) : "no reply to start");
           continue;
         }
         std::string const id{r->at("result").at("execution_id").as_string()};
-        auto w = c.call(1000 + t * 10 + i, "exec.wait", {{"execution_id", id}, {"timeout_ms", 60000}}, 70000ms);
+        auto w = c.call(1000 + t * 10 + i, "exec.wait",
+                        {{"execution_id", id}, {"timeout_ms", 60000}}, 70000ms);
         if (w && w->contains("result") &&
             w->at("result").at("classification").as_string() == "exited" &&
             w->at("result").at("exit").at("code").as_int64() == (t + i) % 7) {
@@ -178,13 +182,16 @@ TEST_F(Executions, NeverReadingSubscriberKeepsDaemonBounded) {
   auto c = daemon_.client();
   // ~96 MiB of output; the plan's output limit truncates the spool at its default, the flood on
   // the pipe still happens in full.
-  std::string const id = start(c, 1, start_params({"/bin/sh", "-c", "head -c 100000000 /dev/zero"}));
+  std::string const id =
+      start(c, 1, start_params({"/bin/sh", "-c", "head -c 100000000 /dev/zero"}));
   ASSERT_FALSE(id.empty());
   std::uint64_t const rss_before = rss_kib(daemon_.pid());
   auto slow = daemon_.client();
-  ASSERT_TRUE(slow.send_line(json::serialize(json::object{
-      {"jsonrpc", "2.0"}, {"id", 1}, {"method", "exec.subscribe"},
-      {"params", json::object{{"execution_id", id}, {"from_seq", 1}}}})));
+  ASSERT_TRUE(slow.send_line(json::serialize(
+      json::object{{"jsonrpc", "2.0"},
+                   {"id", 1},
+                   {"method", "exec.subscribe"},
+                   {"params", json::object{{"execution_id", id}, {"from_seq", 1}}}})));
   // Others are served while the flood runs and the subscriber reads nothing.
   std::uint64_t rss_peak = rss_before;
   auto other = daemon_.client();
@@ -201,8 +208,8 @@ TEST_F(Executions, NeverReadingSubscriberKeepsDaemonBounded) {
   ASSERT_TRUE(terminal);
   rss_peak = std::max(rss_peak, rss_kib(daemon_.pid()));
   // The event budget is 1 MiB per connection; allow generous slack for the allocator and ASan.
-  EXPECT_LT(rss_peak - rss_before, 64U * 1024U) << "RSS grew from " << rss_before << " KiB to "
-                                                 << rss_peak << " KiB";
+  EXPECT_LT(rss_peak - rss_before, 64U * 1024U)
+      << "RSS grew from " << rss_before << " KiB to " << rss_peak << " KiB";
   // Now read what the slow subscriber got: drops are visible as `dropped` and as seq gaps.
   std::uint64_t last_seq = 0, gaps = 0, dropped = 0, events = 0;
   bool saw_terminal_or_gap_end = false;
@@ -238,12 +245,16 @@ TEST(Shutdown, CancelPolicyCancelsAndRecordsBeforeExit) {
   auto const pid = static_cast<pid_t>(r->at("result").at("pid").as_int64());
   int const pidfd = pidfd_open(pid);
   ASSERT_GE(pidfd, 0);
-  auto running = wait_record(c, id, [](json::object const& o) { return o.at("phase").as_string() == "running"; });
+  auto running = wait_record(
+      c, id, [](json::object const& o) { return o.at("phase").as_string() == "running"; });
   ASSERT_TRUE(running);
   // A waiter on another connection gets the terminal result during shutdown.
   auto waiter = d.client();
-  ASSERT_TRUE(waiter.send_line(json::serialize(json::object{
-      {"jsonrpc", "2.0"}, {"id", 7}, {"method", "exec.wait"}, {"params", json::object{{"execution_id", id}}}})));
+  ASSERT_TRUE(waiter.send_line(
+      json::serialize(json::object{{"jsonrpc", "2.0"},
+                                   {"id", 7},
+                                   {"method", "exec.wait"},
+                                   {"params", json::object{{"execution_id", id}}}})));
   std::this_thread::sleep_for(100ms);
   ASSERT_TRUE(d.signal(SIGTERM));
   auto st = d.wait_exit(30s);
@@ -270,7 +281,8 @@ TEST(Shutdown, DetachPolicyLeavesExecutionsRunning) {
   auto const pid = static_cast<pid_t>(r->at("result").at("pid").as_int64());
   int const pidfd = pidfd_open(pid);
   ASSERT_GE(pidfd, 0);
-  ASSERT_TRUE(wait_record(c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
+  ASSERT_TRUE(wait_record(
+      c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
   ASSERT_TRUE(d.signal(SIGTERM));
   auto st = d.wait_exit(30s);
   ASSERT_TRUE(st) << d.log();
@@ -300,7 +312,8 @@ TEST(Shutdown, DetachThenRestartRecoversByIdentity) {
     id = std::string{r->at("result").at("execution_id").as_string()};
     pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
     ASSERT_GE(pidfd, 0);
-    ASSERT_TRUE(wait_record(c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
+    ASSERT_TRUE(wait_record(
+        c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
   }
   ASSERT_TRUE(d.signal(SIGTERM));
   ASSERT_TRUE(d.wait_exit(30s));

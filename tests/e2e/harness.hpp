@@ -6,26 +6,25 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <poll.h>
 #include <signal.h>
+#include <sstream>
+#include <string>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
-#include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace custos::e2e {
@@ -46,8 +45,10 @@ class BinaryCopy {
       if (!ec) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (ec) path_ = CUSTOS_BINARY;
-    else ::chmod(path_.c_str(), 0755);
+    if (ec)
+      path_ = CUSTOS_BINARY;
+    else
+      ::chmod(path_.c_str(), 0755);
   }
   BinaryCopy(BinaryCopy const&) = delete;
   BinaryCopy& operator=(BinaryCopy const&) = delete;
@@ -86,7 +87,9 @@ class TempDir {
   fs::path path_;
 };
 
-inline int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+inline int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 inline std::string unique_suffix() {
   static std::atomic<int> n{0};
@@ -161,7 +164,8 @@ class LineClient {
     return v;
   }
   // Reads messages until the response with `id` arrives; notifications are kept in `events`.
-  std::optional<json::object> response(std::int64_t id, std::chrono::milliseconds timeout = 10000ms) {
+  std::optional<json::object> response(std::int64_t id,
+                                       std::chrono::milliseconds timeout = 10000ms) {
     auto const deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       auto v = read_json(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -178,7 +182,8 @@ class LineClient {
   std::optional<json::object> call(std::int64_t id, std::string_view method,
                                    json::object params = {},
                                    std::chrono::milliseconds timeout = 10000ms) {
-    json::object req{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
+    json::object req{
+        {"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
     if (!send_line(json::serialize(req))) return std::nullopt;
     return response(id, timeout);
   }
@@ -233,7 +238,7 @@ inline std::uint64_t rss_kib(pid_t pid) {
 
 struct DaemonOptions {
   std::vector<std::string> extra_args;
-  bool use_cgroup = true;  // a private subtree under the v2 mount, removed at the end
+  bool use_cgroup = true;        // a private subtree under the v2 mount, removed at the end
   std::vector<std::string> env;  // NAME=VALUE added to the daemon's environment
 };
 
@@ -259,8 +264,12 @@ class Daemon {
   }
 
   void start() {
-    std::vector<std::string> args{binary(), "daemon", "--state-dir", state_.native(),
-                                  "--log-file", (dir_.path() / "daemon.log").native(),
+    std::vector<std::string> args{binary(),
+                                  "daemon",
+                                  "--state-dir",
+                                  state_.native(),
+                                  "--log-file",
+                                  (dir_.path() / "daemon.log").native(),
                                   "--no-socket-activation"};
     if (!cgroup_.empty()) {
       args.push_back("--cgroup-subtree");
@@ -272,7 +281,8 @@ class Daemon {
     ready_ = wait_ready(20s);
   }
 
-  static pid_t spawn(std::vector<std::string> const& args, std::vector<std::string> const& env = {}) {
+  static pid_t spawn(std::vector<std::string> const& args,
+                     std::vector<std::string> const& env = {}) {
     pid_t pid = ::fork();
     if (pid == 0) {
       for (auto const& e : env) ::putenv(const_cast<char*>(e.c_str()));
@@ -332,11 +342,19 @@ class Daemon {
     std::error_code ec;
     for (auto const& entry : fs::directory_iterator(cgroup_, ec)) {
       if (!entry.is_directory()) continue;
-      { std::ofstream k(entry.path() / "cgroup.kill"); k << "1"; }
-      for (int i = 0; i < 100 && ::rmdir(entry.path().c_str()) != 0; ++i) std::this_thread::sleep_for(10ms);
+      {
+        std::ofstream k(entry.path() / "cgroup.kill");
+        k << "1";
+      }
+      for (int i = 0; i < 100 && ::rmdir(entry.path().c_str()) != 0; ++i)
+        std::this_thread::sleep_for(10ms);
     }
-    { std::ofstream k(fs::path{cgroup_} / "cgroup.kill"); k << "1"; }
-    for (int i = 0; i < 100 && ::rmdir(cgroup_.c_str()) != 0; ++i) std::this_thread::sleep_for(10ms);
+    {
+      std::ofstream k(fs::path{cgroup_} / "cgroup.kill");
+      k << "1";
+    }
+    for (int i = 0; i < 100 && ::rmdir(cgroup_.c_str()) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
   }
 
   std::string log() const {
@@ -411,7 +429,8 @@ inline CliResult run_cli(std::vector<std::string> const& args, std::string const
   auto const deadline = std::chrono::steady_clock::now() + timeout;
   bool out_open = true, err_open = true;
   while (out_open || err_open) {
-    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0}, {err_open ? err_pipe[0] : -1, POLLIN, 0}};
+    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
+                     {err_open ? err_pipe[0] : -1, POLLIN, 0}};
     if (std::chrono::steady_clock::now() > deadline) {
       ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
       break;
@@ -449,18 +468,22 @@ inline json::object start_params(std::vector<std::string> const& argv, json::obj
   std::string const uniq = unique_suffix() + "-" + std::to_string(n++);
   json::array a;
   for (auto const& s : argv) a.emplace_back(s);
-  json::object plan{{"command", json::object{{"executable", argv.front()}, {"argv", std::move(a)}}},
-                    {"workspace", json::object{{"root", "/tmp"}, {"access", "read_only"}}},
-                    {"cwd", "."},
-                    {"env", json::array{json::object{{"name", "PATH"}, {"value", "/usr/bin:/bin"}}}},
-                    {"io", std::move(io)}};
+  json::object plan{
+      {"command", json::object{{"executable", argv.front()}, {"argv", std::move(a)}}},
+      {"workspace", json::object{{"root", "/tmp"}, {"access", "read_only"}}},
+      {"cwd", "."},
+      {"env", json::array{json::object{{"name", "PATH"}, {"value", "/usr/bin:/bin"}}}},
+      {"io", std::move(io)}};
   if (!limits.empty()) plan["limits"] = std::move(limits);
-  json::object identity{{"project_id", "p1"}, {"session_id", "s1"}, {"run_id", "r1"},
-                        {"attempt_id", "a1"}, {"turn_id", "t1"}, {"action_id", "act-" + uniq},
-                        {"process_id", "proc-1"}, {"workspace_id", "w1"}, {"resource_id", "res1"},
-                        {"environment_id", "env1"}, {"generation", 1}, {"revision", 1}};
-  return json::object{{"identity", std::move(identity)}, {"plan", std::move(plan)},
-                      {"authority", json::object{{"epoch", 0}, {"grant_id", nullptr}, {"lease_id", nullptr}}}};
+  json::object identity{
+      {"project_id", "p1"},       {"session_id", "s1"},   {"run_id", "r1"},
+      {"attempt_id", "a1"},       {"turn_id", "t1"},      {"action_id", "act-" + uniq},
+      {"process_id", "proc-1"},   {"workspace_id", "w1"}, {"resource_id", "res1"},
+      {"environment_id", "env1"}, {"generation", 1},      {"revision", 1}};
+  return json::object{
+      {"identity", std::move(identity)},
+      {"plan", std::move(plan)},
+      {"authority", json::object{{"epoch", 0}, {"grant_id", nullptr}, {"lease_id", nullptr}}}};
 }
 
 // Polls exec.get until `pred(record)` holds; returns the last record.

@@ -67,8 +67,10 @@ TEST_F(JsonRpc, InvalidRequests) {
     ASSERT_TRUE(v) << tc.line;
     EXPECT_EQ(error_number_of(v->as_object()), -32600) << tc.line;
     EXPECT_EQ(error_code_of(v->as_object()), "rpc.invalid_request") << tc.line;
-    if (tc.id_echoed) EXPECT_EQ(v->at("id").as_int64(), 3) << tc.line;
-    else EXPECT_TRUE(v->at("id").is_null()) << tc.line;
+    if (tc.id_echoed)
+      EXPECT_EQ(v->at("id").as_int64(), 3) << tc.line;
+    else
+      EXPECT_TRUE(v->at("id").is_null()) << tc.line;
   }
 }
 
@@ -109,12 +111,11 @@ TEST_F(JsonRpc, EmptyBatchIsOneInvalidRequest) {
 
 TEST_F(JsonRpc, MixedBatch) {
   auto c = daemon_.client();
-  ASSERT_TRUE(c.send_line(
-      R"([{"jsonrpc":"2.0","method":"host.info","id":"a"},)"
-      R"({"jsonrpc":"2.0","method":"host.info"},)"
-      R"({"jsonrpc":"2.0","method":"nope","id":"b"},)"
-      R"(1,)"
-      R"({"jsonrpc":"2.0","method":"nope"}])"));
+  ASSERT_TRUE(c.send_line(R"([{"jsonrpc":"2.0","method":"host.info","id":"a"},)"
+                          R"({"jsonrpc":"2.0","method":"host.info"},)"
+                          R"({"jsonrpc":"2.0","method":"nope","id":"b"},)"
+                          R"(1,)"
+                          R"({"jsonrpc":"2.0","method":"nope"}])"));
   auto v = c.read_json();
   ASSERT_TRUE(v);
   ASSERT_TRUE(v->is_array());
@@ -142,7 +143,8 @@ TEST_F(JsonRpc, NotificationsGetNoReply) {
   auto c = daemon_.client();
   ASSERT_TRUE(c.send_line(R"({"jsonrpc":"2.0","method":"host.info"})"));
   ASSERT_TRUE(c.send_line(R"({"jsonrpc":"2.0","method":"no.such"})"));
-  ASSERT_TRUE(c.send_line(R"([{"jsonrpc":"2.0","method":"host.info"},{"jsonrpc":"2.0","method":"x"}])"));
+  ASSERT_TRUE(
+      c.send_line(R"([{"jsonrpc":"2.0","method":"host.info"},{"jsonrpc":"2.0","method":"x"}])"));
   // The next thing on the wire is the answer to this call, nothing before it.
   ASSERT_TRUE(c.send_line(R"({"jsonrpc":"2.0","method":"host.info","id":99})"));
   auto v = c.read_json();

@@ -39,10 +39,10 @@ TEST(Systemd, NotifiesReadyStatusAndStopping) {
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, notify.c_str(), sizeof addr.sun_path - 1);
   ASSERT_EQ(::bind(nfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  pid_t pid = Daemon::spawn({binary(), "daemon", "--state-dir", (dir.path() / "st").native(),
-                             "--boundary", "marker", "--log-file", (dir.path() / "log").native(),
-                             "--no-socket-activation"},
-                            {"NOTIFY_SOCKET=" + notify.native()});
+  pid_t pid = Daemon::spawn(
+      {binary(), "daemon", "--state-dir", (dir.path() / "st").native(), "--boundary", "marker",
+       "--log-file", (dir.path() / "log").native(), "--no-socket-activation"},
+      {"NOTIFY_SOCKET=" + notify.native()});
   int pidfd = pidfd_open(pid);
   auto msgs = read_notifications(nfd, 20s, "READY=1");
   EXPECT_TRUE(contains(msgs, "READY=1"));
@@ -84,8 +84,8 @@ TEST(Systemd, ServesAnActivatedSocket) {
     ::putenv(const_cast<char*>("LISTEN_FDS=1"));
     int devnull = ::open("/dev/null", O_RDWR);
     ::dup2(devnull, 0);
-    ::execl(bin.c_str(), bin.c_str(), "daemon", "--state-dir", state.c_str(), "--boundary", "marker",
-            "--log-file", log.c_str(), static_cast<char*>(nullptr));
+    ::execl(bin.c_str(), bin.c_str(), "daemon", "--state-dir", state.c_str(), "--boundary",
+            "marker", "--log-file", log.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(lfd);
@@ -148,7 +148,8 @@ TEST(Limits, SubscriptionsPerConnection) {
   ASSERT_TRUE(y && y->contains("result"));
   // Another connection cannot remove this connection's subscription.
   auto other = d.client();
-  auto z = other.call(1, "exec.unsubscribe", {{"subscription", b->at("result").at("subscription")}});
+  auto z =
+      other.call(1, "exec.unsubscribe", {{"subscription", b->at("result").at("subscription")}});
   ASSERT_TRUE(z);
   EXPECT_EQ(error_code_of(*z), "rpc.subscription_not_found");
   (void)c.call(7, "exec.cancel", {{"execution_id", id}});

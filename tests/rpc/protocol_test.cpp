@@ -1,13 +1,13 @@
 // rpc building blocks without a socket: base64, the error object shape, the admin rule, and the
 // dispatcher's JSON-RPC rules with an in-process session.
+#include "custos/rpc/protocol.hpp"
+
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include <boost/json.hpp>
-
 #include "custos/rpc/base64.hpp"
 #include "custos/rpc/dispatcher.hpp"
-#include "custos/rpc/protocol.hpp"
 
 namespace custos::rpc {
 namespace {
@@ -95,7 +95,9 @@ class MemorySession final : public Session {
   PeerCredentials const& peer() const noexcept override { return peer_; }
   bool closed() const noexcept override { return false; }
   bool notify(std::string_view, json::object) override { return true; }
-  Result<std::string> add_subscription(std::function<void()>) override { return std::string{"sub-1"}; }
+  Result<std::string> add_subscription(std::function<void()>) override {
+    return std::string{"sub-1"};
+  }
   Result<void> remove_subscription(std::string const&) override { return ok(); }
 
  private:
@@ -105,15 +107,17 @@ class MemorySession final : public Session {
 class DispatcherRules : public ::testing::Test {
  protected:
   DispatcherRules() : d_(AuthPolicy{1000, std::nullopt}) {
-    d_.add("open.echo", Access::any, [](std::shared_ptr<Session> const&, json::object const& p, Reply r) {
-      r(json::value(p));
-    });
-    d_.add("admin.later", Access::admin, [this](std::shared_ptr<Session> const&, json::object const&, Reply r) {
-      later_.push_back(std::move(r));
-    });
-    d_.add("open.throws", Access::any, [](std::shared_ptr<Session> const&, json::object const&, Reply) {
-      throw std::runtime_error("boom");
-    });
+    d_.add(
+        "open.echo", Access::any,
+        [](std::shared_ptr<Session> const&, json::object const& p, Reply r) { r(json::value(p)); });
+    d_.add("admin.later", Access::admin,
+           [this](std::shared_ptr<Session> const&, json::object const&, Reply r) {
+             later_.push_back(std::move(r));
+           });
+    d_.add("open.throws", Access::any,
+           [](std::shared_ptr<Session> const&, json::object const&, Reply) {
+             throw std::runtime_error("boom");
+           });
   }
   std::vector<std::string> run(std::shared_ptr<Session> const& s, std::string const& line) {
     std::vector<std::string> out;
@@ -122,8 +126,10 @@ class DispatcherRules : public ::testing::Test {
   }
   Dispatcher d_;
   std::vector<Reply> later_;
-  std::shared_ptr<Session> admin_ = std::make_shared<MemorySession>(PeerCredentials{1000, 1000, 1, {}, false});
-  std::shared_ptr<Session> other_ = std::make_shared<MemorySession>(PeerCredentials{2000, 2000, 2, {}, false});
+  std::shared_ptr<Session> admin_ =
+      std::make_shared<MemorySession>(PeerCredentials{1000, 1000, 1, {}, false});
+  std::shared_ptr<Session> other_ =
+      std::make_shared<MemorySession>(PeerCredentials{2000, 2000, 2, {}, false});
 };
 
 TEST_F(DispatcherRules, EmitIsCalledExactlyOnceEvenForNotifications) {
@@ -135,8 +141,10 @@ TEST_F(DispatcherRules, EmitIsCalledExactlyOnceEvenForNotifications) {
 
 TEST_F(DispatcherRules, BatchWaitsForItsSlowestCall) {
   std::vector<std::string> out;
-  d_.handle_line(admin_, R"([{"jsonrpc":"2.0","method":"admin.later","id":1},{"jsonrpc":"2.0","method":"open.echo","id":2}])",
-                 [&](std::string r) { out.push_back(std::move(r)); });
+  d_.handle_line(
+      admin_,
+      R"([{"jsonrpc":"2.0","method":"admin.later","id":1},{"jsonrpc":"2.0","method":"open.echo","id":2}])",
+      [&](std::string r) { out.push_back(std::move(r)); });
   EXPECT_TRUE(out.empty());
   ASSERT_EQ(later_.size(), 1U);
   later_[0](json::value("done"));

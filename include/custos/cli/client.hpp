@@ -27,7 +27,8 @@ class RpcClient {
 
   // Sends a request and waits for its response; notifications that arrive meanwhile are kept in
   // notifications(). An error response becomes the Error it carries (data.code → Errc).
-  [[nodiscard]] Result<boost::json::value> call(std::string_view method, boost::json::object params);
+  [[nodiscard]] Result<boost::json::value> call(std::string_view method,
+                                                boost::json::object params);
   // Sends a request without waiting; its response is later returned by next() as an object with
   // "id". Returns the id used.
   [[nodiscard]] Result<std::uint64_t> send(std::string_view method, boost::json::object params);

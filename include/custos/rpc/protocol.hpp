@@ -36,8 +36,7 @@ inline constexpr int kInternalError = -32603;
 [[nodiscard]] boost::json::object error_response(boost::json::value const& id, Error const& e);
 [[nodiscard]] boost::json::object result_response(boost::json::value const& id,
                                                   boost::json::value result);
-[[nodiscard]] boost::json::object notification(std::string_view method,
-                                               boost::json::object params);
+[[nodiscard]] boost::json::object notification(std::string_view method, boost::json::object params);
 
 // Rebuilds a custos::Error from a received error object (client side). Unknown wire codes map
 // to Errc::internal with the original string kept in context.

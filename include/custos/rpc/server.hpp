@@ -20,17 +20,17 @@
 namespace custos::rpc {
 
 struct ServerLimits {
-  std::size_t max_line_bytes = std::size_t{1} << 20;     // longer → -32600 and close
-  std::size_t max_connections = 256;                     // beyond → rpc.overloaded and close
-  std::size_t max_inflight_per_connection = 256;         // beyond → stop reading that client
+  std::size_t max_line_bytes = std::size_t{1} << 20;         // longer → -32600 and close
+  std::size_t max_connections = 256;                         // beyond → rpc.overloaded and close
+  std::size_t max_inflight_per_connection = 256;             // beyond → stop reading that client
   std::size_t max_write_queue_bytes = std::size_t{8} << 20;  // responses: stop reading above
-  std::size_t event_queue_bytes = std::size_t{1} << 20;  // events: dropped above
+  std::size_t event_queue_bytes = std::size_t{1} << 20;      // events: dropped above
   std::size_t max_subscriptions_per_connection = 64;
 };
 
 struct ServerStats {
   std::uint64_t accepted = 0;
-  std::uint64_t refused = 0;        // over max_connections
+  std::uint64_t refused = 0;  // over max_connections
   std::uint64_t open = 0;
   std::uint64_t events_sent = 0;
   std::uint64_t events_dropped = 0;

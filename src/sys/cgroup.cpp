@@ -110,7 +110,7 @@ Result<CgroupMount> find_cgroup2_mount(std::string const& mountinfo_path) {
   // mountinfo can be long on busy hosts; 4 MiB bounds it while covering thousands of mounts.
   auto text =
       read_file_at(*dir, mountinfo_path.front() == '/' ? mountinfo_path.substr(1) : mountinfo_path,
-                   4 * 1024 * 1024);
+                   std::size_t{4} * 1024 * 1024);
   if (!text)
     return Error(Errc::cgroup_unavailable, "read " + mountinfo_path, text.error().sys_errno);
   return parse_cgroup2_mount(*text);
@@ -150,16 +150,16 @@ Result<CgroupDir> CgroupDir::open(std::string path) {
   return CgroupDir(UniqueFd(fd), std::move(path));
 }
 
-Result<CgroupDir> CgroupDir::create(CgroupDir const& parent, std::string name) {
+Result<CgroupDir> CgroupDir::create(CgroupDir const& parent, std::string const& name) {
   if (!valid_component(name))
     return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
   if (::mkdirat(parent.fd().get(), name.c_str(), 0755) != 0) {
     return Error(Errc::cgroup_failed, "mkdir " + parent.path() + "/" + name, errno);
   }
-  return open_child(parent, std::move(name));
+  return open_child(parent, name);
 }
 
-Result<CgroupDir> CgroupDir::open_child(CgroupDir const& parent, std::string name) {
+Result<CgroupDir> CgroupDir::open_child(CgroupDir const& parent, std::string const& name) {
   if (!valid_component(name))
     return Error(Errc::cgroup_failed, "invalid cgroup name '" + name + "'", EINVAL);
   int const fd =
@@ -226,7 +226,7 @@ Result<void> CgroupDir::wait_empty(std::chrono::milliseconds timeout) const {
 
 Result<std::vector<std::int32_t>> CgroupDir::procs() const {
   // pid_max is at most 2^22, so 8 bytes per pid bounds the file.
-  auto text = read_file_at(fd_, "cgroup.procs", 8u * (1u << 22));
+  auto text = read_file_at(fd_, "cgroup.procs", std::size_t{8} << 22);
   if (!text) return as_cgroup_error(std::move(text).error(), path_);
   std::vector<std::int32_t> out;
   for (std::string_view const w : split_ws(*text)) {
@@ -349,14 +349,14 @@ Result<CgroupStats> CgroupDir::stats() const {
   return s;
 }
 
-Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name,
+Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string const& name,
                                  std::set<std::string> const& wanted) {
   auto made = CgroupDir::create(parent, name);
   CgroupDir dir;
   if (made) {
     dir = std::move(*made);
   } else if (made.error().sys_errno == EEXIST) {
-    dir = CUSTOS_TRY(CgroupDir::open_child(parent, std::move(name)));
+    dir = CUSTOS_TRY(CgroupDir::open_child(parent, name));
   } else {
     return std::move(made).error();
   }

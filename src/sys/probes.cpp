@@ -96,7 +96,7 @@ int try_unshare(int flag) {
   return 2 + (err < 250 ? err : 250);
 }
 
-void add(HostCapabilities& caps, std::string name, bool available, std::string detail) {
+void add(HostCapabilities& caps, std::string const& name, bool available, std::string detail) {
   caps.checks.push_back(
       CapabilityCheck{name, available, std::move(detail), std::string(missing_meaning(name))});
 }

@@ -407,7 +407,7 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
   bool const can_signal = proc_root_is_ours(options.proc_root);
   MarkerSweepResult out;
   if (auto root = open_dir_path("/")) {
-    if (auto mi = read_file_at(*root, "proc/self/mountinfo", 4 * 1024 * 1024)) {
+    if (auto mi = read_file_at(*root, "proc/self/mountinfo", std::size_t{4} * 1024 * 1024)) {
       out.proc_hides_processes = proc_hides_processes(*mi, options.proc_root);
     }
   }

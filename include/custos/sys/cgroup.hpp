@@ -68,9 +68,10 @@ class CgroupDir {
   // mkdir `name` beneath `parent` (mkdirat on the parent fd, mode 0755) and opens it.
   // `name` must be a single path component. Errors: cgroup.failed (EEXIST, EACCES, ENOSPC when
   // cgroup.max.descendants is hit, EINVAL for a bad name).
-  [[nodiscard]] static Result<CgroupDir> create(CgroupDir const& parent, std::string name);
+  [[nodiscard]] static Result<CgroupDir> create(CgroupDir const& parent, std::string const& name);
   // Opens the existing child `name` of `parent`. Errors: cgroup.failed (ENOENT, ...).
-  [[nodiscard]] static Result<CgroupDir> open_child(CgroupDir const& parent, std::string name);
+  [[nodiscard]] static Result<CgroupDir> open_child(CgroupDir const& parent,
+                                                    std::string const& name);
 
   [[nodiscard]] UniqueFd const& fd() const noexcept { return fd_; }
   [[nodiscard]] std::string const& path() const noexcept { return path_; }
@@ -131,7 +132,7 @@ class CgroupDir {
 // be enabled are left out silently — per-execution cgroups report what they really got through
 // controllers(). This is the daemon-owned subtree that execution cgroups are created in.
 // Errors: as create/open_child.
-[[nodiscard]] Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string name,
+[[nodiscard]] Result<CgroupDir> ensure_subtree(CgroupDir const& parent, std::string const& name,
                                                std::set<std::string> const& wanted = {});
 
 // Where execution cgroups go, and what the kernel will enforce in them.

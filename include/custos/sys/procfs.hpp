@@ -34,7 +34,7 @@ namespace custos::sys {
 // A longer file is an error (sys.error, EFBIG) rather than a silent truncation.
 // Errors: sys.error carrying the errno of openat/read (ENOENT, EACCES, ESRCH, ...).
 [[nodiscard]] Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
-                                               std::size_t max_bytes = 64 * 1024);
+                                               std::size_t max_bytes = std::size_t{64} * 1024);
 
 // Writes `data` to `name` (relative to `dir`) in one write(2), as cgroupfs expects.
 // Errors: sys.error carrying the errno of openat/write.
@@ -98,7 +98,7 @@ struct MarkerScanOptions {
   std::string proc_root = "/proc";
   // Upper bound on the bytes read from one environ file; a longer environment is read in
   // chunks and the rest is skipped only past this bound (then the process counts as unreadable).
-  std::size_t max_environ_bytes = 4 * 1024 * 1024;
+  std::size_t max_environ_bytes = std::size_t{4} * 1024 * 1024;
   // Start time (clock ticks after boot, /proc/<pid>/stat field 22) of the execution's first
   // process. A process that started earlier cannot descend from it and is skipped before any
   // inspection — which matters because some processes (PID 1 of a container host, processes
@@ -130,7 +130,7 @@ struct MarkerSweepOptions {
   // their environment) before the next scan looks again.
   std::chrono::milliseconds round_pause{5};
   std::string proc_root = "/proc";
-  std::size_t max_environ_bytes = 4 * 1024 * 1024;
+  std::size_t max_environ_bytes = std::size_t{4} * 1024 * 1024;
   std::optional<std::uint64_t> not_before_ticks;  // as MarkerScanOptions; pass it whenever known
 };
 

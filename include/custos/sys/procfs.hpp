@@ -96,8 +96,9 @@ struct MarkerScanOptions {
   // namespaces are never signalled.
   std::optional<std::uint64_t> pid_ns_inode;
   std::string proc_root = "/proc";
-  // Upper bound on the bytes read from one environ file; a longer environment is read in
-  // chunks and the rest is skipped only past this bound (then the process counts as unreadable).
+  // Upper bound on the bytes read from one environ file (it is streamed in 16 KiB chunks). An
+  // environment longer than this without the marker in its first part counts as unreadable:
+  // the marker could sit past the bound.
   std::size_t max_environ_bytes = std::size_t{4} * 1024 * 1024;
   // Start time (clock ticks after boot, /proc/<pid>/stat field 22) of the execution's first
   // process. A process that started earlier cannot descend from it and is skipped before any

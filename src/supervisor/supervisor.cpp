@@ -1288,9 +1288,14 @@ void Supervisor::unsubscribe(std::uint64_t id) { (void)events_.unsubscribe(id); 
 Result<OutputSlice> Supervisor::output(StreamId stream, std::uint64_t offset,
                                        std::uint64_t max_bytes) const {
   Reader const* r = reader_for(stream);
+  // A terminal has one stream; a client asking for stdout of a PTY execution gets it.
+  if (r == nullptr && plan_.pty && stream == core::Stream::stdout_stream) r = reader_for(core::Stream::pty);
   OutputSlice slice;
   if (r == nullptr) {
-    if (spawn_failure_) return slice;  // nothing ever ran: an empty, complete, ended stream
+    if (spawn_failure_) {
+      slice.eof = true;  // nothing ever ran: an empty, complete, ended stream
+      return slice;
+    }
     return Error(Errc::plan_invalid_value,
                  std::string{"no stream "} + std::string{core::stream_wire(stream)} + " in this execution");
   }
@@ -1298,8 +1303,9 @@ Result<OutputSlice> Supervisor::output(StreamId stream, std::uint64_t offset,
   std::uint64_t const size = r->spool_size;
   std::uint64_t const want = std::min({max_bytes, kMaxSliceBytes, sat_sub(size, offset)});
   if (want > 0) {
-    sys::UniqueFd fd(::open(spool_path(stream).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return Error(Errc::sys_error, "open spool " + spool_path(stream).string(), errno);
+    auto const path = spool_path(r->stream);
+    sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Error(Errc::sys_error, "open spool " + path.string(), errno);
     slice.data.resize(want);
     std::uint64_t got = 0;
     while (got < want) {

@@ -221,6 +221,13 @@ TEST_F(SupervisorTest, PtyResizeAllowed) {
   std::string const text = c.stream_text("pty");
   EXPECT_NE(text.find("33 101"), std::string::npos) << text;
   EXPECT_TRUE(rec->output.count(core::Stream::pty));
+  // The terminal stream is also what a client asking for "stdout" gets.
+  auto as_stdout = manager_->output(st.execution_id, core::Stream::stdout_stream, 0, 4096);
+  ASSERT_TRUE(as_stdout);
+  EXPECT_EQ(std::string(as_stdout->data.begin(), as_stdout->data.end()), text);
+  EXPECT_TRUE(as_stdout->eof);
+  auto no_stderr = manager_->output(st.execution_id, core::Stream::stderr_stream, 0, 4096);
+  EXPECT_FALSE(no_stderr);
 }
 
 TEST_F(SupervisorTest, PtyResizeRefusedLeavesExecutionUnaffected) {

@@ -156,6 +156,11 @@ TEST_F(SupervisorTest, MissingExecutableIsSpawnFailedNot127) {
   EXPECT_FALSE(rec->exit.observed());
   EXPECT_EQ(c.events.back().kind, "terminal");
   EXPECT_EQ(manager_->stats().spawn_failed, 1U);
+  auto out = manager_->output(st.execution_id, core::Stream::stdout_stream, 0, 100);
+  ASSERT_TRUE(out);
+  EXPECT_TRUE(out->data.empty());
+  EXPECT_TRUE(out->eof);
+  EXPECT_TRUE(out->complete);
   // Input and cancel on a terminal execution are typed refusals.
   EXPECT_EQ(manager_->cancel(st.execution_id, core::Trigger::user, "x").error().code,
             Errc::exec_not_running);

@@ -87,8 +87,79 @@ CREATE TABLE quarantine (
 UPDATE meta SET value = '3' WHERE key = 'schema_version';
 )sql";
 
+// v3 -> v4: the gateway's authority (docs/authority.md "Storage"). One epoch for all authority,
+// stored admin principals, grants (spec JSON + revision), their budget use, a lease epoch per
+// workspace, leases (at most one active per workspace, by a unique partial index), and one
+// authority use per authorized execution (grant, lease, holder, reservation, settled).
+constexpr std::string_view kMigrateV3toV4 = R"sql(
+CREATE TABLE authority_meta (
+  key   TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO authority_meta (key, value) VALUES ('epoch', 0);
+CREATE TABLE principals (
+  principal  TEXT PRIMARY KEY,
+  role       TEXT NOT NULL,
+  revision   INTEGER NOT NULL,
+  updated_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE grants (
+  grant_id   TEXT PRIMARY KEY,
+  revision   INTEGER NOT NULL,
+  principal  TEXT NOT NULL,
+  spec       TEXT NOT NULL,
+  revoked    INTEGER NOT NULL,
+  created_ns INTEGER NOT NULL,
+  updated_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX grants_by_principal ON grants (principal);
+CREATE TABLE budgets (
+  grant_id         TEXT PRIMARY KEY,
+  executions       INTEGER NOT NULL,
+  cpu_ms_used      INTEGER NOT NULL,
+  wall_ms_used     INTEGER NOT NULL,
+  cpu_ms_reserved  INTEGER NOT NULL,
+  wall_ms_reserved INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE lease_epochs (
+  workspace_id TEXT PRIMARY KEY,
+  epoch        INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE leases (
+  lease_id       TEXT PRIMARY KEY,
+  workspace_id   TEXT NOT NULL,
+  holder_session TEXT NOT NULL,
+  holder         TEXT NOT NULL,
+  epoch          INTEGER NOT NULL,
+  active         INTEGER NOT NULL,
+  acquired_ns    INTEGER NOT NULL,
+  ended_ns       INTEGER
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX leases_one_active ON leases (workspace_id) WHERE active = 1;
+CREATE TABLE authority_uses (
+  execution_id     TEXT PRIMARY KEY,
+  action_id        TEXT NOT NULL,
+  process_id       TEXT NOT NULL,
+  session_id       TEXT NOT NULL,
+  generation       INTEGER NOT NULL,
+  actor            TEXT NOT NULL,
+  grant_id         TEXT,
+  lease_id         TEXT,
+  cpu_ms_reserved  INTEGER NOT NULL,
+  wall_ms_reserved INTEGER NOT NULL,
+  settled          INTEGER NOT NULL,
+  expires_ns       INTEGER,
+  authorized_ns    INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX uses_by_grant ON authority_uses (grant_id);
+CREATE INDEX uses_by_lease ON authority_uses (lease_id);
+CREATE INDEX uses_by_holder ON authority_uses (session_id, generation);
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
+)sql";
+
 // kMigrations[i] moves version i+1 to i+2. Append only; never edit a released step.
-constexpr std::array<std::string_view, 2> kMigrations = {kMigrateV1toV2, kMigrateV2toV3};
+constexpr std::array<std::string_view, 3> kMigrations = {kMigrateV1toV2, kMigrateV2toV3,
+                                                         kMigrateV3toV4};
 static_assert(kMigrations.size() + 1 == static_cast<std::size_t>(kSchemaVersion),
               "every version above 1 needs exactly one migration step");
 
@@ -222,13 +293,38 @@ Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
   return r;
 }
 
-Result<void> write_row(sql::Db& db, ExecutionRecord const& r) {
-  std::string sql = "INSERT OR REPLACE INTO executions (";
+namespace {
+
+// Columns an existing record may change; the identity, plan and creation time never change.
+// Parameter numbers are the column's position + 1 (the numbering of kColumns), so the INSERT
+// and the UPDATE share one binding routine.
+constexpr std::string_view kUpdateSql =
+    "UPDATE executions SET boundary_kind=?8, cgroup_path=?9, marker=?10, phase=?11, pid=?12, "
+    "start_time=?13, trigger=?14, out_observed=?15, out_retained=?16, out_dropped=?17, "
+    "out_complete=?18, err_observed=?19, err_retained=?20, err_dropped=?21, err_complete=?22, "
+    "terminal=?23, terminal_digest=?24, classification=?25, recovery=?26, checksum=?27, "
+    "updated_ns=?29, ownership=?30, boot_id=?31, pidfs_dev=?32, pidfs_ino=?33, pid_ns_ino=?34, "
+    "out_published=?35, out_pub_done=?36, err_published=?37, err_pub_done=?38 "
+    "WHERE execution_id=?1";
+
+std::string insert_sql() {
+  std::string sql = "INSERT INTO executions (";
   sql += kColumns;
-  sql += ") VALUES (?";
-  for (int i = 1; i < kColumnCount; ++i) sql += ",?";
+  sql += ") VALUES (?1";
+  for (int i = 2; i <= kColumnCount; ++i) sql += ",?" + std::to_string(i);
   sql += ")";
-  sql::Stmt s = CUSTOS_TRY(db.prepare(sql));
+  return sql;
+}
+
+}  // namespace
+
+Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
+  // An UPDATE of the changing columns only rewrites the row and the indexes of those columns
+  // (not the primary key and session indexes), which keeps the WAL bytes per write small:
+  // fewer bytes for the next fsync to flush (docs/durability.md).
+  static std::string const kInsert = insert_sql();
+  sql::StmtLease lease = CUSTOS_TRY(db.cached(insert ? std::string_view{kInsert} : kUpdateSql));
+  sql::Stmt& s = *lease;
   auto const& o = r.ownership;
   bool const assigned = o.state != OwnershipState::unassigned;
   bool const pidfs = o.has_pidfs_authority();
@@ -280,7 +376,11 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r) {
   CUSTOS_TRYV(s.bind(32, opt_int(pidfs, to_i64(o.pidfs_dev))));
   CUSTOS_TRYV(s.bind(33, opt_int(pidfs, to_i64(o.pidfs_ino))));
   CUSTOS_TRYV(s.bind(34, opt_int(pidfs && o.pid_ns_ino != 0, to_i64(o.pid_ns_ino))));
-  return s.run();
+  CUSTOS_TRYV(s.run());
+  if (!insert && db.changes() != 1) {
+    return Error{Errc::registry_not_found, "no execution " + r.execution_id + " to update"};
+  }
+  return ok();
 }
 
 }  // namespace custos::registry::detail

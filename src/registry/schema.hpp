@@ -25,8 +25,8 @@ namespace custos::registry::detail {
 // Errors: registry.corrupt_record (an unknown phase/ownership/trigger/boundary wire value, a
 // negative counter, a wrongly typed column).
 [[nodiscard]] Result<ExecutionRecord> decode_row(sql::Stmt const& s);
-// INSERT OR REPLACE of the whole record (all current columns).
-[[nodiscard]] Result<void> write_row(sql::Db& db, ExecutionRecord const& rec);
+// INSERT of a new record (all columns), or UPDATE of the columns an existing record may change.
+[[nodiscard]] Result<void> write_row(sql::Db& db, ExecutionRecord const& rec, bool insert);
 
 [[nodiscard]] std::int64_t now_ns() noexcept;
 

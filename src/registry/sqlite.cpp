@@ -137,20 +137,42 @@ int Stmt::type(int col) const noexcept { return sqlite3_column_type(stmt_, col);
 
 // ---- Db ---------------------------------------------------------------------------------------
 
-Db::~Db() {
+void Db::close() noexcept {
+  if (cache_) cache_->clear();  // finalize cached statements first
   // sqlite3_close_v2 defers the close until the last statement is finalized, so a leaked Stmt
   // cannot make the close fail.
   if (db_ != nullptr) (void)sqlite3_close_v2(db_);
+  db_ = nullptr;
 }
 
-Db::Db(Db&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
+Db::~Db() { close(); }
+
+Db::Db(Db&& other) noexcept
+    : cache_(std::exchange(other.cache_, std::make_unique<std::unordered_map<std::string, Stmt>>())),
+      db_(std::exchange(other.db_, nullptr)) {}
 
 Db& Db::operator=(Db&& other) noexcept {
   if (this != &other) {
-    if (db_ != nullptr) (void)sqlite3_close_v2(db_);
+    close();
+    cache_ = std::exchange(other.cache_, std::make_unique<std::unordered_map<std::string, Stmt>>());
     db_ = std::exchange(other.db_, nullptr);
   }
   return *this;
+}
+
+Result<StmtLease> Db::cached(std::string_view sql) {
+  std::string key{sql};
+  auto it = cache_->find(key);
+  if (it == cache_->end()) {
+    Stmt s = CUSTOS_TRY(prepare(sql));
+    it = cache_->emplace(std::move(key), std::move(s)).first;
+  }
+  return StmtLease{&it->second};
+}
+
+Result<void> Db::exec_cached(std::string_view sql) {
+  StmtLease s = CUSTOS_TRY(cached(sql));
+  return s->run();
 }
 
 Result<Db> Db::open(std::string const& path, bool create) {

@@ -48,7 +48,9 @@ inline constexpr std::string_view kSchemaId = "custos-registry";
 //   2  pidfs ownership slots (state, boot id, pidfs dev/ino, pid namespace); v1 pid/start values
 //      become legacy_unverified
 //   3  artifact publication progress per stream, the quarantine table
-inline constexpr int kSchemaVersion = 3;
+//   4  the gateway's authority tables: epoch, principals, grants, budgets, lease epochs,
+//      leases, authority uses (docs/authority.md "Storage")
+inline constexpr int kSchemaVersion = 4;
 
 // How hard a write is pushed to disk when its transaction commits (WAL mode):
 //   full    synchronous=FULL: the WAL is fsync'ed at commit; survives power loss.
@@ -298,6 +300,20 @@ class Registry {
   [[nodiscard]] Result<std::size_t> revalidate();
 
   [[nodiscard]] WriteStats write_stats() const;
+
+  // ---- hooks for the gateway's authority tables (docs/authority.md "Storage") -------------------
+  // `fn` as one job of the write queue: its own savepoint inside a BEGIN IMMEDIATE transaction,
+  // committed with durability `d` (group commit applies). `fn` failing rolls back all it did.
+  [[nodiscard]] Result<void> transact(Durability d, std::function<Result<void>(sql::Db&)> fn);
+  // `fn` reading under the connection lock (no write transaction).
+  [[nodiscard]] Result<void> read(std::function<Result<void>(sql::Db&)> fn);
+  // `also`, then the one-use claim of (action_id, process_id) for execution_id, as ONE job of a
+  // synchronous=FULL transaction: both are committed or neither. The failpoint after_claim fires
+  // after the commit, as for consume_claim. Errors: `also`'s; registry.claim_consumed.
+  [[nodiscard]] Result<void> consume_claim_with(std::string_view action_id,
+                                                std::string_view process_id,
+                                                std::string_view execution_id,
+                                                std::function<Result<void>(sql::Db&)> also);
 
  private:
   struct Job {

@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "custos/core/result.hpp"
@@ -68,6 +71,28 @@ class Stmt {
   sqlite3* db_ = nullptr;
 };
 
+class Db;
+
+// A cached statement borrowed for one use: reset (and its bindings cleared) when the lease ends,
+// so the next user starts clean.
+class StmtLease {
+ public:
+  explicit StmtLease(Stmt* s) noexcept : s_(s) {}
+  ~StmtLease() {
+    if (s_ != nullptr) s_->reset();
+  }
+  StmtLease(StmtLease const&) = delete;
+  StmtLease& operator=(StmtLease const&) = delete;
+  StmtLease(StmtLease&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  StmtLease& operator=(StmtLease&&) = delete;
+
+  [[nodiscard]] Stmt* operator->() const noexcept { return s_; }
+  [[nodiscard]] Stmt& operator*() const noexcept { return *s_; }
+
+ private:
+  Stmt* s_;
+};
+
 class Db {
  public:
   Db() noexcept = default;
@@ -85,6 +110,12 @@ class Db {
   // Runs one or more statements that return no rows.
   [[nodiscard]] Result<void> exec(std::string_view sql);
   [[nodiscard]] Result<Stmt> prepare(std::string_view sql);
+  // A statement prepared once per connection and reused (the hot write path would otherwise
+  // spend most of its time in SQLite's parser). Not reentrant for the same SQL text: one lease
+  // per statement at a time.
+  [[nodiscard]] Result<StmtLease> cached(std::string_view sql);
+  // Runs a cached statement that returns no rows (BEGIN, COMMIT, SAVEPOINT, PRAGMA x = y).
+  [[nodiscard]] Result<void> exec_cached(std::string_view sql);
   // The first column of the first row of a query, when there is one.
   [[nodiscard]] Result<std::optional<std::int64_t>> query_int(std::string_view sql);
   [[nodiscard]] Result<std::optional<std::string>> query_text(std::string_view sql);
@@ -95,6 +126,10 @@ class Db {
 
  private:
   explicit Db(sqlite3* db) noexcept : db_(db) {}
+  void close() noexcept;
+  // Declared before db_'s use in close(): statements are finalized before the connection.
+  std::unique_ptr<std::unordered_map<std::string, Stmt>> cache_ =
+      std::make_unique<std::unordered_map<std::string, Stmt>>();
   sqlite3* db_ = nullptr;
 };
 

@@ -47,8 +47,11 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
                         ("custos-supervisor-" + std::to_string(::getpid()));
   }
   if (auto m = sys::find_cgroup2_mount()) {
-    cgroup_mount_ = m->path;
-    if (config_.detect_nsdelegate) config_.nsdelegate = m->nsdelegate;
+    // value() after the check rather than operator->: GCC 12 at -O2 cannot see that the latter
+    // is non-null there and fails the release build (-Wnull-dereference, -Werror).
+    auto const& mount = m.value();
+    cgroup_mount_ = mount.path;
+    if (config_.detect_nsdelegate) config_.nsdelegate = mount.nsdelegate;
   }
   nsdelegate_ = config_.nsdelegate;
   if (!config_.cgroup_subtree.empty() && config_.boundary != BoundaryPreference::marker) {
@@ -122,10 +125,11 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request) {
     executions_.erase(*id);
     return res.error();
   }
+  StartResult const& started = res.value();
   if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = *id;
-  if (res->pid > 0 && !sup->terminal()) roots_[res->pid] = *id;
+  if (started.pid > 0 && !sup->terminal()) roots_[started.pid] = *id;
   ++stats_.started;
-  if (sup->terminal() && res->pid == 0) ++stats_.spawn_failed;
+  if (sup->terminal() && started.pid == 0) ++stats_.spawn_failed;
   return res;
 }
 

@@ -915,14 +915,14 @@ std::uint32_t Supervisor::signal_tree(int sig) {
     auto procs = cgroup_->procs();
     if (procs) {
       std::string const own = cgroup_rel_;
-      for (auto pid : *procs) {
+      for (auto pid : procs.value()) {
         if (pid == root_pid_) continue;
         auto fd = sys::Pidfd::open(pid);
         if (!fd) continue;  // exited meanwhile
         // Re-check membership after the pidfd pins the process: the pid read from cgroup.procs
         // could have been recycled by a process outside the tree in between.
         if (own.empty() || cgroup_of(pid) != own) continue;
-        if (auto d = fd->send_signal(sig); d && *d) ++n;
+        if (auto d = fd.value().send_signal(sig); d && *d) ++n;
       }
     }
   } else if (marker_) {
@@ -1021,18 +1021,19 @@ void Supervisor::final_stage() {
     if (!sw) {
       why.push_back("marker sweep failed: " + sw.error().message());
     } else {
-      if (!sw->confirmed) {
+      auto const& swr = sw.value();  // not operator->: see manager.cpp (GCC 12 -O2 warning)
+      if (!swr.confirmed) {
         std::string pids;
-        for (auto pid : sw->unreadable_pids) pids += " " + std::to_string(pid);
-        why.push_back("marker sweep unconfirmed: " + std::to_string(sw->remaining) + " marked left, " +
-                      std::to_string(sw->unreadable) + " unreadable" + (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
+        for (auto pid : swr.unreadable_pids) pids += " " + std::to_string(pid);
+        why.push_back("marker sweep unconfirmed: " + std::to_string(swr.remaining) + " marked left, " +
+                      std::to_string(swr.unreadable) + " unreadable" + (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
       }
-      if (sw->signalled > 0) {
+      if (swr.signalled > 0) {
         forced_ = true;
         boost::json::object f;
         f["signal"] = "SIGKILL";
         f["step"] = "final_sweep";
-        f["targets"] = sw->signalled;
+        f["targets"] = swr.signalled;
         emit("signal_sent", std::move(f));
       }
     }

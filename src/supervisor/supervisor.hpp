@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
+// Asio through manager.hpp first: it silences a GCC 12 -O2 false positive inside Asio.
+#include "custos/supervisor/manager.hpp"
 
 #include "custos/core/accounting.hpp"
 #include "custos/core/cancellation.hpp"

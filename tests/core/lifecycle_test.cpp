@@ -241,7 +241,7 @@ LifecycleEvent event_from(int kind, int detail) {
     case 5: return Closed{};
     default: {
       auto const c = static_cast<Classification>(detail % static_cast<int>(kClassificationCount));
-      auto const via = static_cast<RecoveryPath>(detail % 5);
+      auto const via = static_cast<RecoveryPath>((detail / 10) % 5);  // independent of c
       return TerminalRecorded{c, via};
     }
   }

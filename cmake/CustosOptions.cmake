@@ -1,7 +1,7 @@
 # Compiler flags shared by every target of the project.
 add_library(custos_flags INTERFACE)
 target_compile_options(custos_flags INTERFACE -Wall -Wextra -Wshadow -Wnon-virtual-dtor
-  -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wformat=2)
+  -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wformat=2)
 if(CUSTOS_WERROR)
   target_compile_options(custos_flags INTERFACE -Werror)
 endif()

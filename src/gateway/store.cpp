@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 
+#include "custos/registry/registry.hpp"
 #include "custos/sys/procfs.hpp"
 
 namespace custos::gateway {
@@ -16,84 +17,6 @@ using registry::sql::Db;
 using registry::sql::Stmt;
 
 namespace {
-
-// Version 4 of the registry: the gateway's tables. Append-only, like every registry step.
-constexpr std::string_view kAuthorityDdl = R"sql(
-CREATE TABLE authority_meta (
-  key   TEXT PRIMARY KEY,
-  value INTEGER NOT NULL
-) WITHOUT ROWID;
-INSERT INTO authority_meta (key, value) VALUES ('epoch', 0);
-CREATE TABLE principals (
-  principal  TEXT PRIMARY KEY,
-  role       TEXT NOT NULL,
-  revision   INTEGER NOT NULL,
-  updated_ns INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE grants (
-  grant_id   TEXT PRIMARY KEY,
-  revision   INTEGER NOT NULL,
-  principal  TEXT NOT NULL,
-  spec       TEXT NOT NULL,
-  revoked    INTEGER NOT NULL,
-  created_ns INTEGER NOT NULL,
-  updated_ns INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX grants_by_principal ON grants (principal);
-CREATE TABLE budgets (
-  grant_id         TEXT PRIMARY KEY,
-  executions       INTEGER NOT NULL,
-  cpu_ms_used      INTEGER NOT NULL,
-  wall_ms_used     INTEGER NOT NULL,
-  cpu_ms_reserved  INTEGER NOT NULL,
-  wall_ms_reserved INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE lease_epochs (
-  workspace_id TEXT PRIMARY KEY,
-  epoch        INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE leases (
-  lease_id       TEXT PRIMARY KEY,
-  workspace_id   TEXT NOT NULL,
-  holder_session TEXT NOT NULL,
-  holder         TEXT NOT NULL,
-  epoch          INTEGER NOT NULL,
-  active         INTEGER NOT NULL,
-  acquired_ns    INTEGER NOT NULL,
-  ended_ns       INTEGER
-) WITHOUT ROWID;
-CREATE UNIQUE INDEX leases_one_active ON leases (workspace_id) WHERE active = 1;
-CREATE TABLE authority_uses (
-  execution_id     TEXT PRIMARY KEY,
-  action_id        TEXT NOT NULL,
-  process_id       TEXT NOT NULL,
-  session_id       TEXT NOT NULL,
-  generation       INTEGER NOT NULL,
-  actor            TEXT NOT NULL,
-  grant_id         TEXT,
-  lease_id         TEXT,
-  cpu_ms_reserved  INTEGER NOT NULL,
-  wall_ms_reserved INTEGER NOT NULL,
-  settled          INTEGER NOT NULL,
-  expires_ns       INTEGER,
-  authorized_ns    INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX uses_by_grant ON authority_uses (grant_id);
-CREATE INDEX uses_by_lease ON authority_uses (lease_id);
-CREATE INDEX uses_by_holder ON authority_uses (session_id, generation);
-)sql";
-
-// The registry's claims table as released in its v1 (SqlDatabase only; the registry creates
-// its own).
-constexpr std::string_view kClaimsDdl = R"sql(
-CREATE TABLE IF NOT EXISTS claims (
-  action_id    TEXT NOT NULL,
-  process_id   TEXT NOT NULL,
-  execution_id TEXT NOT NULL,
-  consumed_ns  INTEGER NOT NULL,
-  PRIMARY KEY (action_id, process_id)
-) WITHOUT ROWID;
-)sql";
 
 std::int64_t realtime_ns() noexcept {
   timespec ts{};
@@ -108,23 +31,6 @@ Result<std::string> random_id(std::string_view prefix) {
   auto m = sys::Marker::generate();
   if (!m) return m.error();
   return std::string{prefix} + m->env_value().substr(0, 16);
-}
-
-Result<void> insert_claim(Db& db, std::string_view a, std::string_view p, std::string_view e) {
-  Stmt q = CUSTOS_TRY(db.prepare("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-  CUSTOS_TRYV(q.bind(1, a));
-  CUSTOS_TRYV(q.bind(2, p));
-  if (CUSTOS_TRY(q.step())) {
-    return Error{Errc::registry_claim_consumed, "action " + std::string{a} + " / process " +
-                                                    std::string{p} + " was already consumed"};
-  }
-  Stmt ins = CUSTOS_TRY(db.prepare(
-      "INSERT INTO claims (action_id, process_id, execution_id, consumed_ns) VALUES (?,?,?,?)"));
-  CUSTOS_TRYV(ins.bind(1, a));
-  CUSTOS_TRYV(ins.bind(2, p));
-  CUSTOS_TRYV(ins.bind(3, e));
-  CUSTOS_TRYV(ins.bind(4, realtime_ns()));
-  return ins.run();
 }
 
 Result<std::uint64_t> read_epoch(Db& db) {
@@ -239,55 +145,21 @@ Result<std::vector<AuthorityUse>> query_uses(Database& d, std::string const& whe
 
 }  // namespace
 
-std::string_view authority_schema_ddl() noexcept { return kAuthorityDdl; }
+// ------------------------------------------------------------------------------ RegistryDatabase
 
-// ------------------------------------------------------------------------------ SqlDatabase
-
-Result<std::unique_ptr<SqlDatabase>> SqlDatabase::open(std::filesystem::path const& file) {
-  Db db = CUSTOS_TRY(Db::open(file.string(), true));
-  CUSTOS_TRYV(db.exec("PRAGMA journal_mode = WAL"));
-  CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
-  CUSTOS_TRYV(db.exec("PRAGMA busy_timeout = 5000"));
-  auto has = CUSTOS_TRY(db.query_int(
-      "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'authority_meta'"));
-  CUSTOS_TRYV(db.exec("BEGIN IMMEDIATE"));
-  auto r = db.exec(kClaimsDdl);
-  if (r && has.value_or(0) == 0) r = db.exec(kAuthorityDdl);
-  if (!r) {
-    (void)db.exec("ROLLBACK");
-    return r.error();
-  }
-  CUSTOS_TRYV(db.exec("COMMIT"));
-  return std::unique_ptr<SqlDatabase>(new SqlDatabase(std::move(db)));
+Result<void> RegistryDatabase::write(std::function<Result<void>(Db&)> fn) {
+  return reg_->transact(registry::Durability::full, std::move(fn));
 }
 
-Result<void> SqlDatabase::write(std::function<Result<void>(Db&)> fn) {
-  std::lock_guard<std::mutex> g(mu_);
-  CUSTOS_TRYV(db_.exec("BEGIN IMMEDIATE"));
-  auto r = fn(db_);
-  if (!r) {
-    (void)db_.exec("ROLLBACK");
-    return r;
-  }
-  if (auto c = db_.exec("COMMIT"); !c) {
-    (void)db_.exec("ROLLBACK");
-    return c;
-  }
-  return ok();
+Result<void> RegistryDatabase::read(std::function<Result<void>(Db&)> fn) {
+  return reg_->read(std::move(fn));
 }
 
-Result<void> SqlDatabase::read(std::function<Result<void>(Db&)> fn) {
-  std::lock_guard<std::mutex> g(mu_);
-  return fn(db_);
-}
-
-Result<void> SqlDatabase::consume_claim_with(std::string_view action_id, std::string_view process_id,
-                                             std::string_view execution_id,
-                                             std::function<Result<void>(Db&)> also) {
-  return write([&](Db& db) -> Result<void> {
-    CUSTOS_TRYV(also(db));
-    return insert_claim(db, action_id, process_id, execution_id);
-  });
+Result<void> RegistryDatabase::consume_claim_with(std::string_view action_id,
+                                                  std::string_view process_id,
+                                                  std::string_view execution_id,
+                                                  std::function<Result<void>(Db&)> also) {
+  return reg_->consume_claim_with(action_id, process_id, execution_id, std::move(also));
 }
 
 // ------------------------------------------------------------------------------ AuthorityStore

@@ -14,6 +14,8 @@
 #include <boost/asio/post.hpp>
 
 #include "custos/gateway/gateway.hpp"
+#include "custos/registry/registry.hpp"
+#include "custos/supervisor/registry_sink.hpp"
 #include "supervisor/harness.hpp"
 
 namespace custos::gateway {
@@ -33,17 +35,23 @@ class GatewayTest : public SupervisorTest {
  protected:
   void SetUp() override {
     SupervisorTest::SetUp();
-    auto db = SqlDatabase::open(state_ / "authority.db");
-    ASSERT_TRUE(db.has_value()) << db.error().message();
-    db_ = std::move(*db);
+    // The daemon's chain: the registry, its sink behind the gateway's, the authority tables in
+    // the registry's own database.
+    auto reg = registry::Registry::open(state_ / "registry");
+    ASSERT_TRUE(reg.has_value()) << reg.error().message();
+    reg_ = std::move(*reg);
+    inner_ = std::make_unique<supervisor::RegistrySink>(*reg_);
+    db_ = std::make_unique<RegistryDatabase>(*reg_);
     store_ = std::make_unique<AuthorityStore>(*db_);
-    gateway_ = std::make_unique<ExecutionGateway>(io_, *store_, GatewayOptions{});
+    gateway_ = std::make_unique<ExecutionGateway>(io_, *store_, GatewayOptions{reg_.get(), inner_.get()});
   }
   void TearDown() override {
     SupervisorTest::TearDown();  // stops every execution and destroys the manager first
     gateway_.reset();
     store_.reset();
     db_.reset();
+    inner_.reset();
+    reg_.reset();
   }
 
   supervisor::ExecutionManager& gw_manager(BoundaryPreference pref = BoundaryPreference::automatic) {
@@ -102,7 +110,9 @@ class GatewayTest : public SupervisorTest {
     return n;
   }
 
-  std::unique_ptr<SqlDatabase> db_;
+  std::unique_ptr<registry::Registry> reg_;
+  std::unique_ptr<supervisor::RegistrySink> inner_;
+  std::unique_ptr<RegistryDatabase> db_;
   std::unique_ptr<AuthorityStore> store_;
   std::unique_ptr<ExecutionGateway> gateway_;
 };

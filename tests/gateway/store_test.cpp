@@ -11,6 +11,7 @@
 
 #include "custos/core/plan_canonical.hpp"
 #include "custos/gateway/store.hpp"
+#include "custos/registry/registry.hpp"
 
 namespace custos::gateway {
 namespace {
@@ -23,9 +24,10 @@ class StoreTest : public ::testing::Test {
     char tmpl[] = "/tmp/custos-gw-store-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    auto db = SqlDatabase::open(dir_ / "registry.db");
-    ASSERT_TRUE(db.has_value()) << db.error().message();
-    db_ = std::move(*db);
+    auto reg = registry::Registry::open(dir_);
+    ASSERT_TRUE(reg.has_value()) << reg.error().message();
+    reg_ = std::move(*reg);
+    db_ = std::make_unique<RegistryDatabase>(*reg_);
     store_ = std::make_unique<AuthorityStore>(*db_);
     id_.project_id = "p1";
     id_.session_id = "s1";
@@ -47,6 +49,7 @@ class StoreTest : public ::testing::Test {
   void TearDown() override {
     store_.reset();
     db_.reset();
+    reg_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -99,7 +102,8 @@ class StoreTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::unique_ptr<SqlDatabase> db_;
+  std::unique_ptr<registry::Registry> reg_;
+  std::unique_ptr<RegistryDatabase> db_;
   std::unique_ptr<AuthorityStore> store_;
   core::ExecutionIdentity id_;
   core::ExecutionPlan plan_;

@@ -10,10 +10,8 @@
 // Thread safety: as the Database it is built on. Not on any event loop; blocking.
 #pragma once
 
-#include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,10 +27,6 @@ class Registry;
 }
 
 namespace custos::gateway {
-
-// The gateway's tables (schema step "authority" of the registry, docs/authority.md). Also used
-// verbatim as the registry's append-only migration v3 -> v4; never edit once released.
-[[nodiscard]] std::string_view authority_schema_ddl() noexcept;
 
 // Where the gateway's transactions run.
 class Database {
@@ -51,25 +45,9 @@ class Database {
       std::function<Result<void>(registry::sql::Db&)> also) = 0;
 };
 
-// A Database over its own SQLite file: for tests, benchmarks and tools that run the gateway
-// without a daemon. Creates the registry's claims table (v1 shape) and the authority tables
-// when missing. Not for the daemon: there the registry owns the file (RegistryDatabase).
-class SqlDatabase final : public Database {
- public:
-  [[nodiscard]] static Result<std::unique_ptr<SqlDatabase>> open(std::filesystem::path const& file);
-  [[nodiscard]] Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) override;
-  [[nodiscard]] Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) override;
-  [[nodiscard]] Result<void> consume_claim_with(
-      std::string_view action_id, std::string_view process_id, std::string_view execution_id,
-      std::function<Result<void>(registry::sql::Db&)> also) override;
-
- private:
-  explicit SqlDatabase(registry::sql::Db db) : db_(std::move(db)) {}
-  std::mutex mu_;
-  registry::sql::Db db_;
-};
-
-// The daemon's Database: the registry's connection, through its transaction hooks.
+// The Database of the daemon (and of the tests): the registry's own connection, through its
+// hooks (Registry::transact / read / consume_claim_with). The tables are the registry's schema
+// v4 (src/registry/schema.cpp), so a fresh registry and a migrated one hold them alike.
 class RegistryDatabase final : public Database {
  public:
   explicit RegistryDatabase(registry::Registry& reg) noexcept : reg_(&reg) {}

@@ -1,6 +1,8 @@
 // systemd integration without systemd: a datagram socket stands in for NOTIFY_SOCKET, and a
 // listening socket passed as fd 3 with LISTEN_FDS/LISTEN_PID is what socket activation looks like.
 // Also the connection and subscription limits.
+#include <fstream>
+#include <sstream>
 #include <sys/socket.h>
 
 #include "harness.hpp"
@@ -100,6 +102,37 @@ TEST(Systemd, ServesAnActivatedSocket) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   // The socket belongs to systemd (here: the test): the daemon does not unlink it.
   EXPECT_TRUE(fs::exists(sock));
+}
+
+// The shipped units parse and reference an existing binary (systemd-analyze needs no running
+// systemd for this).
+TEST(Packaging, UnitsVerify) {
+  if (::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "systemd-analyze not installed";
+  }
+  TempDir dir;
+  for (char const* unit : {"custos.service", "custos.socket"}) {
+    std::ifstream in(std::string{CUSTOS_SOURCE_DIR} + "/packaging/" + unit);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    auto const at = text.find("/usr/bin/custos");
+    if (at != std::string::npos) text.replace(at, 15, binary());
+    std::ofstream out(dir.path() / unit);
+    out << text;
+  }
+  std::string const cmd = "SYSTEMD_LOG_LEVEL=warning systemd-analyze verify '" +
+                          (dir.path() / "custos.socket").native() + "' '" +
+                          (dir.path() / "custos.service").native() + "' 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int const rc = ::pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "") << out;
 }
 
 TEST(Limits, ConnectionsBeyondTheLimitAreRefused) {

@@ -9,6 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include <boost/json.hpp>
+
+#include "custos/core/plan_json.hpp"
+#include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/registry/sqlite.hpp"
 
@@ -64,15 +68,22 @@ Ownership bench_owner(std::size_t i) {
 // The durable writes of one execution's life, as the supervisor makes them.
 Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
                            TerminalBlob const& terminal) {
-  NewExecution ex;
-  ex.execution_id = id;
-  ex.action_id = "act-" + id;
-  ex.process_id = "proc-1";
-  ex.session_id = "bench";
-  std::string const plan = "canonical plan of " + id + std::string(300, 'p');
-  ex.plan_canonical.assign(plan.begin(), plan.end());
-  ex.plan_digest = sha256_tagged(ex.plan_canonical);
-  ex.backend = "native";
+  // A real plan (core-encoded), so the record passes the same checks as a daemon's.
+  boost::json::object ident{{"project_id", "bench"}, {"session_id", "bench"},
+                            {"run_id", "r1"},        {"attempt_id", "a1"},
+                            {"turn_id", "t1"},       {"action_id", "act-" + id},
+                            {"process_id", "proc-1"}, {"workspace_id", "w1"},
+                            {"resource_id", "res1"}, {"environment_id", "env1"},
+                            {"generation", 1},       {"revision", 1}};
+  boost::json::object plan{
+      {"command", {{"executable", "/bin/true"}, {"argv", boost::json::array{"true", id}}}},
+      {"workspace", {{"root", "/tmp"}, {"access", "read_only"}}},
+      {"cwd", "."},
+      {"env", boost::json::array{}},
+      {"io", {{"mode", "pipes"}}}};
+  auto const identity = CUSTOS_TRY(core::parse_identity(ident));
+  auto const parsed = CUSTOS_TRY(core::parse_plan(plan));
+  NewExecution const ex = CUSTOS_TRY(make_new_execution(id, identity, parsed));
   CUSTOS_TRYV(reg.record_authorized(ex));
   CUSTOS_TRYV(reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
   CUSTOS_TRYV(reg.record_committed(id));

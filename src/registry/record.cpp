@@ -4,6 +4,7 @@
 #include <array>
 
 #include "custos/core/canonical.hpp"
+#include "custos/core/plan_canonical.hpp"
 #include "custos/registry/registry.hpp"
 
 namespace custos::registry {
@@ -171,7 +172,7 @@ bool looks_like_boot_id(std::string_view s) {
 
 }  // namespace
 
-Result<void> validate_record(ExecutionRecord const& rec) {
+Result<void> validate_record(ExecutionRecord const& rec, bool deep) {
   // Integrity first: nothing else about a record whose bytes changed is meaningful.
   if (rec.checksum.empty() || rec.checksum != record_checksum(rec)) {
     return corrupt(rec, "checksum mismatch (stored " + rec.checksum + ")");
@@ -181,6 +182,14 @@ Result<void> validate_record(ExecutionRecord const& rec) {
   }
   if (rec.plan_digest != sha256_tagged(rec.plan_canonical)) {
     return corrupt(rec, "plan digest does not match the canonical plan bytes");
+  }
+  if (deep) {
+    auto req = core::decode_execution(rec.plan_canonical);
+    if (!req) return corrupt(rec, "canonical plan bytes do not decode: " + req.error().message());
+    if (req->identity.action_id != rec.action_id || req->identity.process_id != rec.process_id ||
+        req->identity.session_id != rec.session_id) {
+      return corrupt(rec, "action/process/session columns disagree with the canonical plan");
+    }
   }
   if (rec.terminal) {
     if (rec.terminal->digest != sha256_tagged(rec.terminal->bytes)) {

@@ -320,7 +320,7 @@ Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id) {
   }
   auto rec = CUSTOS_TRY(select_record(db, id));
   if (!rec) return Error{Errc::registry_not_found, "no execution " + std::string{id}};
-  CUSTOS_TRYV(validate_record(*rec));
+  CUSTOS_TRYV(validate_record(*rec, /*deep=*/false));
   return std::move(*rec);
 }
 
@@ -335,8 +335,9 @@ Result<void> Registry::store(sql::Db& db, ExecutionRecord& rec) {
   bool const insert = rec.created_ns == 0;
   if (insert) rec.created_ns = rec.updated_ns;
   rec.checksum = record_checksum(rec);
-  // Never write a record that would be quarantined at the next open.
-  CUSTOS_TRYV(validate_record(rec));
+  // Never write a record that would be quarantined at the next open (the plan bytes are
+  // decoded once, when the record is created; later writes cannot change them).
+  CUSTOS_TRYV(validate_record(rec, /*deep=*/insert));
   return detail::write_row(db, rec, insert);
 }
 
@@ -696,7 +697,7 @@ Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
     // A row that fails here changed after open's validation; it is skipped from listings (get()
     // reports it) and quarantined at the next revalidate().
     auto rec = detail::decode_row(s);
-    if (!rec || !validate_record(*rec)) continue;
+    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;
     out.push_back(std::move(*rec));
   }
   return out;

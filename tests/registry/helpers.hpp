@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <boost/json.hpp>
+
+#include "custos/core/plan_json.hpp"
+#include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/registry/sqlite.hpp"
 
@@ -37,19 +41,30 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A real execution: identity + plan parsed by core and encoded canonically. `pad` grows argv
+// (bigger rows).
 inline NewExecution make_execution(std::string const& id, std::string const& action,
                                    std::string const& process = "proc-1",
-                                   std::string const& session = "s1") {
-  NewExecution ex;
-  ex.execution_id = id;
-  ex.action_id = action;
-  ex.process_id = process;
-  ex.session_id = session;
-  std::string const plan = "canonical plan bytes of " + id;
-  ex.plan_canonical.assign(plan.begin(), plan.end());
-  ex.plan_digest = sha256_tagged(ex.plan_canonical);
-  ex.backend = "native";
-  return ex;
+                                   std::string const& session = "s1", std::size_t pad = 0) {
+  boost::json::object ident{{"project_id", "p1"},     {"session_id", session},
+                            {"run_id", "r1"},         {"attempt_id", "a1"},
+                            {"turn_id", "t1"},        {"action_id", action},
+                            {"process_id", process},  {"workspace_id", "w1"},
+                            {"resource_id", "res1"},  {"environment_id", "env1"},
+                            {"generation", 3},        {"revision", 17}};
+  boost::json::array argv{"true", boost::json::string(id)};
+  if (pad > 0) argv.emplace_back(boost::json::string(std::string(pad, 'x')));
+  boost::json::object plan{{"command", {{"executable", "/bin/true"}, {"argv", argv}}},
+                           {"workspace", {{"root", "/tmp"}, {"access", "read_only"}}},
+                           {"cwd", "."},
+                           {"env", boost::json::array{}},
+                           {"io", {{"mode", "pipes"}}}};
+  auto i = core::parse_identity(ident);
+  auto p = core::parse_plan(plan);
+  if (!i || !p) std::abort();  // the fixture itself is wrong
+  auto ex = make_new_execution(id, *i, *p);
+  if (!ex) std::abort();
+  return std::move(*ex);
 }
 
 // A syntactically valid pidfs identity that names no live process.

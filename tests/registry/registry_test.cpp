@@ -128,9 +128,8 @@ TEST(RegistryOpen, TruncatedFileIsCorruptDatabase) {
     auto reg = open_ok(t);
     // Enough records for many pages, so the cut loses real content.
     for (int i = 0; i < 300; ++i) {
-      auto ex = make_execution("ex-" + std::to_string(i), "act-" + std::to_string(i));
-      ex.plan_canonical.resize(600, 'p');
-      ex.plan_digest = sha256_tagged(ex.plan_canonical);
+      auto ex = make_execution("ex-" + std::to_string(i), "act-" + std::to_string(i), "proc-1",
+                               "s1", 600);
       CUSTOS_ASSERT_OK(reg->record_authorized(ex));
     }
   }
@@ -420,6 +419,23 @@ TEST_F(RegistryQuarantine, IllegalPhaseWithValidChecksum) {
   raw_exec(t_.db(), "UPDATE executions SET phase='running', checksum='" + sum +
                         "' WHERE execution_id='ex-bad'");
   expect_quarantined(Errc::registry_illegal_phase);
+}
+
+TEST_F(RegistryQuarantine, PlanBytesThatDoNotDecodeDespiteMatchingDigests) {
+  // Digest and checksum recomputed over bytes that are not a canonical execution document:
+  // only decoding the canonical bytes at open can tell.
+  ExecutionRecord rec;
+  {
+    auto reg = open_ok(t_);
+    rec = *reg->get("ex-bad");
+  }
+  rec.plan_canonical = {'C', 'S', 'T', 'S', 0, 1, 0, 3, 0, 0, 0, 0, 9};
+  rec.plan_digest = sha256_tagged(rec.plan_canonical);
+  std::string const sum = record_checksum(rec);
+  raw_exec(t_.db(), "UPDATE executions SET plan_canonical=X'43535453000100030000000009', "
+                    "plan_digest='" + rec.plan_digest + "', checksum='" + sum +
+                        "' WHERE execution_id='ex-bad'");
+  expect_quarantined(Errc::registry_corrupt_record);
 }
 
 TEST_F(RegistryQuarantine, StaysQuarantinedAfterAnotherReopen) {

@@ -174,10 +174,13 @@ struct ExecutionRecord {
 [[nodiscard]] std::string sha256_tagged(std::span<std::uint8_t const> bytes);
 
 // Structural checks a record must pass before it is trusted: checksum, plan digest, terminal
-// digest, phase/ownership/terminal consistency, accounting invariants.
+// digest, phase/ownership/terminal consistency, accounting invariants; with `deep`, also that
+// the canonical plan bytes decode (core::decode_execution) and name the same action, process
+// and session as the record's columns. Open and record creation check deep; the write path
+// re-checks the checksum only (it covers the same bytes).
 // Errors: registry.corrupt_record (checksum, digest, encoding), registry.illegal_phase
 // (a phase the record could not legally be in).
-[[nodiscard]] Result<void> validate_record(ExecutionRecord const& rec);
+[[nodiscard]] Result<void> validate_record(ExecutionRecord const& rec, bool deep = true);
 
 struct Claim {
   std::string action_id;

@@ -40,23 +40,25 @@ struct Row {
 // The kernel floors, measured once per run by measure_floors(). Empty when this host cannot
 // measure one (for example no writable cgroup v2); rows then report the floor as missing.
 struct Floors {
-  std::optional<double> launch_seq_ms;           // clone3 VFORK|PIDFD|INTO_CGROUP + wait + rmdir, median
-  std::optional<double> launch_concurrent_per_s; // same, 16 concurrent launchers, launches per second
-  std::optional<double> pipe_gib_s;              // 1 GiB through a pipe into a file
-  std::optional<double> pty_gib_s;               // a PTY (raw mode) into a file
-  std::optional<double> sqlite_full_commit_us;   // one WAL synchronous=FULL single-row commit, median
-  std::optional<double> tree_kill_ms;            // cgroup.kill + wait-empty of a 1,000-process tree
-  std::vector<Row> rows;                         // the floors themselves, as informational rows
+  std::optional<double> launch_seq_ms;  // clone3 VFORK|PIDFD|INTO_CGROUP + wait + rmdir, median
+  std::optional<double>
+      launch_concurrent_per_s;       // same, 16 concurrent launchers, launches per second
+  std::optional<double> pipe_gib_s;  // 1 GiB through a pipe into a file
+  std::optional<double> pty_gib_s;   // a PTY (raw mode) into a file
+  std::optional<double>
+      sqlite_full_commit_us;           // one WAL synchronous=FULL single-row commit, median
+  std::optional<double> tree_kill_ms;  // cgroup.kill + wait-empty of a 1,000-process tree
+  std::vector<Row> rows;               // the floors themselves, as informational rows
 };
 
 // What a row may use. Paths are absolute.
 struct Env {
-  std::string noop_path;       // static no-op program (exits 0 at once)
-  std::string custos_path;     // the release `custos` binary built with this bench
-  std::string self_path;       // this program, for the --helper-* modes rows launch (helpers.cpp)
-  std::string work_dir;        // private scratch directory, removed at the end
-  std::string cgroup_root;     // custos-bench-<pid> beneath the v2 mount; empty when unavailable
-  bool quick = false;          // --quick: fewer iterations (smoke runs, not for the docs)
+  std::string noop_path;    // static no-op program (exits 0 at once)
+  std::string custos_path;  // the release `custos` binary built with this bench
+  std::string self_path;    // this program, for the --helper-* modes rows launch (helpers.cpp)
+  std::string work_dir;     // private scratch directory, removed at the end
+  std::string cgroup_root;  // custos-bench-<pid> beneath the v2 mount; empty when unavailable
+  bool quick = false;       // --quick: fewer iterations (smoke runs, not for the docs)
   std::chrono::steady_clock::time_point deadline;  // the whole run must finish before this
 };
 

@@ -3,25 +3,25 @@
 //
 // Every process started here is created in this run's cgroup (custos-bench-<pid>) or is this
 // process's own child, and is reaped before the floor returns; every cgroup is removed.
-#include <fcntl.h>
-#include <linux/sched.h>
-#include <poll.h>
-#include <signal.h>
 #include <sqlite3.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <termios.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
 #include <string>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "bench.hpp"
@@ -89,7 +89,8 @@ long raw_clone3(int cgroup_fd, int* pidfd, bool vfork) {
 bool wait_pidfd(int pidfd) {
   siginfo_t info{};
   for (;;) {
-    if (::waitid(static_cast<idtype_t>(3), static_cast<id_t>(pidfd), &info, WEXITED) == 0) return true;
+    if (::waitid(static_cast<idtype_t>(3), static_cast<id_t>(pidfd), &info, WEXITED) == 0)
+      return true;
     if (errno != EINTR) return false;
   }
 }
@@ -164,7 +165,8 @@ void floor_launch(Env const& env, Floors& f) {
   }
   for (auto& th : threads) th.join();
   double const secs = seconds_since(t0);
-  if (!bad && done > 0 && secs > 0) f.launch_concurrent_per_s = static_cast<double>(done.load()) / secs;
+  if (!bad && done > 0 && secs > 0)
+    f.launch_concurrent_per_s = static_cast<double>(done.load()) / secs;
 }
 
 // ---- (b) pipe -> file, (c) pty -> file -----------------------------------------------------
@@ -235,7 +237,8 @@ std::optional<double> pipe_once(Env const& env, std::uint64_t total) {
 
 std::optional<double> pty_once(Env const& env, std::uint64_t total) {
   Fd master{::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)};
-  if (!master.valid() || ::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0) return std::nullopt;
+  if (!master.valid() || ::grantpt(master.get()) != 0 || ::unlockpt(master.get()) != 0)
+    return std::nullopt;
   char name[128];
   if (::ptsname_r(master.get(), name, sizeof name) != 0) return std::nullopt;
   Fd slave{::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)};
@@ -268,7 +271,8 @@ std::optional<double> sqlite_commit_us(Env const& env) {
   std::string const path = env.work_dir + "/floor.sqlite";
   sqlite3* db = nullptr;
   std::optional<double> result;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) == SQLITE_OK &&
       sqlite3_exec(db,
                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
@@ -283,7 +287,8 @@ std::optional<double> sqlite_commit_us(Env const& env) {
       for (int i = 0; i < n && ok; ++i) {
         auto const t0 = Clock::now();
         // One autocommit INSERT is one WAL transaction with an fsync of the WAL at commit.
-        ok = sqlite3_bind_blob(ins, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC) == SQLITE_OK &&
+        ok = sqlite3_bind_blob(ins, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC) ==
+                 SQLITE_OK &&
              sqlite3_step(ins) == SQLITE_DONE && sqlite3_reset(ins) == SQLITE_OK;
         us.push_back(seconds_since(t0) * 1e6);
       }
@@ -344,7 +349,8 @@ std::optional<double> tree_kill_once(Env const& env, int run) {
     Fd events{::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC)};
     Fd kill{::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC)};
     int pidfd = -1;
-    long const pid = (cg.valid() && events.valid() && kill.valid()) ? raw_clone3(cg.get(), &pidfd, false) : -1;
+    long const pid =
+        (cg.valid() && events.valid() && kill.valid()) ? raw_clone3(cg.get(), &pidfd, false) : -1;
     if (pid == 0) tree_root_main();
     Fd pfd{pidfd};
     if (pid > 0) {
@@ -421,18 +427,20 @@ Floors measure_floors(Env const& env) {
   }
 
   std::string const no_cg = env.cgroup_root.empty() ? "no writable cgroup v2" : "a launch failed";
-  f.rows.push_back(floor_row("clone3 into fresh cgroup + pidfd wait + rmdir (median)", "ms", f.launch_seq_ms,
-                             Better::lower, no_cg));
-  f.rows.push_back(floor_row("same, 16 concurrent launchers", "launches/s", f.launch_concurrent_per_s,
-                             Better::higher, no_cg));
-  f.rows.push_back(floor_row(env.quick ? "pipe -> file, 128 MiB" : "pipe -> file, 1 GiB", "GiB/s", f.pipe_gib_s,
-                             Better::higher, "pipe or file write failed"));
-  f.rows.push_back(floor_row(env.quick ? "raw PTY -> file, 16 MiB" : "raw PTY -> file, 256 MiB", "GiB/s",
-                             f.pty_gib_s, Better::higher, "PTY unavailable"));
-  f.rows.push_back(floor_row("SQLite WAL synchronous=FULL commit (median)", "us", f.sqlite_full_commit_us,
-                             Better::lower, "SQLite failed in the work dir"));
-  f.rows.push_back(floor_row("cgroup.kill + wait-empty, 1,000-process tree", "ms", f.tree_kill_ms, Better::lower,
-                             env.cgroup_root.empty() ? no_cg : "the tree did not build or empty in time"));
+  f.rows.push_back(floor_row("clone3 into fresh cgroup + pidfd wait + rmdir (median)", "ms",
+                             f.launch_seq_ms, Better::lower, no_cg));
+  f.rows.push_back(floor_row("same, 16 concurrent launchers", "launches/s",
+                             f.launch_concurrent_per_s, Better::higher, no_cg));
+  f.rows.push_back(floor_row(env.quick ? "pipe -> file, 128 MiB" : "pipe -> file, 1 GiB", "GiB/s",
+                             f.pipe_gib_s, Better::higher, "pipe or file write failed"));
+  f.rows.push_back(floor_row(env.quick ? "raw PTY -> file, 16 MiB" : "raw PTY -> file, 256 MiB",
+                             "GiB/s", f.pty_gib_s, Better::higher, "PTY unavailable"));
+  f.rows.push_back(floor_row("SQLite WAL synchronous=FULL commit (median)", "us",
+                             f.sqlite_full_commit_us, Better::lower,
+                             "SQLite failed in the work dir"));
+  f.rows.push_back(
+      floor_row("cgroup.kill + wait-empty, 1,000-process tree", "ms", f.tree_kill_ms, Better::lower,
+                env.cgroup_root.empty() ? no_cg : "the tree did not build or empty in time"));
   return f;
 }
 

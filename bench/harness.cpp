@@ -17,8 +17,8 @@ bool Row::meets() const {
   return better == Better::lower ? *r <= *target : *r >= *target;
 }
 
-Row unmeasured(std::string name, std::string unit, std::string floor_name, std::optional<double> floor_value,
-               double target, Better better, std::string why) {
+Row unmeasured(std::string name, std::string unit, std::string floor_name,
+               std::optional<double> floor_value, double target, Better better, std::string why) {
   Row r;
   r.name = std::move(name);
   r.unit = std::move(unit);

@@ -1,20 +1,19 @@
 // The helper modes of custos_bench: tiny programs the product rows launch through custos, so a
 // row needs nothing from the host but this binary (and they are the same code the floors use).
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <signal.h>
 #include <string>
+#include <unistd.h>
 
 #include "bench.hpp"
 
 namespace custos::bench {
 
 void fork_tree(int n) {
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = SIG_IGN;  // children that exit (the double-fork middles) are reaped by the kernel
   ::sigaction(SIGCHLD, &sa, nullptr);
   for (int k = 0; k < n - 1; ++k) {
@@ -76,7 +75,8 @@ int helper_write(std::uint64_t total) {
 std::optional<int> run_helper(int argc, char** argv) {
   if (argc < 2) return std::nullopt;
   std::string const mode = argv[1];
-  if (mode == "--helper-write" && argc == 3) return helper_write(std::strtoull(argv[2], nullptr, 10));
+  if (mode == "--helper-write" && argc == 3)
+    return helper_write(std::strtoull(argv[2], nullptr, 10));
   if (mode == "--helper-tree" && argc == 3) helper_tree(std::atoi(argv[2]));
   if (mode == "--helper-sleep" && argc == 2) helper_sleep();
   return std::nullopt;

@@ -8,25 +8,24 @@
 // Everything it creates lives in custos-bench-<pid> beneath the cgroup v2 mount and in a private
 // work directory; both are removed at the end, and a watchdog kills the bench cgroup and exits if
 // the run overstays its time limit.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <signal.h>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "bench.hpp"
@@ -126,10 +125,18 @@ std::string json_string(std::string const& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -149,10 +156,11 @@ std::string to_json(std::vector<Row> const& rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     auto const& r = rows[i];
     if (i > 0) out += ",";
-    out += "{\"name\":" + json_string(r.name) + ",\"unit\":" + json_string(r.unit) + ",\"value\":" + num(r.value) +
-           ",\"floor_name\":" + json_string(r.floor_name) + ",\"floor_value\":" + num(r.floor_value) +
-           ",\"ratio\":" + num(r.ratio()) + ",\"target\":" + num(r.target) + ",\"better\":" +
-           json_string(r.better == Better::lower ? "lower" : "higher") +
+    out += "{\"name\":" + json_string(r.name) + ",\"unit\":" + json_string(r.unit) +
+           ",\"value\":" + num(r.value) + ",\"floor_name\":" + json_string(r.floor_name) +
+           ",\"floor_value\":" + num(r.floor_value) + ",\"ratio\":" + num(r.ratio()) +
+           ",\"target\":" + num(r.target) +
+           ",\"better\":" + json_string(r.better == Better::lower ? "lower" : "higher") +
            // A floor row has no target: it is a measurement, not a claim, so meets is null.
            ",\"meets\":" + (r.target.has_value() ? (r.meets() ? "true" : "false") : "null") +
            ",\"note\":" + json_string(r.note) + "}";
@@ -172,13 +180,14 @@ std::string target_text(Row const& r) {
 }
 
 void print_table(std::vector<Row> const& rows) {
-  std::printf("%-78s %12s %-11s %12s %8s %8s  %s\n", "row", "value", "unit", "floor", "ratio", "target",
-              "verdict");
+  std::printf("%-78s %12s %-11s %12s %8s %8s  %s\n", "row", "value", "unit", "floor", "ratio",
+              "target", "verdict");
   for (auto const& r : rows) {
     std::string const name = r.name.size() > 78 ? r.name.substr(0, 75) + "..." : r.name;
-    std::printf("%-78s %12s %-11s %12s %8s %8s  %s\n", name.c_str(), human(r.value).c_str(), r.unit.c_str(),
-                human(r.floor_value).c_str(), r.ratio() ? (human(r.ratio()) + "×").c_str() : "—",
-                target_text(r).c_str(), verdict(r).c_str());
+    std::printf("%-78s %12s %-11s %12s %8s %8s  %s\n", name.c_str(), human(r.value).c_str(),
+                r.unit.c_str(), human(r.floor_value).c_str(),
+                r.ratio() ? (human(r.ratio()) + "×").c_str() : "—", target_text(r).c_str(),
+                verdict(r).c_str());
   }
   for (auto const& r : rows) {
     if (!r.note.empty() && (!r.value.has_value() || !r.floor_value.has_value())) {
@@ -200,9 +209,9 @@ std::string markdown(std::vector<Row> const& rows, bool quick, double secs) {
   md << "| row | value | unit | floor | floor value | ratio | target | verdict |\n";
   md << "|---|---:|---|---|---:|---:|---:|---|\n";
   for (auto const& r : rows) {
-    md << "| " << r.name << " | " << human(r.value) << " | " << r.unit << " | " << r.floor_name << " | "
-       << human(r.floor_value) << " | " << (r.ratio() ? human(r.ratio()) + "×" : "—") << " | " << target_text(r)
-       << " | " << verdict(r) << " |\n";
+    md << "| " << r.name << " | " << human(r.value) << " | " << r.unit << " | " << r.floor_name
+       << " | " << human(r.floor_value) << " | " << (r.ratio() ? human(r.ratio()) + "×" : "—")
+       << " | " << target_text(r) << " | " << verdict(r) << " |\n";
   }
   bool any_note = false;
   for (auto const& r : rows) {
@@ -216,7 +225,8 @@ std::string markdown(std::vector<Row> const& rows, bool quick, double secs) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: custos_bench [--quick] [--json FILE] [--markdown FILE] [--noop PATH] [--custos PATH]\n"
+               "usage: custos_bench [--quick] [--json FILE] [--markdown FILE] [--noop PATH] "
+               "[--custos PATH]\n"
                "                    [--work-parent DIR] [--time-limit SECONDS] [--only AREA]\n");
   return 2;
 }
@@ -231,7 +241,7 @@ int run(int argc, char** argv) {
   std::string work_parent = CUSTOS_BENCH_WORK_PARENT;
   std::string json_file;
   std::string md_file;
-  std::string only;  // --only AREA: development aid, runs the floors and one row area
+  std::string only;      // --only AREA: development aid, runs the floors and one row area
   int time_limit = 280;  // the whole run, scripts/bench's build excluded, stays under 5 minutes
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
@@ -239,8 +249,8 @@ int run(int argc, char** argv) {
     char const* v = nullptr;
     if (a == "--quick") {
       env.quick = true;
-    } else if ((a == "--json" || a == "--markdown" || a == "--noop" || a == "--custos" || a == "--work-parent" ||
-                a == "--time-limit" || a == "--only") &&
+    } else if ((a == "--json" || a == "--markdown" || a == "--noop" || a == "--custos" ||
+                a == "--work-parent" || a == "--time-limit" || a == "--only") &&
                (v = next()) != nullptr) {
       if (a == "--json") json_file = v;
       if (a == "--markdown") md_file = v;
@@ -254,7 +264,8 @@ int run(int argc, char** argv) {
     }
   }
   if (env.noop_path.empty() || ::access(env.noop_path.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "custos_bench: the static no-op '%s' is not executable\n", env.noop_path.c_str());
+    std::fprintf(stderr, "custos_bench: the static no-op '%s' is not executable\n",
+                 env.noop_path.c_str());
     return 2;
   }
   if (time_limit <= 0) return usage();
@@ -272,7 +283,8 @@ int run(int argc, char** argv) {
   // Private scratch directory (pipe/PTY drain files, SQLite databases of the rows).
   std::string tmpl = work_parent + "/custos-bench-work-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
-    std::fprintf(stderr, "custos_bench: mkdtemp in %s: %s\n", work_parent.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "custos_bench: mkdtemp in %s: %s\n", work_parent.c_str(),
+                 std::strerror(errno));
     return 2;
   }
   env.work_dir = tmpl;
@@ -290,10 +302,11 @@ int run(int argc, char** argv) {
       cg_note = "cannot create " + root + ": " + std::strerror(errno);
     }
   }
-  if (!cg_note.empty()) std::fprintf(stderr, "custos_bench: %s; cgroup floors will be missing\n", cg_note.c_str());
+  if (!cg_note.empty())
+    std::fprintf(stderr, "custos_bench: %s; cgroup floors will be missing\n", cg_note.c_str());
 
   // The same last resort on the time limit and on an interrupt: nothing may outlive the run.
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = &on_watchdog;
   ::sigaction(SIGALRM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
@@ -326,4 +339,6 @@ int run(int argc, char** argv) {
 
 }  // namespace custos::bench
 
-int main(int argc, char** argv) { return custos::bench::run(argc, argv); }
+int main(int argc, char** argv) {
+  return custos::bench::run(argc, argv);
+}

@@ -5,25 +5,25 @@
 // they include everything the supervisor does for an execution (staged spawn with barrier,
 // pidfs identity, cgroup create/remove, pumps and spools, events, sampler, close, terminal
 // record) except the RPC layer and the registry's durable writes (the sink is null here).
+#include <boost/asio/io_context.hpp>
+
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <malloc.h>
+#include <memory>
 #include <poll.h>
+#include <sstream>
+#include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <boost/asio/io_context.hpp>
-
-#include <filesystem>
-#include <fstream>
-#include <memory>
-#include <sstream>
-#include <string>
 #include <vector>
 
-#include "bench.hpp"
 #include "custos/core/plan.hpp"
 #include "custos/supervisor/manager.hpp"
+
+#include "bench.hpp"
 
 namespace custos::bench {
 namespace {
@@ -48,7 +48,8 @@ class Harness {
     fs::create_directories(dir_ / "ws", ec);
     sup::ManagerConfig cfg;
     cfg.cgroup_subtree = subtree_;
-    cfg.boundary = subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
+    cfg.boundary =
+        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
     cfg.state_dir = dir_ / "state";
     mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
   }
@@ -67,7 +68,8 @@ class Harness {
     }
     mgr_.reset();
     if (!subtree_.empty()) {
-      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
+      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
+        ::usleep(1000);
     }
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -103,8 +105,8 @@ class Harness {
     id.generation = 1;
     id.revision = 1;
     r.plan = std::move(p);
-    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()), static_cast<std::uint32_t>(::getegid()),
-                                ::getpid()};
+    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
+                                static_cast<std::uint32_t>(::getegid()), ::getpid()};
     return mgr_->start(std::move(r));
   }
 
@@ -125,7 +127,8 @@ class Harness {
 
   void wake() { io_.stop(); }
 
-  std::optional<core::TerminalRecord> wait(std::string const& id, std::chrono::milliseconds timeout) {
+  std::optional<core::TerminalRecord> wait(std::string const& id,
+                                           std::chrono::milliseconds timeout) {
     std::optional<Result<core::TerminalRecord>> got;
     mgr_->wait(id, timeout, [&](Result<core::TerminalRecord> r) {
       got = std::move(r);
@@ -216,7 +219,9 @@ std::optional<double> launch_concurrent_per_s(Env const& env, std::string& why) 
     }
     // Back to launching when a slot is free and launches remain; in the tail (all started)
     // only completions matter.
-    h.drive([&] { return (in_flight < kInFlight && started < total) || failed || finished >= total; }, 10s);
+    h.drive(
+        [&] { return (in_flight < kInFlight && started < total) || failed || finished >= total; },
+        10s);
   }
   double const secs = seconds_since(t0);
   h.drive([&] { return in_flight == 0; }, 20s);
@@ -278,7 +283,8 @@ std::optional<double> teardown_once(Env const& env, Harness& h, std::string& why
     return std::nullopt;
   }
   if (survivors > 0 || t->tree.cleanup != core::Cleanup::confirmed) {
-    why = std::to_string(survivors) + " survivors, cleanup " + std::string{core::cleanup_wire(t->tree.cleanup)};
+    why = std::to_string(survivors) + " survivors, cleanup " +
+          std::string{core::cleanup_wire(t->tree.cleanup)};
     return std::nullopt;
   }
   return ms;
@@ -286,7 +292,8 @@ std::optional<double> teardown_once(Env const& env, Harness& h, std::string& why
 
 // ---- output ----------------------------------------------------------------------------------
 
-std::optional<double> output_once(Env const& env, Harness& h, bool pty, std::uint64_t bytes, std::string& why) {
+std::optional<double> output_once(Env const& env, Harness& h, bool pty, std::uint64_t bytes,
+                                  std::string& why) {
   auto p = h.plan({env.self_path, "--helper-write", std::to_string(bytes)});
   if (pty) {
     p.io.mode = core::IoMode::pty;
@@ -317,7 +324,8 @@ std::optional<double> output_once(Env const& env, Harness& h, bool pty, std::uin
   return static_cast<double>(bytes) / static_cast<double>(kGiB) / secs;
 }
 
-std::optional<double> output_median(Env const& env, bool pty, std::uint64_t bytes, std::string& why) {
+std::optional<double> output_median(Env const& env, bool pty, std::uint64_t bytes,
+                                    std::string& why) {
   Harness h(env, pty ? "sup-pty" : "sup-pipe");
   std::vector<double> v;
   int const runs = env.quick ? 1 : 3;
@@ -391,10 +399,12 @@ std::vector<Row> supervisor_launch_rows(Env const& env, Floors const& f) {
   auto const seq = launch_sequential_ms(env, why_seq);
   auto const conc = launch_concurrent_per_s(env, why_conc);
   Row a = unmeasured("launch + wait of a static no-op through the supervisor (median)", "ms",
-                     "clone3 into fresh cgroup + pidfd wait + rmdir", f.launch_seq_ms, 1.3, Better::lower, why_seq);
+                     "clone3 into fresh cgroup + pidfd wait + rmdir", f.launch_seq_ms, 1.3,
+                     Better::lower, why_seq);
   a.value = seq;
-  Row b = unmeasured("same, 16 concurrent executions", "launches/s", "clone3 floor, 16 concurrent launchers",
-                     f.launch_concurrent_per_s, 0.8, Better::higher, why_conc);
+  Row b = unmeasured("same, 16 concurrent executions", "launches/s",
+                     "clone3 floor, 16 concurrent launchers", f.launch_concurrent_per_s, 0.8,
+                     Better::higher, why_conc);
   b.value = conc;
   return {a, b};
 }
@@ -420,8 +430,9 @@ std::vector<Row> teardown_rows(Env const& env, Floors const& f) {
       if (!v.empty()) value = median(v);
     }
   }
-  Row r = unmeasured("teardown of a 1,000-process tree with setsid/double-fork escapees (zero survivors)", "ms",
-                     "bare cgroup.kill + wait-empty", f.tree_kill_ms, 1.2, Better::lower, why);
+  Row r = unmeasured(
+      "teardown of a 1,000-process tree with setsid/double-fork escapees (zero survivors)", "ms",
+      "bare cgroup.kill + wait-empty", f.tree_kill_ms, 1.2, Better::lower, why);
   r.value = value;
   return {r};
 }
@@ -435,8 +446,8 @@ std::vector<Row> output_rows(Env const& env, Floors const& f) {
                                : "output: 1 GiB on stdout through the supervisor",
                      "GiB/s", "raw pipe -> file", f.pipe_gib_s, 0.85, Better::higher, why_pipe);
   a.value = pipe;
-  Row b = unmeasured("output: PTY stream through the supervisor", "GiB/s", "raw PTY -> file", f.pty_gib_s, 0.9,
-                     Better::higher, why_pty);
+  Row b = unmeasured("output: PTY stream through the supervisor", "GiB/s", "raw PTY -> file",
+                     f.pty_gib_s, 0.9, Better::higher, why_pty);
   b.value = pty;
   return {a, b};
 }

@@ -37,9 +37,9 @@ std::optional<Stream> stream_from_wire(std::string_view wire) noexcept {
 Result<> StreamAccounting::check() const {
   auto const sum = add(retained, dropped);
   if (!sum.has_value() || *sum != observed) {
-    return Error{Errc::accounting_invariant,
-                 "observed " + std::to_string(observed) + " != retained " + std::to_string(retained) +
-                     " + dropped " + std::to_string(dropped)};
+    return Error{Errc::accounting_invariant, "observed " + std::to_string(observed) +
+                                                 " != retained " + std::to_string(retained) +
+                                                 " + dropped " + std::to_string(dropped)};
   }
   if (dropped > 0 && complete) {
     return Error{Errc::accounting_invariant,
@@ -87,8 +87,8 @@ Result<StreamAccounting> account_lose_retained(StreamAccounting const& acc, std:
   CUSTOS_TRYV(acc.check());
   if (bytes > acc.retained) {
     return Error{Errc::accounting_invariant, "cannot lose " + std::to_string(bytes) +
-                                                 " retained bytes; only " + std::to_string(acc.retained) +
-                                                 " are retained"};
+                                                 " retained bytes; only " +
+                                                 std::to_string(acc.retained) + " are retained"};
   }
   StreamAccounting next = acc;
   next.retained = acc.retained - bytes;

@@ -7,7 +7,8 @@ namespace custos::core {
 namespace {
 
 template <class E, std::size_t N>
-std::optional<E> lookup(std::array<std::string_view, N> const& names, std::string_view wire) noexcept {
+std::optional<E> lookup(std::array<std::string_view, N> const& names,
+                        std::string_view wire) noexcept {
   for (std::size_t i = 0; i < N; ++i) {
     if (names[i] == wire) return static_cast<E>(i);
   }
@@ -22,12 +23,21 @@ std::string_view name_of(std::array<std::string_view, N> const& names, E e) noex
 
 // Indexed by the enumerator value; the order must follow the enum declaration.
 constexpr std::array<std::string_view, kTriggerCount> kTriggerNames = {
-    "user", "deadline", "output_limit", "resource_limit", "lease_fence", "supervisor_shutdown",
+    "user",           "deadline",    "output_limit",
+    "resource_limit", "lease_fence", "supervisor_shutdown",
     "backend_failure"};
 
 constexpr std::array<std::string_view, kClassificationCount> kClassificationNames = {
-    "exited",        "signaled",       "spawn_failed",   "cancelled",         "timed_out",
-    "output_limit",  "resource_limit", "sandbox_denied", "supervisor_failed", "recovery_indeterminate"};
+    "exited",
+    "signaled",
+    "spawn_failed",
+    "cancelled",
+    "timed_out",
+    "output_limit",
+    "resource_limit",
+    "sandbox_denied",
+    "supervisor_failed",
+    "recovery_indeterminate"};
 
 constexpr std::array<std::string_view, 5> kRecoveryNames = {
     "observed", "already_terminal", "live_owned", "absent_without_terminal", "indeterminate"};
@@ -44,7 +54,9 @@ void bump(std::uint32_t& counter) noexcept {
 
 }  // namespace
 
-std::string_view trigger_wire(Trigger t) noexcept { return name_of(kTriggerNames, t); }
+std::string_view trigger_wire(Trigger t) noexcept {
+  return name_of(kTriggerNames, t);
+}
 std::optional<Trigger> trigger_from_wire(std::string_view wire) noexcept {
   return lookup<Trigger>(kTriggerNames, wire);
 }
@@ -56,17 +68,23 @@ std::optional<Classification> classification_from_wire(std::string_view wire) no
   return lookup<Classification>(kClassificationNames, wire);
 }
 
-std::string_view recovery_path_wire(RecoveryPath r) noexcept { return name_of(kRecoveryNames, r); }
+std::string_view recovery_path_wire(RecoveryPath r) noexcept {
+  return name_of(kRecoveryNames, r);
+}
 std::optional<RecoveryPath> recovery_path_from_wire(std::string_view wire) noexcept {
   return lookup<RecoveryPath>(kRecoveryNames, wire);
 }
 
-std::string_view cleanup_wire(Cleanup c) noexcept { return name_of(kCleanupNames, c); }
+std::string_view cleanup_wire(Cleanup c) noexcept {
+  return name_of(kCleanupNames, c);
+}
 std::optional<Cleanup> cleanup_from_wire(std::string_view wire) noexcept {
   return lookup<Cleanup>(kCleanupNames, wire);
 }
 
-std::string_view trigger_outcome_wire(TriggerOutcome o) noexcept { return name_of(kOutcomeNames, o); }
+std::string_view trigger_outcome_wire(TriggerOutcome o) noexcept {
+  return name_of(kOutcomeNames, o);
+}
 
 Classification trigger_classification(Trigger t) noexcept {
   switch (t) {
@@ -114,7 +132,8 @@ Result<TriggerOutcome> CancellationState::offer(Trigger t) {
 }
 
 Result<> CancellationState::observe_exit() {
-  if (sealed_) return Error{Errc::lifecycle_trigger_after_terminal, "exit observed after the terminal record"};
+  if (sealed_)
+    return Error{Errc::lifecycle_trigger_after_terminal, "exit observed after the terminal record"};
   if (exit_observed_) return Error{Errc::lifecycle_illegal_transition, "exit observed twice"};
   exit_observed_ = true;
   return ok();

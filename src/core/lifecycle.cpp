@@ -46,13 +46,20 @@ bool is_legal_progression(Phase from, Phase to, RecoveryPath via) noexcept {
   if (via == RecoveryPath::already_terminal) return false;
   if (to == Phase::terminal && from != Phase::terminal && is_recovery_jump(via)) return true;
   switch (from) {
-    case Phase::authorized: return to == Phase::starting;
-    case Phase::starting: return to == Phase::running || to == Phase::terminal;
-    case Phase::running: return to == Phase::stopping || to == Phase::exited;
-    case Phase::stopping: return to == Phase::exited;
-    case Phase::exited: return to == Phase::closed;
-    case Phase::closed: return to == Phase::terminal;
-    case Phase::terminal: return false;
+    case Phase::authorized:
+      return to == Phase::starting;
+    case Phase::starting:
+      return to == Phase::running || to == Phase::terminal;
+    case Phase::running:
+      return to == Phase::stopping || to == Phase::exited;
+    case Phase::stopping:
+      return to == Phase::exited;
+    case Phase::exited:
+      return to == Phase::closed;
+    case Phase::closed:
+      return to == Phase::terminal;
+    case Phase::terminal:
+      return false;
   }
   return false;
 }
@@ -61,13 +68,20 @@ std::string_view event_name(LifecycleEvent const& e) noexcept {
   return std::visit(
       [](auto const& ev) -> std::string_view {
         using T = std::decay_t<decltype(ev)>;
-        if constexpr (std::is_same_v<T, event::SpawnRequested>) return "spawn_requested";
-        else if constexpr (std::is_same_v<T, event::Spawned>) return "spawned";
-        else if constexpr (std::is_same_v<T, event::SpawnFailed>) return "spawn_failed";
-        else if constexpr (std::is_same_v<T, event::StopRequested>) return "stop_requested";
-        else if constexpr (std::is_same_v<T, event::Exited>) return "exited";
-        else if constexpr (std::is_same_v<T, event::Closed>) return "closed";
-        else return "terminal_recorded";
+        if constexpr (std::is_same_v<T, event::SpawnRequested>)
+          return "spawn_requested";
+        else if constexpr (std::is_same_v<T, event::Spawned>)
+          return "spawned";
+        else if constexpr (std::is_same_v<T, event::SpawnFailed>)
+          return "spawn_failed";
+        else if constexpr (std::is_same_v<T, event::StopRequested>)
+          return "stop_requested";
+        else if constexpr (std::is_same_v<T, event::Exited>)
+          return "exited";
+        else if constexpr (std::is_same_v<T, event::Closed>)
+          return "closed";
+        else
+          return "terminal_recorded";
       },
       e);
 }
@@ -86,7 +100,8 @@ Result<LifecycleState> on_terminal(LifecycleState const& s, event::TerminalRecor
                    "a recovery without an observed end must be recovery_indeterminate"};
     }
   } else if (s.phase == Phase::starting) {
-    if (!s.spawn_failure.has_value()) return illegal(s.phase, "terminal_recorded before a spawn failure");
+    if (!s.spawn_failure.has_value())
+      return illegal(s.phase, "terminal_recorded before a spawn failure");
     // The program never ran, so its outcome cannot be an exit; a trigger accepted during
     // starting may still decide (first trigger wins), hence not only spawn_failed.
     if (c == Classification::exited || c == Classification::signaled ||
@@ -122,11 +137,13 @@ Result<LifecycleState> reduce(LifecycleState const& s, LifecycleEvent const& ev)
           if (s.phase != Phase::authorized) return illegal(s.phase, "spawn_requested");
           return with_phase(s, Phase::starting);
         } else if constexpr (std::is_same_v<T, event::Spawned>) {
-          if (s.phase != Phase::starting || s.spawn_failure.has_value()) return illegal(s.phase, "spawned");
+          if (s.phase != Phase::starting || s.spawn_failure.has_value())
+            return illegal(s.phase, "spawned");
           return with_phase(s, Phase::running);
         } else if constexpr (std::is_same_v<T, event::SpawnFailed>) {
           // Exactly one failure per launch: a second report would rewrite the first.
-          if (s.phase != Phase::starting || s.spawn_failure.has_value()) return illegal(s.phase, "spawn_failed");
+          if (s.phase != Phase::starting || s.spawn_failure.has_value())
+            return illegal(s.phase, "spawn_failed");
           LifecycleState next = s;
           next.spawn_failure = e.failure;
           return next;
@@ -134,7 +151,8 @@ Result<LifecycleState> reduce(LifecycleState const& s, LifecycleEvent const& ev)
           if (s.phase != Phase::running) return illegal(s.phase, "stop_requested");
           return with_phase(s, Phase::stopping);
         } else if constexpr (std::is_same_v<T, event::Exited>) {
-          if (s.phase != Phase::running && s.phase != Phase::stopping) return illegal(s.phase, "exited");
+          if (s.phase != Phase::running && s.phase != Phase::stopping)
+            return illegal(s.phase, "exited");
           if (!e.status.observed() || !e.status.valid()) {
             return Error{Errc::lifecycle_illegal_transition, "exited with an invalid exit status"};
           }

@@ -5,8 +5,8 @@ namespace custos::core {
 namespace {
 
 constexpr std::array<std::string_view, kResourceDimCount> kDimNames = {
-    "wall_ms", "cpu_ms", "memory_bytes", "disk_bytes", "output_bytes", "descriptors", "processes",
-    "concurrency"};
+    "wall_ms",      "cpu_ms",      "memory_bytes", "disk_bytes",
+    "output_bytes", "descriptors", "processes",    "concurrency"};
 
 constexpr std::array<std::string_view, 3> kFidelityNames = {"hard", "sampled", "unavailable"};
 

@@ -20,7 +20,8 @@ constexpr std::array<std::string_view, 2> kBoundaryNames = {"cgroup", "marker"};
 constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
 
 template <class E, std::size_t N>
-std::optional<E> lookup(std::array<std::string_view, N> const& names, std::string_view wire) noexcept {
+std::optional<E> lookup(std::array<std::string_view, N> const& names,
+                        std::string_view wire) noexcept {
   for (std::size_t i = 0; i < N; ++i) {
     if (names[i] == wire) return static_cast<E>(i);
   }
@@ -49,10 +50,13 @@ constexpr Tag classification = 1, recovery = 2, exit = 3, trigger = 4, escalatio
               resources = 7, tree = 8, spawn_error = 9;
 }  // namespace tag
 
-Error malformed(std::string what) { return Error{Errc::canonical_malformed, std::move(what)}; }
+Error malformed(std::string what) {
+  return Error{Errc::canonical_malformed, std::move(what)};
+}
 
 template <class E>
-Result<E> decode_enum(Result<std::string> s, std::optional<E> (*from_wire)(std::string_view) noexcept,
+Result<E> decode_enum(Result<std::string> s,
+                      std::optional<E> (*from_wire)(std::string_view) noexcept,
                       std::string_view what) {
   if (!s) return s.error();
   auto e = from_wire(*s);
@@ -73,10 +77,12 @@ Result<> check_keys(json::object const& o, std::string const& ptr,
   for (auto const& kv : o) {
     bool known = false;
     for (auto a : allowed) known = known || kv.key() == a;
-    if (!known) return jerr(Errc::plan_unknown_field, ptr + "/" + std::string{kv.key()}, "unknown field");
+    if (!known)
+      return jerr(Errc::plan_unknown_field, ptr + "/" + std::string{kv.key()}, "unknown field");
   }
   for (auto r : required) {
-    if (!o.contains(r)) return jerr(Errc::plan_missing_field, ptr + "/" + std::string{r}, "missing field");
+    if (!o.contains(r))
+      return jerr(Errc::plan_missing_field, ptr + "/" + std::string{r}, "missing field");
   }
   return ok();
 }
@@ -109,12 +115,14 @@ Result<std::int32_t> as_i32(json::value const& v, std::string const& ptr) {
   std::int64_t x = 0;
   if (v.is_int64()) {
     x = v.get_int64();
-  } else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+  } else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(
+                                                    std::numeric_limits<std::int32_t>::max())) {
     x = static_cast<std::int64_t>(v.get_uint64());
   } else {
     return jerr(Errc::plan_wrong_type, ptr, "expected a 32-bit integer");
   }
-  if (x < std::numeric_limits<std::int32_t>::min() || x > std::numeric_limits<std::int32_t>::max()) {
+  if (x < std::numeric_limits<std::int32_t>::min() ||
+      x > std::numeric_limits<std::int32_t>::max()) {
     return jerr(Errc::plan_invalid_value, ptr, "out of the 32-bit range");
   }
   return static_cast<std::int32_t>(x);
@@ -125,7 +133,8 @@ Result<E> as_enum(json::value const& v, std::string const& ptr,
                   std::optional<E> (*from_wire)(std::string_view) noexcept) {
   auto s = CUSTOS_TRY(as_string(v, ptr));
   auto e = from_wire(s);
-  if (!e.has_value()) return jerr(Errc::plan_invalid_value, ptr, "unknown value \"" + std::string{s} + "\"");
+  if (!e.has_value())
+    return jerr(Errc::plan_invalid_value, ptr, "unknown value \"" + std::string{s} + "\"");
   return *e;
 }
 
@@ -149,11 +158,15 @@ Result<std::optional<std::int32_t>> opt_i32(json::value const& v, std::string co
 
 }  // namespace
 
-std::string_view boundary_wire(Boundary b) noexcept { return name_of(kBoundaryNames, b); }
+std::string_view boundary_wire(Boundary b) noexcept {
+  return name_of(kBoundaryNames, b);
+}
 std::optional<Boundary> boundary_from_wire(std::string_view wire) noexcept {
   return lookup<Boundary>(kBoundaryNames, wire);
 }
-std::string_view containment_wire(Containment c) noexcept { return name_of(kContainmentNames, c); }
+std::string_view containment_wire(Containment c) noexcept {
+  return name_of(kContainmentNames, c);
+}
 std::optional<Containment> containment_from_wire(std::string_view wire) noexcept {
   return lookup<Containment>(kContainmentNames, wire);
 }
@@ -161,7 +174,9 @@ std::optional<Containment> containment_from_wire(std::string_view wire) noexcept
 // ---- consistency ---------------------------------------------------------------------------
 
 Result<> validate(TerminalRecord const& rec) {
-  auto inconsistent = [](std::string what) { return Error{Errc::lifecycle_illegal_transition, std::move(what)}; };
+  auto inconsistent = [](std::string what) {
+    return Error{Errc::lifecycle_illegal_transition, std::move(what)};
+  };
   if (!rec.exit.valid()) return inconsistent("invalid exit status");
   CUSTOS_TRYV(check(rec.output));
   if (rec.recovery == RecoveryPath::already_terminal) {
@@ -199,7 +214,8 @@ Result<TerminalRecord> make_terminal_record(ClassifyInput const& in,
   rec.trigger = in.trigger;
   rec.tree.cleanup = in.cleanup;
   rec.spawn_error = std::move(spawn_error);
-  for (std::size_t i = 0; i < kResourceDimCount; ++i) rec.resources.dims[i].fidelity = Fidelity::unavailable;
+  for (std::size_t i = 0; i < kResourceDimCount; ++i)
+    rec.resources.dims[i].fidelity = Fidelity::unavailable;
   return rec;
 }
 
@@ -245,7 +261,9 @@ Result<std::vector<std::uint8_t>> canonical_bytes(TerminalRecord const& rec) {
   });
   if (rec.spawn_error.has_value()) {
     w.record(tag::spawn_error, kKindSpawnError, [&](CanonicalWriter& r) {
-      r.string(1, rec.spawn_error->code).i64(2, rec.spawn_error->sys_errno).string(3, rec.spawn_error->detail);
+      r.string(1, rec.spawn_error->code)
+          .i64(2, rec.spawn_error->sys_errno)
+          .string(3, rec.spawn_error->detail);
     });
   }
   return std::move(w).finish();
@@ -255,7 +273,8 @@ namespace {
 
 Result<std::int32_t> i64_to_i32(Result<std::int64_t> v, std::string_view what) {
   if (!v) return v.error();
-  if (*v < std::numeric_limits<std::int32_t>::min() || *v > std::numeric_limits<std::int32_t>::max()) {
+  if (*v < std::numeric_limits<std::int32_t>::min() ||
+      *v > std::numeric_limits<std::int32_t>::max()) {
     return malformed(std::string{what} + " out of the 32-bit range");
   }
   return static_cast<std::int32_t>(*v);
@@ -266,9 +285,10 @@ Result<std::int32_t> i64_to_i32(Result<std::int64_t> v, std::string_view what) {
 Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> bytes) {
   auto r = CUSTOS_TRY(CanonicalReader::open(bytes, kKindTerminal));
   TerminalRecord rec;
-  rec.classification = CUSTOS_TRY(decode_enum(r.string(tag::classification), &classification_from_wire,
-                                              "classification"));
-  rec.recovery = CUSTOS_TRY(decode_enum(r.string(tag::recovery), &recovery_path_from_wire, "recovery"));
+  rec.classification = CUSTOS_TRY(
+      decode_enum(r.string(tag::classification), &classification_from_wire, "classification"));
+  rec.recovery =
+      CUSTOS_TRY(decode_enum(r.string(tag::recovery), &recovery_path_from_wire, "recovery"));
   {
     auto ex = CUSTOS_TRY(r.record(tag::exit, kKindExit));
     if (ex.has(1)) rec.exit.code = CUSTOS_TRY(i64_to_i32(ex.i64(1), "exit code"));
@@ -292,7 +312,8 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
       if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
       auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
       // Strictly increasing stream order: no duplicates, and one byte string per record.
-      if (prev.has_value() && *prev >= stream) return malformed("output streams out of order or repeated");
+      if (prev.has_value() && *prev >= stream)
+        return malformed("output streams out of order or repeated");
       prev = stream;
       StreamAccounting acc;
       acc.observed = CUSTOS_TRY(e.u64(2));
@@ -306,11 +327,13 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
   }
   {
     auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
-    if (list.size() != kResourceDimCount) return malformed("resources must list all eight dimensions");
+    if (list.size() != kResourceDimCount)
+      return malformed("resources must list all eight dimensions");
     for (std::size_t i = 0; i < kResourceDimCount; ++i) {
       auto e = CUSTOS_TRY(list.next_record());
       if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
-      auto const dim = CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
+      auto const dim =
+          CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
       if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
       auto& d = rec.resources.dims[i];
       d.value = CUSTOS_TRY(e.optional_u64(2));
@@ -324,7 +347,8 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
     auto t = CUSTOS_TRY(r.record(tag::tree, kKindTree));
     rec.tree.boundary = CUSTOS_TRY(decode_enum(t.string(1), &boundary_from_wire, "boundary"));
     rec.tree.cleanup = CUSTOS_TRY(decode_enum(t.string(2), &cleanup_from_wire, "cleanup"));
-    rec.tree.containment = CUSTOS_TRY(decode_enum(t.string(3), &containment_from_wire, "containment"));
+    rec.tree.containment =
+        CUSTOS_TRY(decode_enum(t.string(3), &containment_from_wire, "containment"));
     CUSTOS_TRYV(t.finish());
   }
   if (r.has(tag::spawn_error)) {
@@ -337,7 +361,8 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
     rec.spawn_error = std::move(f);
   }
   CUSTOS_TRYV(r.finish());
-  if (auto v = validate(rec); !v) return malformed("terminal record is inconsistent: " + v.error().message());
+  if (auto v = validate(rec); !v)
+    return malformed("terminal record is inconsistent: " + v.error().message());
   return rec;
 }
 
@@ -354,8 +379,10 @@ Result<json::value> to_json(TerminalRecord const& rec) {
   json::object o;
   o["classification"] = classification_wire(rec.classification);
   o["recovery"] = recovery_path_wire(rec.recovery);
-  o["exit"] = json::object{{"code", opt_json(rec.exit.code)}, {"signal", opt_json(rec.exit.signal)}};
-  o["trigger"] = rec.trigger.has_value() ? json::value(trigger_wire(*rec.trigger)) : json::value(nullptr);
+  o["exit"] =
+      json::object{{"code", opt_json(rec.exit.code)}, {"signal", opt_json(rec.exit.signal)}};
+  o["trigger"] =
+      rec.trigger.has_value() ? json::value(trigger_wire(*rec.trigger)) : json::value(nullptr);
   o["escalation"] = json::object{{"graceful_sent", rec.escalation.graceful_sent},
                                  {"forced", rec.escalation.forced}};
   json::object out;
@@ -370,7 +397,8 @@ Result<json::value> to_json(TerminalRecord const& rec) {
   for (std::size_t i = 0; i < kResourceDimCount; ++i) {
     auto const& d = rec.resources.dims[i];
     res[resource_dim_wire(static_cast<ResourceDim>(i))] =
-        json::object{{"value", opt_json(d.value)}, {"limit", opt_json(d.limit)},
+        json::object{{"value", opt_json(d.value)},
+                     {"limit", opt_json(d.limit)},
                      {"fidelity", fidelity_wire(d.fidelity)}};
   }
   o["resources"] = std::move(res);
@@ -396,7 +424,8 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
                          {"classification", "recovery", "exit", "trigger", "escalation", "output",
                           "resources", "tree", "spawn_error"}));
   TerminalRecord rec;
-  rec.classification = CUSTOS_TRY(as_enum(o->at("classification"), "/classification", &classification_from_wire));
+  rec.classification =
+      CUSTOS_TRY(as_enum(o->at("classification"), "/classification", &classification_from_wire));
   rec.recovery = CUSTOS_TRY(as_enum(o->at("recovery"), "/recovery", &recovery_path_from_wire));
   {
     auto const* ex = CUSTOS_TRY(as_object(o->at("exit"), "/exit"));
@@ -409,8 +438,10 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
   }
   {
     auto const* es = CUSTOS_TRY(as_object(o->at("escalation"), "/escalation"));
-    CUSTOS_TRYV(check_keys(*es, "/escalation", {"graceful_sent", "forced"}, {"graceful_sent", "forced"}));
-    rec.escalation.graceful_sent = CUSTOS_TRY(as_bool(es->at("graceful_sent"), "/escalation/graceful_sent"));
+    CUSTOS_TRYV(
+        check_keys(*es, "/escalation", {"graceful_sent", "forced"}, {"graceful_sent", "forced"}));
+    rec.escalation.graceful_sent =
+        CUSTOS_TRY(as_bool(es->at("graceful_sent"), "/escalation/graceful_sent"));
     rec.escalation.forced = CUSTOS_TRY(as_bool(es->at("forced"), "/escalation/forced"));
   }
   {
@@ -437,15 +468,18 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
     auto const* res = CUSTOS_TRY(as_object(o->at("resources"), "/resources"));
     for (auto const& kv : *res) {
       if (!resource_dim_from_wire(kv.key()).has_value()) {
-        return jerr(Errc::plan_unknown_field, "/resources/" + std::string{kv.key()}, "unknown resource dimension");
+        return jerr(Errc::plan_unknown_field, "/resources/" + std::string{kv.key()},
+                    "unknown resource dimension");
       }
     }
     for (std::size_t i = 0; i < kResourceDimCount; ++i) {
       auto const key = resource_dim_wire(static_cast<ResourceDim>(i));
       std::string const ptr = "/resources/" + std::string{key};
-      if (!res->contains(key)) return jerr(Errc::plan_missing_field, ptr, "every dimension is required");
+      if (!res->contains(key))
+        return jerr(Errc::plan_missing_field, ptr, "every dimension is required");
       auto const* d = CUSTOS_TRY(as_object(res->at(key), ptr));
-      CUSTOS_TRYV(check_keys(*d, ptr, {"value", "limit", "fidelity"}, {"value", "limit", "fidelity"}));
+      CUSTOS_TRYV(
+          check_keys(*d, ptr, {"value", "limit", "fidelity"}, {"value", "limit", "fidelity"}));
       auto& obs = rec.resources.dims[i];
       obs.value = CUSTOS_TRY(opt_u64(d->at("value"), ptr + "/value"));
       obs.limit = CUSTOS_TRY(opt_u64(d->at("limit"), ptr + "/limit"));
@@ -456,13 +490,16 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
     auto const* t = CUSTOS_TRY(as_object(o->at("tree"), "/tree"));
     CUSTOS_TRYV(check_keys(*t, "/tree", {"boundary", "cleanup", "containment"},
                            {"boundary", "cleanup", "containment"}));
-    rec.tree.boundary = CUSTOS_TRY(as_enum(t->at("boundary"), "/tree/boundary", &boundary_from_wire));
+    rec.tree.boundary =
+        CUSTOS_TRY(as_enum(t->at("boundary"), "/tree/boundary", &boundary_from_wire));
     rec.tree.cleanup = CUSTOS_TRY(as_enum(t->at("cleanup"), "/tree/cleanup", &cleanup_from_wire));
-    rec.tree.containment = CUSTOS_TRY(as_enum(t->at("containment"), "/tree/containment", &containment_from_wire));
+    rec.tree.containment =
+        CUSTOS_TRY(as_enum(t->at("containment"), "/tree/containment", &containment_from_wire));
   }
   if (!o->at("spawn_error").is_null()) {
     auto const* s = CUSTOS_TRY(as_object(o->at("spawn_error"), "/spawn_error"));
-    CUSTOS_TRYV(check_keys(*s, "/spawn_error", {"code", "errno", "detail"}, {"code", "errno", "detail"}));
+    CUSTOS_TRYV(
+        check_keys(*s, "/spawn_error", {"code", "errno", "detail"}, {"code", "errno", "detail"}));
     SpawnFailure f;
     f.code = std::string{CUSTOS_TRY(as_string(s->at("code"), "/spawn_error/code"))};
     f.sys_errno = CUSTOS_TRY(as_i32(s->at("errno"), "/spawn_error/errno"));
@@ -474,7 +511,8 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
     auto const claimed = CUSTOS_TRY(as_string(o->at("digest"), "/digest"));
     auto const actual = CUSTOS_TRY(terminal_digest(rec));
     if (claimed != actual) {
-      return Error{Errc::auth_digest_mismatch, "/digest: " + std::string{claimed} + " != " + actual};
+      return Error{Errc::auth_digest_mismatch,
+                   "/digest: " + std::string{claimed} + " != " + actual};
     }
   }
   return rec;

@@ -52,16 +52,20 @@ TEST(Accounting, ExplicitDropsAndLosses) {
   EXPECT_EQ(c, (StreamAccounting{5, 5, 0, false}));
   EXPECT_TRUE(c.check());
   // Dropping nothing keeps a complete stream complete.
-  EXPECT_EQ(account_drop(StreamAccounting{5, 5, 0, true}, 0).value(), (StreamAccounting{5, 5, 0, true}));
+  EXPECT_EQ(account_drop(StreamAccounting{5, 5, 0, true}, 0).value(),
+            (StreamAccounting{5, 5, 0, true}));
 }
 
 TEST(Accounting, InvariantViolationsAreDetected) {
   EXPECT_EQ((StreamAccounting{10, 5, 4, false}).check().error().code, Errc::accounting_invariant);
   EXPECT_EQ((StreamAccounting{10, 5, 5, true}).check().error().code, Errc::accounting_invariant);
-  EXPECT_EQ((StreamAccounting{kMax, kMax, 1, false}).check().error().code, Errc::accounting_invariant);
+  EXPECT_EQ((StreamAccounting{kMax, kMax, 1, false}).check().error().code,
+            Errc::accounting_invariant);
   // Operations refuse to build on a broken value.
-  EXPECT_EQ(account_chunk(StreamAccounting{10, 5, 4, false}, 1, 100).error().code, Errc::accounting_invariant);
-  OutputAccounting out{{Stream::stdout_stream, {1, 1, 0, true}}, {Stream::stderr_stream, {2, 1, 0, true}}};
+  EXPECT_EQ(account_chunk(StreamAccounting{10, 5, 4, false}, 1, 100).error().code,
+            Errc::accounting_invariant);
+  OutputAccounting out{{Stream::stdout_stream, {1, 1, 0, true}},
+                       {Stream::stderr_stream, {2, 1, 0, true}}};
   auto r = check(out);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::accounting_invariant);
@@ -92,10 +96,18 @@ RC_GTEST_PROP(AccountingProps, InvariantHoldsUnderAnySequence, ()) {
     auto const limit = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     Result<StreamAccounting> r = a;
     switch (op) {
-      case 0: r = account_chunk(a, bytes, limit); break;
-      case 1: r = account_drop(a, bytes); break;
-      case 2: r = account_lose_retained(a, bytes % (a.retained + 1)); break;
-      default: r = account_mark_incomplete(a); break;
+      case 0:
+        r = account_chunk(a, bytes, limit);
+        break;
+      case 1:
+        r = account_drop(a, bytes);
+        break;
+      case 2:
+        r = account_lose_retained(a, bytes % (a.retained + 1));
+        break;
+      default:
+        r = account_mark_incomplete(a);
+        break;
     }
     if (!r) {
       // Only an overflow may fail here, and it must leave the previous value valid.

@@ -13,8 +13,9 @@
 namespace custos::core {
 namespace {
 
-constexpr Trigger kAllTriggers[] = {Trigger::user,           Trigger::deadline,    Trigger::output_limit,
-                                    Trigger::resource_limit, Trigger::lease_fence, Trigger::supervisor_shutdown,
+constexpr Trigger kAllTriggers[] = {Trigger::user,           Trigger::deadline,
+                                    Trigger::output_limit,   Trigger::resource_limit,
+                                    Trigger::lease_fence,    Trigger::supervisor_shutdown,
                                     Trigger::backend_failure};
 
 TEST(Cancellation, WireNamesRoundTrip) {
@@ -93,24 +94,62 @@ TEST(Classify, Table) {
   auto const ex1 = ExitStatus::exited(1);
   auto const sig9 = ExitStatus::signaled(9);
   std::vector<Row> const rows = {
-      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::exited, true},
-      {{ex0, false, {}, Cleanup::unconfirmed, false, RecoveryPath::observed}, Classification::exited, false},
-      {{ex1, false, {}, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::exited, false},
-      {{sig9, false, {}, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::signaled, false},
-      {{{}, true, {}, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::spawn_failed, false},
-      {{ex0, false, Trigger::user, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::cancelled, false},
-      {{ex0, false, Trigger::deadline, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::timed_out, false},
-      {{sig9, false, Trigger::output_limit, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::output_limit, false},
-      {{sig9, false, Trigger::resource_limit, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::resource_limit, false},
-      {{sig9, false, Trigger::lease_fence, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::cancelled, false},
-      {{sig9, false, Trigger::supervisor_shutdown, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::cancelled, false},
-      {{sig9, false, Trigger::backend_failure, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::supervisor_failed, false},
-      {{{}, true, Trigger::user, Cleanup::confirmed, false, RecoveryPath::observed}, Classification::cancelled, false},
-      {{ExitStatus::signaled(31), false, {}, Cleanup::confirmed, true, RecoveryPath::observed}, Classification::sandbox_denied, false},
-      {{ExitStatus::signaled(31), false, Trigger::deadline, Cleanup::confirmed, true, RecoveryPath::observed}, Classification::timed_out, false},
-      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::live_owned}, Classification::exited, true},
-      {{{}, false, {}, Cleanup::unconfirmed, false, RecoveryPath::absent_without_terminal}, Classification::recovery_indeterminate, false},
-      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::indeterminate}, Classification::recovery_indeterminate, false},
+      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::exited,
+       true},
+      {{ex0, false, {}, Cleanup::unconfirmed, false, RecoveryPath::observed},
+       Classification::exited,
+       false},
+      {{ex1, false, {}, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::exited,
+       false},
+      {{sig9, false, {}, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::signaled,
+       false},
+      {{{}, true, {}, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::spawn_failed,
+       false},
+      {{ex0, false, Trigger::user, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::cancelled,
+       false},
+      {{ex0, false, Trigger::deadline, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::timed_out,
+       false},
+      {{sig9, false, Trigger::output_limit, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::output_limit,
+       false},
+      {{sig9, false, Trigger::resource_limit, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::resource_limit,
+       false},
+      {{sig9, false, Trigger::lease_fence, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::cancelled,
+       false},
+      {{sig9, false, Trigger::supervisor_shutdown, Cleanup::confirmed, false,
+        RecoveryPath::observed},
+       Classification::cancelled,
+       false},
+      {{sig9, false, Trigger::backend_failure, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::supervisor_failed,
+       false},
+      {{{}, true, Trigger::user, Cleanup::confirmed, false, RecoveryPath::observed},
+       Classification::cancelled,
+       false},
+      {{ExitStatus::signaled(31), false, {}, Cleanup::confirmed, true, RecoveryPath::observed},
+       Classification::sandbox_denied,
+       false},
+      {{ExitStatus::signaled(31), false, Trigger::deadline, Cleanup::confirmed, true,
+        RecoveryPath::observed},
+       Classification::timed_out,
+       false},
+      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::live_owned},
+       Classification::exited,
+       true},
+      {{{}, false, {}, Cleanup::unconfirmed, false, RecoveryPath::absent_without_terminal},
+       Classification::recovery_indeterminate,
+       false},
+      {{ex0, false, {}, Cleanup::confirmed, false, RecoveryPath::indeterminate},
+       Classification::recovery_indeterminate,
+       false},
   };
   for (std::size_t i = 0; i < rows.size(); ++i) {
     auto v = classify(rows[i].in);
@@ -180,19 +219,21 @@ RC_GTEST_PROP(CancellationProps, FirstTriggerWinsUnderAnyInterleaving, ()) {
 
 // Success is never claimed without a clean zero exit and a confirmed cleanup.
 RC_GTEST_PROP(CancellationProps, SuccessOnlyForCleanZeroExit,
-              (bool spawn_failed, bool has_trigger, int trig, bool signaled, int code, bool confirmed,
-               bool denied)) {
+              (bool spawn_failed, bool has_trigger, int trig, bool signaled, int code,
+               bool confirmed, bool denied)) {
   ClassifyInput in;
   in.spawn_failed = spawn_failed;
   if (!spawn_failed) {
-    in.exit = signaled ? ExitStatus::signaled(1 + std::abs(code % 64)) : ExitStatus::exited(std::abs(code % 256));
+    in.exit = signaled ? ExitStatus::signaled(1 + std::abs(code % 64))
+                       : ExitStatus::exited(std::abs(code % 256));
   }
   if (has_trigger) in.trigger = static_cast<Trigger>(std::abs(trig % 7));
   in.cleanup = confirmed ? Cleanup::confirmed : Cleanup::unconfirmed;
   in.sandbox_denied = denied;
   auto const v = classify(in);
   RC_ASSERT(bool(v));
-  bool const clean = !spawn_failed && !has_trigger && !signaled && in.exit.code == 0 && confirmed && !denied;
+  bool const clean =
+      !spawn_failed && !has_trigger && !signaled && in.exit.code == 0 && confirmed && !denied;
   RC_ASSERT(v->success == clean);
 }
 

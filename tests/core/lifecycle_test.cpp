@@ -16,9 +16,9 @@ namespace {
 
 using event::Closed;
 using event::Exited;
+using event::Spawned;
 using event::SpawnFailed;
 using event::SpawnRequested;
-using event::Spawned;
 using event::StopRequested;
 using event::TerminalRecorded;
 
@@ -32,7 +32,9 @@ Result<LifecycleState> run(std::vector<LifecycleEvent> const& events) {
   return s;
 }
 
-SpawnFailure enoent() { return SpawnFailure{"execve", 2, "/nonexistent: No such file or directory"}; }
+SpawnFailure enoent() {
+  return SpawnFailure{"execve", 2, "/nonexistent: No such file or directory"};
+}
 
 TEST(Lifecycle, PhaseWireNamesRoundTrip) {
   std::set<std::string_view> seen;
@@ -57,8 +59,8 @@ TEST(Lifecycle, NormalExitPath) {
 }
 
 TEST(Lifecycle, ExitWhileStopping) {
-  auto r = run({SpawnRequested{}, Spawned{}, StopRequested{}, Exited{ExitStatus::signaled(15)}, Closed{},
-                TerminalRecorded{Classification::cancelled}});
+  auto r = run({SpawnRequested{}, Spawned{}, StopRequested{}, Exited{ExitStatus::signaled(15)},
+                Closed{}, TerminalRecorded{Classification::cancelled}});
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r->exit, ExitStatus::signaled(15));
   EXPECT_EQ(r->classification, Classification::cancelled);
@@ -75,8 +77,10 @@ TEST(Lifecycle, SpawnFailurePathGoesStraightToTerminal) {
   // A trigger accepted during starting decides even over a spawn failure.
   EXPECT_TRUE(reduce(*r, TerminalRecorded{Classification::cancelled}));
   // The program never ran: it cannot have exited or been signalled.
-  EXPECT_EQ(reduce(*r, TerminalRecorded{Classification::exited}).error().code, Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(reduce(*r, TerminalRecorded{Classification::signaled}).error().code, Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*r, TerminalRecorded{Classification::exited}).error().code,
+            Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*r, TerminalRecorded{Classification::signaled}).error().code,
+            Errc::lifecycle_illegal_transition);
   // After a spawn failure it can never be running, and a second failure would rewrite the first.
   EXPECT_EQ(reduce(*r, Spawned{}).error().code, Errc::lifecycle_illegal_transition);
   EXPECT_EQ(reduce(*r, SpawnFailed{enoent()}).error().code, Errc::lifecycle_illegal_transition);
@@ -103,16 +107,16 @@ TEST(Lifecycle, ExactlyOneTerminalIsAccepted) {
   auto t = run({SpawnRequested{}, Spawned{}, Exited{ExitStatus::exited(0)}, Closed{},
                 TerminalRecorded{Classification::exited}});
   ASSERT_TRUE(t);
-  std::vector<LifecycleEvent> const all = {SpawnRequested{},
-                                           Spawned{},
-                                           SpawnFailed{enoent()},
-                                           StopRequested{},
-                                           Exited{ExitStatus::exited(0)},
-                                           Closed{},
-                                           TerminalRecorded{Classification::exited},
-                                           TerminalRecorded{Classification::cancelled},
-                                           TerminalRecorded{Classification::recovery_indeterminate,
-                                                            RecoveryPath::indeterminate}};
+  std::vector<LifecycleEvent> const all = {
+      SpawnRequested{},
+      Spawned{},
+      SpawnFailed{enoent()},
+      StopRequested{},
+      Exited{ExitStatus::exited(0)},
+      Closed{},
+      TerminalRecorded{Classification::exited},
+      TerminalRecorded{Classification::cancelled},
+      TerminalRecorded{Classification::recovery_indeterminate, RecoveryPath::indeterminate}};
   for (auto const& e : all) {
     auto r = reduce(*t, e);
     ASSERT_FALSE(r) << event_name(e);
@@ -122,15 +126,19 @@ TEST(Lifecycle, ExactlyOneTerminalIsAccepted) {
 
 TEST(Lifecycle, StoppingOnlyFromRunning) {
   EXPECT_EQ(run({StopRequested{}}).error().code, Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(run({SpawnRequested{}, StopRequested{}}).error().code, Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(run({SpawnRequested{}, StopRequested{}}).error().code,
+            Errc::lifecycle_illegal_transition);
   EXPECT_EQ(run({SpawnRequested{}, Spawned{}, StopRequested{}, StopRequested{}}).error().code,
             Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(run({SpawnRequested{}, Spawned{}, Exited{ExitStatus::exited(0)}, StopRequested{}}).error().code,
+  EXPECT_EQ(run({SpawnRequested{}, Spawned{}, Exited{ExitStatus::exited(0)}, StopRequested{}})
+                .error()
+                .code,
             Errc::lifecycle_illegal_transition);
 }
 
 TEST(Lifecycle, ClosedNeedsExited) {
-  EXPECT_EQ(run({SpawnRequested{}, Spawned{}, Closed{}}).error().code, Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(run({SpawnRequested{}, Spawned{}, Closed{}}).error().code,
+            Errc::lifecycle_illegal_transition);
   EXPECT_EQ(run({SpawnRequested{}, Spawned{}, StopRequested{}, Closed{}}).error().code,
             Errc::lifecycle_illegal_transition);
 }
@@ -138,10 +146,14 @@ TEST(Lifecycle, ClosedNeedsExited) {
 TEST(Lifecycle, ExitStatusMustBeValid) {
   auto running = run({SpawnRequested{}, Spawned{}});
   ASSERT_TRUE(running);
-  EXPECT_EQ(reduce(*running, Exited{ExitStatus{}}).error().code, Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(reduce(*running, Exited{ExitStatus{0, 9}}).error().code, Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(reduce(*running, Exited{ExitStatus::exited(256)}).error().code, Errc::lifecycle_illegal_transition);
-  EXPECT_EQ(reduce(*running, Exited{ExitStatus::signaled(0)}).error().code, Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*running, Exited{ExitStatus{}}).error().code,
+            Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*running, Exited{ExitStatus{0, 9}}).error().code,
+            Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*running, Exited{ExitStatus::exited(256)}).error().code,
+            Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*running, Exited{ExitStatus::signaled(0)}).error().code,
+            Errc::lifecycle_illegal_transition);
   EXPECT_TRUE(reduce(*running, Exited{ExitStatus::signaled(9)}));
 }
 
@@ -166,7 +178,9 @@ TEST(Lifecycle, RecoveryJumpsOnlyWithIndeterminateClassification) {
       EXPECT_EQ(reduce(*s, TerminalRecorded{Classification::exited, via}).error().code,
                 Errc::lifecycle_illegal_transition);
     }
-    EXPECT_EQ(reduce(*s, TerminalRecorded{Classification::exited, RecoveryPath::already_terminal}).error().code,
+    EXPECT_EQ(reduce(*s, TerminalRecorded{Classification::exited, RecoveryPath::already_terminal})
+                  .error()
+                  .code,
               Errc::lifecycle_illegal_transition);
   }
 }
@@ -233,12 +247,19 @@ TEST(Lifecycle, EventNamesAreStable) {
 
 LifecycleEvent event_from(int kind, int detail) {
   switch (kind) {
-    case 0: return SpawnRequested{};
-    case 1: return Spawned{};
-    case 2: return SpawnFailed{enoent()};
-    case 3: return StopRequested{};
-    case 4: return Exited{detail % 2 == 0 ? ExitStatus::exited(detail % 256) : ExitStatus::signaled(1 + detail % 64)};
-    case 5: return Closed{};
+    case 0:
+      return SpawnRequested{};
+    case 1:
+      return Spawned{};
+    case 2:
+      return SpawnFailed{enoent()};
+    case 3:
+      return StopRequested{};
+    case 4:
+      return Exited{detail % 2 == 0 ? ExitStatus::exited(detail % 256)
+                                    : ExitStatus::signaled(1 + detail % 64)};
+    case 5:
+      return Closed{};
     default: {
       auto const c = static_cast<Classification>(detail % static_cast<int>(kClassificationCount));
       auto const via = static_cast<RecoveryPath>((detail / 10) % 5);  // independent of c
@@ -249,7 +270,8 @@ LifecycleEvent event_from(int kind, int detail) {
 
 RC_GTEST_PROP(LifecycleProps, NeverBackwardsNeverTwoTerminals, ()) {
   auto const kinds = *rc::gen::container<std::vector<int>>(rc::gen::inRange(0, 7));
-  auto const details = *rc::gen::container<std::vector<int>>(kinds.size(), rc::gen::inRange(0, 1000));
+  auto const details =
+      *rc::gen::container<std::vector<int>>(kinds.size(), rc::gen::inRange(0, 1000));
   LifecycleState s;
   int terminals = 0;
   for (std::size_t i = 0; i < kinds.size(); ++i) {
@@ -266,7 +288,8 @@ RC_GTEST_PROP(LifecycleProps, NeverBackwardsNeverTwoTerminals, ()) {
     }
     RC_ASSERT(phase_rank(r->phase) >= phase_rank(s.phase));
     if (r->phase != s.phase) {
-      RC_ASSERT(is_legal_progression(s.phase, r->phase, r->recovery.value_or(RecoveryPath::observed)));
+      RC_ASSERT(
+          is_legal_progression(s.phase, r->phase, r->recovery.value_or(RecoveryPath::observed)));
     }
     // Facts once recorded never change.
     if (s.exit.has_value()) RC_ASSERT(r->exit == s.exit);
@@ -289,7 +312,8 @@ RC_GTEST_PROP(LifecycleProps, NeverBackwardsNeverTwoTerminals, ()) {
 }
 
 // The supervisor's real driving order always reaches exactly one terminal.
-RC_GTEST_PROP(LifecycleProps, SupervisorDrivenPathsReachTerminal, (bool spawn_ok, bool stop, int code)) {
+RC_GTEST_PROP(LifecycleProps, SupervisorDrivenPathsReachTerminal,
+              (bool spawn_ok, bool stop, int code)) {
   std::vector<LifecycleEvent> evs = {SpawnRequested{}};
   Classification c = Classification::spawn_failed;
   if (!spawn_ok) {

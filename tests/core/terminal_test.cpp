@@ -77,7 +77,8 @@ TEST(Terminal, SpawnFailureCarriesItsError) {
   EXPECT_EQ(validate(missing).error().code, Errc::lifecycle_illegal_transition);
   ClassifyInput ran;
   ran.exit = ExitStatus::exited(0);
-  EXPECT_EQ(make_terminal_record(ran, SpawnFailure{}).error().code, Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(make_terminal_record(ran, SpawnFailure{}).error().code,
+            Errc::lifecycle_illegal_transition);
 }
 
 TEST(Terminal, ValidateRejectsContradictions) {
@@ -133,28 +134,35 @@ TEST(Terminal, StrictJsonParsing) {
   expect_error([](json::object& o) { o.erase("trigger"); }, Errc::plan_missing_field, "/trigger");
   expect_error([](json::object& o) { o["classification"] = "finished"; }, Errc::plan_invalid_value,
                "/classification");
-  expect_error([](json::object& o) { o["classification"] = 3; }, Errc::plan_wrong_type, "/classification");
-  expect_error([](json::object& o) { o["exit"].as_object()["code"] = "0"; }, Errc::plan_wrong_type, "/exit/code");
-  expect_error([](json::object& o) { o["exit"].as_object()["code"] = 1LL << 40; }, Errc::plan_invalid_value,
+  expect_error([](json::object& o) { o["classification"] = 3; }, Errc::plan_wrong_type,
+               "/classification");
+  expect_error([](json::object& o) { o["exit"].as_object()["code"] = "0"; }, Errc::plan_wrong_type,
                "/exit/code");
-  expect_error([](json::object& o) { o["exit"].as_object()["core"] = true; }, Errc::plan_unknown_field,
-               "/exit/core");
+  expect_error([](json::object& o) { o["exit"].as_object()["code"] = 1LL << 40; },
+               Errc::plan_invalid_value, "/exit/code");
+  expect_error([](json::object& o) { o["exit"].as_object()["core"] = true; },
+               Errc::plan_unknown_field, "/exit/core");
   expect_error([](json::object& o) { o["output"].as_object()["stdin"] = json::object{}; },
                Errc::plan_unknown_field, "/output/stdin");
-  expect_error([](json::object& o) { o["output"].as_object()["stdout"].as_object()["observed"] = -1; },
-               Errc::plan_invalid_value, "/output/stdout/observed");
-  expect_error([](json::object& o) { o["output"].as_object()["stdout"].as_object()["observed"] = 13; },
-               Errc::accounting_invariant, "/output/stdout");
+  expect_error(
+      [](json::object& o) { o["output"].as_object()["stdout"].as_object()["observed"] = -1; },
+      Errc::plan_invalid_value, "/output/stdout/observed");
+  expect_error(
+      [](json::object& o) { o["output"].as_object()["stdout"].as_object()["observed"] = 13; },
+      Errc::accounting_invariant, "/output/stdout");
   expect_error([](json::object& o) { o["resources"].as_object().erase("disk_bytes"); },
                Errc::plan_missing_field, "/resources/disk_bytes");
   expect_error([](json::object& o) { o["resources"].as_object()["gpu"] = json::object{}; },
                Errc::plan_unknown_field, "/resources/gpu");
-  expect_error([](json::object& o) { o["resources"].as_object()["cpu_ms"].as_object()["fidelity"] = "exact"; },
-               Errc::plan_invalid_value, "/resources/cpu_ms/fidelity");
-  expect_error([](json::object& o) { o["tree"].as_object()["cleanup"] = "gone"; }, Errc::plan_invalid_value,
-               "/tree/cleanup");
-  expect_error([](json::object& o) { o["escalation"].as_object()["forced"] = 0; }, Errc::plan_wrong_type,
-               "/escalation/forced");
+  expect_error(
+      [](json::object& o) {
+        o["resources"].as_object()["cpu_ms"].as_object()["fidelity"] = "exact";
+      },
+      Errc::plan_invalid_value, "/resources/cpu_ms/fidelity");
+  expect_error([](json::object& o) { o["tree"].as_object()["cleanup"] = "gone"; },
+               Errc::plan_invalid_value, "/tree/cleanup");
+  expect_error([](json::object& o) { o["escalation"].as_object()["forced"] = 0; },
+               Errc::plan_wrong_type, "/escalation/forced");
   // A digest that does not match the content is refused; an absent digest is recomputed.
   expect_error([](json::object& o) { o["digest"] = "sha256:00"; }, Errc::auth_digest_mismatch, "");
   expect_error(
@@ -214,15 +222,20 @@ TEST(Terminal, DigestCoversEveryField) {
       {"escalation.forced", [](TerminalRecord& r) { r.escalation.forced = true; }},
       {"output.observed+retained",
        [](TerminalRecord& r) { r.output[Stream::stdout_stream] = {13, 13, 0, true}; }},
-      {"output.dropped", [](TerminalRecord& r) { r.output[Stream::stdout_stream] = {12, 11, 1, false}; }},
-      {"output.complete", [](TerminalRecord& r) { r.output[Stream::stdout_stream].complete = false; }},
+      {"output.dropped",
+       [](TerminalRecord& r) { r.output[Stream::stdout_stream] = {12, 11, 1, false}; }},
+      {"output.complete",
+       [](TerminalRecord& r) { r.output[Stream::stdout_stream].complete = false; }},
       {"output.stream", [](TerminalRecord& r) { r.output.erase(Stream::stderr_stream); }},
       {"output.pty", [](TerminalRecord& r) { r.output[Stream::pty] = {}; }},
       {"resources.value", [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).value = 4; }},
-      {"resources.value.absent", [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).value.reset(); }},
+      {"resources.value.absent",
+       [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).value.reset(); }},
       {"resources.limit", [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).limit = 1; }},
-      {"resources.fidelity", [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).fidelity = Fidelity::hard; }},
-      {"resources.other_dim", [](TerminalRecord& r) { r.resources.at(ResourceDim::concurrency).value = 1; }},
+      {"resources.fidelity",
+       [](TerminalRecord& r) { r.resources.at(ResourceDim::cpu).fidelity = Fidelity::hard; }},
+      {"resources.other_dim",
+       [](TerminalRecord& r) { r.resources.at(ResourceDim::concurrency).value = 1; }},
       {"tree.boundary", [](TerminalRecord& r) { r.tree.boundary = Boundary::marker; }},
       {"tree.cleanup", [](TerminalRecord& r) { r.tree.cleanup = Cleanup::unconfirmed; }},
       {"tree.containment", [](TerminalRecord& r) { r.tree.containment = Containment::escapable; }},
@@ -247,7 +260,8 @@ TEST(Terminal, DigestCoversEveryField) {
   }
   // Guard: this binding names every member of TerminalRecord. Adding a member breaks the build
   // here until the encoding, the JSON and the edit list above cover it.
-  auto const& [classification, recovery, exit, trigger, escalation, output, resources, tree, spawn_error] = base;
+  auto const& [classification, recovery, exit, trigger, escalation, output, resources, tree,
+               spawn_error] = base;
   (void)classification, (void)recovery, (void)exit, (void)trigger, (void)escalation, (void)output;
   (void)resources, (void)tree, (void)spawn_error;
 }
@@ -256,8 +270,8 @@ TEST(Terminal, DigestCoversEveryField) {
 
 rc::Gen<StreamAccounting> gen_stream() {
   return rc::gen::map(
-      rc::gen::tuple(rc::gen::inRange<std::uint64_t>(0, 1u << 30), rc::gen::inRange<std::uint64_t>(0, 1u << 30),
-                     rc::gen::arbitrary<bool>()),
+      rc::gen::tuple(rc::gen::inRange<std::uint64_t>(0, 1u << 30),
+                     rc::gen::inRange<std::uint64_t>(0, 1u << 30), rc::gen::arbitrary<bool>()),
       [](std::tuple<std::uint64_t, std::uint64_t, bool> const& t) {
         auto const [retained, dropped, incomplete] = t;
         return StreamAccounting{retained + dropped, retained, dropped, dropped == 0 && !incomplete};
@@ -267,8 +281,9 @@ rc::Gen<StreamAccounting> gen_stream() {
 rc::Gen<TerminalRecord> gen_record() {
   return rc::gen::exec([] {
     ClassifyInput in;
-    in.recovery = *rc::gen::element(RecoveryPath::observed, RecoveryPath::live_owned,
-                                    RecoveryPath::absent_without_terminal, RecoveryPath::indeterminate);
+    in.recovery =
+        *rc::gen::element(RecoveryPath::observed, RecoveryPath::live_owned,
+                          RecoveryPath::absent_without_terminal, RecoveryPath::indeterminate);
     in.spawn_failed = *rc::gen::arbitrary<bool>();
     bool const indeterminate = in.recovery == RecoveryPath::absent_without_terminal ||
                                in.recovery == RecoveryPath::indeterminate;
@@ -334,7 +349,8 @@ RC_GTEST_PROP(TerminalProps, GeneratedRecordsAreValidAndTruncationIsNeverComplet
   for (auto const& [stream, acc] : rec.output) {
     if (acc.dropped > 0) RC_ASSERT(!acc.complete);
   }
-  if (rec.recovery == RecoveryPath::absent_without_terminal || rec.recovery == RecoveryPath::indeterminate) {
+  if (rec.recovery == RecoveryPath::absent_without_terminal ||
+      rec.recovery == RecoveryPath::indeterminate) {
     RC_ASSERT(rec.classification == Classification::recovery_indeterminate);
   }
 }

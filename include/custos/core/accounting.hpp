@@ -38,10 +38,12 @@ struct StreamAccounting {
 
 // A chunk of `bytes` was read. Retains as much as fits under `retain_limit` (the stream's total
 // retention bound; retained never exceeds it through this call), drops the rest.
-[[nodiscard]] Result<StreamAccounting> account_chunk(StreamAccounting const& acc, std::uint64_t bytes,
+[[nodiscard]] Result<StreamAccounting> account_chunk(StreamAccounting const& acc,
+                                                     std::uint64_t bytes,
                                                      std::uint64_t retain_limit);
 // `bytes` were observed and deliberately not kept (for example over the event-count bound).
-[[nodiscard]] Result<StreamAccounting> account_drop(StreamAccounting const& acc, std::uint64_t bytes);
+[[nodiscard]] Result<StreamAccounting> account_drop(StreamAccounting const& acc,
+                                                    std::uint64_t bytes);
 // `bytes` already counted as retained were lost afterwards (a spool write failed): they move
 // from retained to dropped. Errc::accounting_invariant if bytes > retained.
 [[nodiscard]] Result<StreamAccounting> account_lose_retained(StreamAccounting const& acc,

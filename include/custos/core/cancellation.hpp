@@ -49,7 +49,8 @@ enum class Classification : std::uint8_t {
 inline constexpr std::size_t kClassificationCount = 10;
 
 [[nodiscard]] std::string_view classification_wire(Classification c) noexcept;
-[[nodiscard]] std::optional<Classification> classification_from_wire(std::string_view wire) noexcept;
+[[nodiscard]] std::optional<Classification> classification_from_wire(
+    std::string_view wire) noexcept;
 
 // The classification a trigger imposes when it was the first one accepted.
 [[nodiscard]] Classification trigger_classification(Trigger t) noexcept;
@@ -140,11 +141,11 @@ class CancellationState {
 
 // Everything classification depends on, and nothing else.
 struct ClassifyInput {
-  ExitStatus exit;                        // the raw exit; empty if none was observed
-  bool spawn_failed = false;              // the target program never started
-  std::optional<Trigger> trigger;         // CancellationState::first()
-  Cleanup cleanup = Cleanup::confirmed;   // tree confirmed empty at close
-  bool sandbox_denied = false;            // the backend observed a sandbox denial ending the run
+  ExitStatus exit;                       // the raw exit; empty if none was observed
+  bool spawn_failed = false;             // the target program never started
+  std::optional<Trigger> trigger;        // CancellationState::first()
+  Cleanup cleanup = Cleanup::confirmed;  // tree confirmed empty at close
+  bool sandbox_denied = false;           // the backend observed a sandbox denial ending the run
   RecoveryPath recovery = RecoveryPath::observed;
 };
 

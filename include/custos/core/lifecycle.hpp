@@ -21,13 +21,23 @@
 
 namespace custos::core {
 
-enum class Phase : std::uint8_t { authorized, starting, running, stopping, exited, closed, terminal };
+enum class Phase : std::uint8_t {
+  authorized,
+  starting,
+  running,
+  stopping,
+  exited,
+  closed,
+  terminal
+};
 inline constexpr std::size_t kPhaseCount = 7;
 
 [[nodiscard]] std::string_view phase_wire(Phase p) noexcept;
 [[nodiscard]] std::optional<Phase> phase_from_wire(std::string_view wire) noexcept;
 // Position in the order above; the reducer never lowers it.
-[[nodiscard]] constexpr int phase_rank(Phase p) noexcept { return static_cast<int>(p); }
+[[nodiscard]] constexpr int phase_rank(Phase p) noexcept {
+  return static_cast<int>(p);
+}
 
 // One legal step, as the registry checks stored phase changes. `via` names how a terminal record
 // was reached: only absent_without_terminal and indeterminate may jump to terminal from any
@@ -37,23 +47,31 @@ inline constexpr std::size_t kPhaseCount = 7;
 
 namespace event {
 // The gateway's permit was handed to a supervisor, which now prepares and clones.
-struct SpawnRequested { friend bool operator==(SpawnRequested, SpawnRequested) = default; };
+struct SpawnRequested {
+  friend bool operator==(SpawnRequested, SpawnRequested) = default;
+};
 // The child's ownership was committed and its barrier released: the target program runs.
-struct Spawned { friend bool operator==(Spawned, Spawned) = default; };
+struct Spawned {
+  friend bool operator==(Spawned, Spawned) = default;
+};
 // The target program never started (exec error, setup error, clone failure).
 struct SpawnFailed {
   SpawnFailure failure;
   friend bool operator==(SpawnFailed const&, SpawnFailed const&) = default;
 };
 // A cancellation trigger was accepted and the supervisor begins escalation.
-struct StopRequested { friend bool operator==(StopRequested, StopRequested) = default; };
+struct StopRequested {
+  friend bool operator==(StopRequested, StopRequested) = default;
+};
 // The root process's exit was observed (from running or stopping).
 struct Exited {
   ExitStatus status;
   friend bool operator==(Exited const&, Exited const&) = default;
 };
 // Every reader reached EOF, every support task was joined and the tree was swept.
-struct Closed { friend bool operator==(Closed, Closed) = default; };
+struct Closed {
+  friend bool operator==(Closed, Closed) = default;
+};
 // The one terminal record was durably written.
 struct TerminalRecorded {
   Classification classification;
@@ -62,19 +80,19 @@ struct TerminalRecorded {
 };
 }  // namespace event
 
-using LifecycleEvent = std::variant<event::SpawnRequested, event::Spawned, event::SpawnFailed,
-                                    event::StopRequested, event::Exited, event::Closed,
-                                    event::TerminalRecorded>;
+using LifecycleEvent =
+    std::variant<event::SpawnRequested, event::Spawned, event::SpawnFailed, event::StopRequested,
+                 event::Exited, event::Closed, event::TerminalRecorded>;
 
 // Stable name of an event kind ("spawn_requested", ..., "terminal_recorded").
 [[nodiscard]] std::string_view event_name(LifecycleEvent const& e) noexcept;
 
 struct LifecycleState {
   Phase phase = Phase::authorized;
-  std::optional<SpawnFailure> spawn_failure;      // set by SpawnFailed (phase stays starting)
-  std::optional<ExitStatus> exit;                 // set by Exited
-  std::optional<Classification> classification;   // set by TerminalRecorded
-  std::optional<RecoveryPath> recovery;           // set by TerminalRecorded
+  std::optional<SpawnFailure> spawn_failure;     // set by SpawnFailed (phase stays starting)
+  std::optional<ExitStatus> exit;                // set by Exited
+  std::optional<Classification> classification;  // set by TerminalRecorded
+  std::optional<RecoveryPath> recovery;          // set by TerminalRecorded
 
   friend bool operator==(LifecycleState const&, LifecycleState const&) = default;
 };

@@ -36,7 +36,8 @@ enum class Fidelity : std::uint8_t { hard, sampled, unavailable };
 [[nodiscard]] std::optional<Fidelity> fidelity_from_wire(std::string_view wire) noexcept;
 
 struct ResourceObservation {
-  std::optional<std::uint64_t> value;  // peak or total in the dimension's unit; absent if unmeasured
+  std::optional<std::uint64_t>
+      value;  // peak or total in the dimension's unit; absent if unmeasured
   std::optional<std::uint64_t> limit;  // the plan's limit, absent when the plan set none
   Fidelity fidelity = Fidelity::unavailable;
 

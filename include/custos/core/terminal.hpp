@@ -50,8 +50,8 @@ struct EscalationReport {
 struct TerminalRecord {
   Classification classification = Classification::supervisor_failed;
   RecoveryPath recovery = RecoveryPath::observed;
-  ExitStatus exit;                          // raw exit, always kept; empty if none observed
-  std::optional<Trigger> trigger;           // first accepted trigger
+  ExitStatus exit;                 // raw exit, always kept; empty if none observed
+  std::optional<Trigger> trigger;  // first accepted trigger
   EscalationReport escalation;
   OutputAccounting output;
   ResourceReport resources;

@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <mutex>
 #include <string_view>
 
 namespace custos::sys {
@@ -39,9 +40,16 @@ Result<std::string> read_small_file(std::string const& path, Errc code) {
 }  // namespace
 
 Result<std::string> read_boot_id() {
+  // The boot id cannot change while this process lives, and every spawn needs it: read the file
+  // once. A failed read is not cached, so a transient failure does not stick.
+  static std::mutex mu;
+  static std::string cached;
+  std::lock_guard const lock(mu);
+  if (!cached.empty()) return cached;
   std::string s = CUSTOS_TRY(read_small_file("/proc/sys/kernel/random/boot_id", Errc::sys_error));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   if (s.size() != 36) return Error(Errc::sys_error, "boot_id has unexpected length", EINVAL);
+  cached = s;
   return s;
 }
 

@@ -1,13 +1,16 @@
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "custos/sys/identity.hpp"
@@ -411,6 +414,69 @@ TEST_F(SpawnTest, ChildStuckBeforeExecIsKilledAfterTheTimeout) {
   EXPECT_GE(waited, std::chrono::milliseconds(250));
   EXPECT_LT(waited, std::chrono::seconds(5));
   EXPECT_FALSE(proc_exists(pid));  // killed and reaped
+}
+
+}  // namespace
+}  // namespace custos::sys
+
+namespace custos::sys {
+namespace {
+
+TEST_F(SpawnTest, ConcurrentSpawnsFromSeveralThreads) {
+  // Fork-style clone3 from a multi-threaded process: other threads may hold allocator or libc
+  // locks at the moment of the clone; the child must not need any of them.
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 15;
+  std::atomic<int> ok_count{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&ok_count, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "echo $0", std::to_string(t * 100 + i)}));
+        if (r && r->status == ExitStatus::exited(0) && r->out == std::to_string(t * 100 + i) + "\n") {
+          ++ok_count;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok_count.load(), kThreads * kPerThread);
+}
+
+TEST_F(SpawnTest, StagedSiblingDescriptorsDoNotLeakIntoANewChild) {
+  // A staged child holds barrier and error-pipe fds in the parent; a second child spawned
+  // meanwhile must see none of them.
+  auto first = spawn_staged(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(first);
+  auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "ls /proc/$$/fd"}));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "0\n1\n2\n");
+}
+
+TEST_F(SpawnTest, PidfdDupBecomesReadableOnExit) {
+  // The child blocks reading a pipe we hold, so "still running" is certain until we close it.
+  auto in = make_pipe();
+  ASSERT_TRUE(in);
+  auto spec = simple_spec("/bin/sh", {"sh", "-c", "read x"});
+  spec.stdin_fd = in->first.get();
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged);
+  in->first.reset();
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running);
+  // The readiness fd an event loop would watch.
+  auto watch = running->pidfd().fd().dup();
+  ASSERT_TRUE(watch);
+  pollfd p{watch->get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 100), 0);
+  EXPECT_TRUE(running->pidfd().alive());
+  in->second.reset();  // EOF on the child's stdin: `read` returns and sh exits
+  EXPECT_EQ(::poll(&p, 1, 5000), 1);
+  EXPECT_TRUE(p.revents & POLLIN);
+  EXPECT_FALSE(running->pidfd().alive());
+  auto st = running->pidfd().wait();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(*st, ExitStatus::exited(1));  // read at EOF fails
 }
 
 }  // namespace

@@ -150,14 +150,6 @@ TEST_F(Cli, PsShowWaitCancelLogs) {
   EXPECT_EQ(w2.status, 125);
 }
 
-TEST_F(Cli, LaterVerbsSayIssue6AndExit69) {
-  for (char const* verb : {"grant", "lease", "quiescence"}) {
-    auto r = cli({verb});
-    EXPECT_EQ(r.status, 69) << verb;
-    EXPECT_NE(r.err.find("issue 6"), std::string::npos) << r.err;
-  }
-}
-
 TEST_F(Cli, DoctorWithAndWithoutDaemon) {
   auto r = cli({"doctor"});
   EXPECT_EQ(r.status, 0) << r.err;

@@ -76,9 +76,18 @@ TEST_F(JsonRpc, InvalidRequests) {
 
 TEST_F(JsonRpc, UnknownMethodAndDeferredFamilies) {
   auto c = daemon_.client();
+  auto served = c.call(100, "rpc.methods");
+  ASSERT_TRUE(served && served->contains("result"));
+  std::set<std::string> names;
+  for (auto const& m : served->at("result").at("methods").as_array()) {
+    names.insert(std::string{m.as_string()});
+  }
   std::int64_t id = 1;
-  for (char const* m : {"no.such", "authority.grant", "authority.revoke", "authority.list",
-                        "lease.acquire", "lease.release", "holder.quiescence"}) {
+  // The authority family belongs to issue 6: whichever of it this build does not serve must be
+  // "method not found", never a half-working method.
+  for (char const* m : {"no.such", "exec.nope", "authority.grant", "authority.revoke",
+                        "authority.list", "lease.acquire", "lease.release", "holder.quiescence"}) {
+    if (names.count(m) != 0) continue;
     auto r = c.call(id, m);
     ASSERT_TRUE(r) << m;
     EXPECT_EQ(error_number_of(*r), -32601) << m;
@@ -86,6 +95,7 @@ TEST_F(JsonRpc, UnknownMethodAndDeferredFamilies) {
     EXPECT_EQ(r->at("id").as_int64(), id) << m;
     ++id;
   }
+  EXPECT_EQ(names.count("no.such"), 0U);
 }
 
 TEST_F(JsonRpc, PositionalParamsAreInvalidParams) {

@@ -138,8 +138,9 @@ TEST_F(PidfdTest, OpenMissingProcessFails) {
 }
 
 TEST_F(PidfdTest, WaitOnNonChildIsAnError) {
-  // Our own parent is alive and not our child: waitid must refuse with ECHILD.
-  auto pfd = Pidfd::open(static_cast<std::int32_t>(::getppid()));
+  // This process is alive and not its own child: waitid must refuse with ECHILD. (Our own pid
+  // rather than our parent's: tests never touch processes they did not start.)
+  auto pfd = Pidfd::open(static_cast<std::int32_t>(::getpid()));
   ASSERT_TRUE(pfd);
   auto st = pfd->try_wait();
   ASSERT_FALSE(st);

@@ -14,6 +14,7 @@
 #include <grp.h>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -180,9 +181,41 @@ class Daemon {
     }
     path = path.lexically_normal();
     auto parent = CUSTOS_TRY(sys::CgroupDir::open(path.parent_path().native()));
+    if (config_.cgroup_subtree.empty() && under_systemd()) delegate_controllers(parent, wanted);
     std::error_code ec;
     subtree_created_ = !fs::exists(path, ec);
     return sys::ensure_subtree(parent, path.filename().native(), wanted);
+  }
+
+  // Under systemd (Delegate=yes) the service cgroup has the controllers available but not
+  // enabled, and cgroup v2 forbids enabling them while the daemon itself sits in that cgroup
+  // ("no internal processes"). So the daemon moves into a leaf `<own>/daemon` first, then
+  // enables what it can; executions then get memory/pids/cpu limits. Best effort: whatever
+  // fails is logged and the limits of those dimensions stay sampled only.
+  static void delegate_controllers(sys::CgroupDir const& own, std::set<std::string> const& wanted) {
+    auto avail = own.controllers();
+    auto enabled = own.subtree_control();
+    if (!avail || !enabled) return;
+    std::set<std::string> missing;
+    for (auto const& c : wanted) {
+      if (avail->count(c) != 0 && enabled->count(c) == 0) missing.insert(c);
+    }
+    if (missing.empty()) return;
+    auto leaf = sys::CgroupDir::open_child(own, "daemon");
+    if (!leaf) leaf = sys::CgroupDir::create(own, "daemon");
+    if (!leaf) {
+      spdlog::warn("cgroup: cannot create {}/daemon: {}", own.path(), leaf.error().message());
+      return;
+    }
+    if (auto r = leaf->attach(::getpid()); !r) {
+      spdlog::warn("cgroup: cannot move the daemon into {}: {}", leaf->path(), r.error().message());
+      return;
+    }
+    if (auto r = own.enable_controllers(missing); !r) {
+      spdlog::warn("cgroup: cannot enable controllers in {}: {}", own.path(), r.error().message());
+      return;
+    }
+    spdlog::info("cgroup: daemon moved to {}, controllers enabled for executions", leaf->path());
   }
 
   Result<void> probe() {

@@ -234,12 +234,7 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
   report.quarantined = CUSTOS_TRY(registry.quarantined());
   report.orphan_claims = CUSTOS_TRY(registry.orphan_claims());
   auto const records = CUSTOS_TRY(registry.non_terminal());
-  {
-    ListFilter f;
-    f.phase = core::Phase::terminal;
-    f.limit = 1'000'000;
-    report.already_terminal = CUSTOS_TRY(registry.list(f)).size();
-  }
+  report.already_terminal = CUSTOS_TRY(registry.count_terminal());
 
   for (ExecutionRecord const& rec : records) {
     RecoveredExecution out;

@@ -704,18 +704,27 @@ Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
 }
 
 Result<std::vector<ExecutionRecord>> Registry::non_terminal() {
+  // Selected by SQL, so a registry with many finished executions does not load them all.
+  std::lock_guard<std::mutex> g(db_mu_);
+  std::string sql = "SELECT ";
+  sql += detail::record_columns();
+  sql +=
+      " FROM executions e WHERE phase <> 'terminal' AND NOT EXISTS (SELECT 1 FROM quarantine q "
+      "WHERE q.execution_id = e.execution_id) ORDER BY execution_id";
+  sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
   std::vector<ExecutionRecord> out;
-  ListFilter f;
-  f.limit = 10000;
-  for (;;) {
-    auto page = CUSTOS_TRY(list(f));
-    if (page.empty()) break;
-    f.after_id = page.back().execution_id;
-    for (auto& r : page) {
-      if (r.phase != core::Phase::terminal) out.push_back(std::move(r));
-    }
+  while (CUSTOS_TRY(s.step())) {
+    auto rec = detail::decode_row(s);
+    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;  // see list()
+    out.push_back(std::move(*rec));
   }
   return out;
+}
+
+Result<std::size_t> Registry::count_terminal() {
+  std::lock_guard<std::mutex> g(db_mu_);
+  auto n = CUSTOS_TRY(db_.query_int("SELECT count(*) FROM executions WHERE phase = 'terminal'"));
+  return static_cast<std::size_t>(n.value_or(0));
 }
 
 Result<std::vector<QuarantinedRecord>> Registry::quarantined() {

@@ -297,6 +297,8 @@ class Registry {
   [[nodiscard]] Result<std::vector<ExecutionRecord>> list(ListFilter const& filter = {});
   // Records that are not terminal and not quarantined (what recovery looks at).
   [[nodiscard]] Result<std::vector<ExecutionRecord>> non_terminal();
+  // How many records are terminal (quarantined ones included).
+  [[nodiscard]] Result<std::size_t> count_terminal();
   [[nodiscard]] Result<std::vector<QuarantinedRecord>> quarantined();
   // Re-validates every record and quarantines new failures (done by open(); public for doctor).
   // Returns the number of records newly quarantined.

@@ -17,6 +17,7 @@ std::vector<RowArea> const& product_row_fns() {
       {"teardown", &teardown_rows},
       {"output", &output_rows},
       {"registry", &registry_rows},
+      {"rpc", &rpc_rows},
   };
   return fns;
 }

@@ -1,0 +1,312 @@
+// rpc rows (issue 5): the daemon over its real socket, beside same-run floors.
+//   host.info round trip           vs a raw Unix-socket line echo (p50)         target <= 2x
+//   exec.start -> terminal, seq.   vs clone3 launch floor + one FULL commit       target <= 1.25x
+//   same, 16 clients               vs the same floor as throughput                target >= 0.8x
+// The daemon is the release `custos` binary started for the run (state in the work dir, its
+// cgroup subtree under the bench's cgroup root) and stopped by pidfd at the end.
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <poll.h>
+#include <signal.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "bench.hpp"
+
+namespace custos::bench {
+
+namespace {
+
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+int connect_unix(std::string const& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends one line, reads until one full line came back.
+bool round_trip(int fd, std::string const& line, std::string& buf) {
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return false;
+  }
+  for (;;) {
+    auto nl = buf.find('\n');
+    if (nl != std::string::npos) {
+      buf.erase(0, nl + 1);
+      return true;
+    }
+    char tmp[65536];
+    ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf.append(tmp, static_cast<std::size_t>(n));
+  }
+}
+
+// Reads one line into `out`.
+bool read_line(int fd, std::string& buf, std::string& out) {
+  for (;;) {
+    auto nl = buf.find('\n');
+    if (nl != std::string::npos) {
+      out = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      return true;
+    }
+    char tmp[65536];
+    ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf.append(tmp, static_cast<std::size_t>(n));
+  }
+}
+
+// Floor: a thread echoing lines on a Unix stream socket, same framing, no JSON.
+std::optional<double> echo_floor_us(Env const& env, std::size_t n) {
+  std::string const path = env.work_dir + "/echo.sock";
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0) {
+    ::close(lfd);
+    return std::nullopt;
+  }
+  std::thread server([lfd] {
+    int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    std::string buf;
+    char tmp[65536];
+    for (;;) {
+      ssize_t r = ::recv(c, tmp, sizeof tmp, 0);
+      if (r <= 0) break;
+      buf.append(tmp, static_cast<std::size_t>(r));
+      auto nl = buf.rfind('\n');
+      if (nl == std::string::npos) continue;
+      std::string out = buf.substr(0, nl + 1);
+      buf.erase(0, nl + 1);
+      if (::send(c, out.data(), out.size(), MSG_NOSIGNAL) < 0) break;
+    }
+    ::close(c);
+  });
+  int fd = connect_unix(path);
+  std::vector<double> us;
+  std::string const line = R"({"jsonrpc":"2.0","method":"host.info","id":1})"
+                           "\n";
+  std::string buf;
+  for (std::size_t i = 0; fd >= 0 && i < n; ++i) {
+    auto t0 = Clock::now();
+    if (!round_trip(fd, line, buf)) break;
+    us.push_back(seconds_since(t0) * 1e6);
+  }
+  if (fd >= 0) ::close(fd);
+  server.join();
+  ::close(lfd);
+  ::unlink(path.c_str());
+  if (us.size() != n) return std::nullopt;
+  return median(us);
+}
+
+struct DaemonProc {
+  pid_t pid = -1;
+  int pidfd = -1;
+  std::string socket;
+  ~DaemonProc() {
+    if (pidfd < 0) return;
+    ::syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, nullptr, 0);
+    pollfd p{pidfd, POLLIN, 0};
+    if (::poll(&p, 1, 20000) <= 0) ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    ::close(pidfd);
+  }
+};
+
+bool start_daemon(Env const& env, DaemonProc& d) {
+  std::string const state = env.work_dir + "/rpc-state";
+  d.socket = state + "/custos.sock";
+  std::vector<std::string> args{env.custos_path,
+                                "daemon",
+                                "--state-dir",
+                                state,
+                                "--log-target",
+                                "file",
+                                "--log-file",
+                                env.work_dir + "/rpc-daemon.log",
+                                "--log-level",
+                                "warning",
+                                "--no-socket-activation"};
+  if (!env.cgroup_root.empty()) {
+    args.insert(args.end(), {"--cgroup-subtree", env.cgroup_root + "/rpc"});
+  }
+  d.pid = ::fork();
+  if (d.pid == 0) {
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  d.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, d.pid, 0));
+  for (int i = 0; i < 500; ++i) {
+    int fd = connect_unix(d.socket);
+    if (fd >= 0) {
+      std::string buf;
+      bool ok = round_trip(fd,
+                           R"({"jsonrpc":"2.0","method":"host.info","id":1})"
+                           "\n",
+                           buf);
+      ::close(fd);
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string start_line(Env const& env, std::string const& action, int id) {
+  json::object identity{{"project_id", "bench"}, {"session_id", "bench"}, {"run_id", "r"},
+                        {"attempt_id", "a"},     {"turn_id", "t"},        {"action_id", action},
+                        {"process_id", "p"},     {"workspace_id", "w"},   {"resource_id", "r"},
+                        {"environment_id", "e"}, {"generation", 1},       {"revision", 1}};
+  json::object plan{
+      {"command", json::object{{"executable", env.noop_path}, {"argv", json::array{"noop"}}}},
+      {"workspace", json::object{{"root", env.work_dir}, {"access", "read_only"}}},
+      {"io", json::object{{"mode", "pipes"}}}};
+  json::object req{{"jsonrpc", "2.0"},
+                   {"id", id},
+                   {"method", "exec.start"},
+                   {"params", json::object{{"identity", identity}, {"plan", plan}}}};
+  return json::serialize(req) + "\n";
+}
+
+// One exec.start + exec.wait on `fd`; returns false on any error.
+bool launch_once(Env const& env, int fd, std::string& buf, std::string const& action) {
+  std::string line;
+  std::string const req = start_line(env, action, 1);
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+    return false;
+  if (!read_line(fd, buf, line)) return false;
+  boost::system::error_code ec;
+  auto v = json::parse(line, ec);
+  if (ec || !v.is_object() || !v.as_object().contains("result")) return false;
+  std::string const id{v.at("result").at("execution_id").as_string()};
+  std::string const wait =
+      json::serialize(json::object{{"jsonrpc", "2.0"},
+                                   {"id", 2},
+                                   {"method", "exec.wait"},
+                                   {"params", json::object{{"execution_id", id}}}}) +
+      "\n";
+  if (::send(fd, wait.data(), wait.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(wait.size()))
+    return false;
+  if (!read_line(fd, buf, line)) return false;
+  auto w = json::parse(line, ec);
+  return !ec && w.is_object() && w.as_object().contains("result");
+}
+
+}  // namespace
+
+std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
+  std::size_t const n_rtt = env.quick ? 200 : 2000;
+  std::size_t const n_seq = env.quick ? 30 : 300;
+  std::size_t const per_client = env.quick ? 5 : 40;
+  auto floor_us = echo_floor_us(env, n_rtt);
+  std::optional<double> launch_floor_ms;
+  if (f.launch_seq_ms && f.sqlite_full_commit_us) {
+    launch_floor_ms = *f.launch_seq_ms + *f.sqlite_full_commit_us / 1000.0;
+  }
+  std::optional<double> launch_floor_per_s;
+  if (f.launch_concurrent_per_s && f.sqlite_full_commit_us) {
+    launch_floor_per_s = 1.0 / (1.0 / *f.launch_concurrent_per_s + *f.sqlite_full_commit_us / 1e6);
+  }
+  Row rtt = unmeasured("rpc: host.info round trip over the socket (p50)", "us",
+                       "raw Unix-socket line echo (same run)", floor_us, 2.0, Better::lower, "");
+  Row seq = unmeasured("rpc: exec.start -> terminal of a static no-op, sequential (median)", "ms",
+                       "clone3 launch floor + one SQLite FULL commit", launch_floor_ms, 1.25,
+                       Better::lower, "");
+  Row par = unmeasured("rpc: same, 16 clients", "launches/s",
+                       "16-launcher clone3 floor with one FULL commit per launch",
+                       launch_floor_per_s, 0.8, Better::higher, "");
+  DaemonProc d;
+  if (!start_daemon(env, d)) {
+    rtt.note = seq.note = par.note = "the daemon did not answer on " + d.socket;
+    return {rtt, seq, par};
+  }
+  {
+    int fd = connect_unix(d.socket);
+    std::string buf;
+    std::vector<double> us;
+    std::string const line = R"({"jsonrpc":"2.0","method":"host.info","id":1})"
+                             "\n";
+    for (std::size_t i = 0; fd >= 0 && i < n_rtt; ++i) {
+      auto t0 = Clock::now();
+      if (!round_trip(fd, line, buf)) break;
+      us.push_back(seconds_since(t0) * 1e6);
+    }
+    if (fd >= 0) ::close(fd);
+    if (us.size() == n_rtt)
+      rtt.value = median(us);
+    else
+      rtt.note = "a host.info call failed";
+  }
+  static std::atomic<std::uint64_t> counter{0};
+  auto action = [] {
+    return "act-bench-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  };
+  {
+    int fd = connect_unix(d.socket);
+    std::string buf;
+    std::vector<double> ms;
+    for (std::size_t i = 0; fd >= 0 && i < n_seq; ++i) {
+      auto t0 = Clock::now();
+      if (!launch_once(env, fd, buf, action())) break;
+      ms.push_back(seconds_since(t0) * 1e3);
+    }
+    if (fd >= 0) ::close(fd);
+    if (ms.size() == n_seq) {
+      seq.value = median(ms);
+      seq.note = std::to_string(n_seq) + " launches, each claim consumed durably";
+    } else {
+      seq.note = "a launch failed after " + std::to_string(ms.size());
+    }
+  }
+  {
+    std::atomic<std::size_t> done{0};
+    std::vector<std::thread> threads;
+    auto t0 = Clock::now();
+    for (int t = 0; t < 16; ++t) {
+      threads.emplace_back([&] {
+        int fd = connect_unix(d.socket);
+        std::string buf;
+        for (std::size_t i = 0; fd >= 0 && i < per_client; ++i) {
+          if (!launch_once(env, fd, buf, action())) break;
+          ++done;
+        }
+        if (fd >= 0) ::close(fd);
+      });
+    }
+    for (auto& th : threads) th.join();
+    double const secs = seconds_since(t0);
+    if (done == 16 * per_client) {
+      par.value = static_cast<double>(done.load()) / secs;
+      par.note = std::to_string(done.load()) + " launches, all terminal";
+    } else {
+      par.note = std::to_string(16 * per_client - done.load()) + " launches failed or were lost";
+    }
+  }
+  return {rtt, seq, par};
+}
+
+}  // namespace custos::bench

@@ -104,8 +104,13 @@ core::Cleanup remove_stale_cgroup(std::string const& path, std::string& detail) 
 
 // Final marker sweep: SIGKILL to every process carrying the execution's marker, each re-checked
 // through its own pidfd before the signal. Returns whether the sweep confirmed none remain.
+//
+// not_before_ticks is the root's start time: the marker is random per execution and first given
+// to the root, so no process that started earlier can carry it. Skipping those keeps processes
+// this daemon may never read (PID 1's environ is unreadable even to root on some hosts) from
+// making every sweep unconfirmed.
 bool sweep_marker(std::string const& marker_hex, RecoveryOptions const& options,
-                  std::uint64_t pid_ns, std::string& detail) {
+                  std::uint64_t pid_ns, std::uint64_t not_before_ticks, std::string& detail) {
   auto marker = sys::Marker::from_hex(marker_hex);
   if (!marker) {
     detail += "; marker unreadable: " + marker.error().message();
@@ -115,6 +120,7 @@ bool sweep_marker(std::string const& marker_hex, RecoveryOptions const& options,
   so.signal = SIGKILL;
   so.pid_ns_inode = pid_ns;
   so.proc_root = options.proc_root;
+  if (not_before_ticks != 0) so.not_before_ticks = not_before_ticks;
   auto r = sys::marker_sweep(*marker, so);
   if (!r) {
     detail += "; marker sweep: " + r.error().message();
@@ -269,7 +275,8 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
                                 : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
       }
       if (same_boot && options.marker_sweep && !rec.boundary.marker_hex.empty()) {
-        if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, out.detail)) {
+        if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns,
+                          rec.ownership.start_time_ticks, out.detail)) {
           out.cleanup = core::Cleanup::unconfirmed;
         }
       }
@@ -320,7 +327,8 @@ Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
       confirmed = false;
     }
     if (options.marker_sweep && !rec.boundary.marker_hex.empty()) {
-      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, e.detail)) confirmed = false;
+      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns,
+                          rec.ownership.start_time_ticks, e.detail)) confirmed = false;
     }
     e.cleanup = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
 

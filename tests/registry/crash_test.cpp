@@ -187,7 +187,12 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
 
   // Zero survivors: every process of the tree has exited, none carries the marker any more.
   for (auto const& p : tree) EXPECT_FALSE(p.alive()) << "pid " << p.pid() << " survived";
-  auto after = sys::marker_scan(*marker);
+  // Scan as recovery does: processes older than the execution's root cannot carry its marker.
+  sys::MarkerScanOptions scan_opts;
+  if (auto stored = (*reg)->get(kId); stored && stored->ownership.start_time_ticks != 0) {
+    scan_opts.not_before_ticks = stored->ownership.start_time_ticks;
+  }
+  auto after = sys::marker_scan(*marker, scan_opts);
   ASSERT_TRUE(after);
   EXPECT_TRUE(after->matched.empty());
   if (!exec_cg_.empty() && param.point != "after_claim") {
@@ -227,8 +232,8 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
       << param.point << ": " << core::recovery_path_wire(e.classification) << " (" << e.detail
       << ")";
   EXPECT_TRUE(e.terminal_written);
-  // Cleanup is confirmed exactly when nothing could hide from the final sweep: a process whose
-  // environment cannot be read (PID 1 on these machines) keeps it honest-unconfirmed.
+  // Cleanup is confirmed exactly when nothing younger than the root could hide from the final
+  // sweep; an unreadable environment of such a process keeps it honest-unconfirmed.
   if (after->unreadable.empty()) {
     EXPECT_EQ(e.cleanup, core::Cleanup::confirmed) << e.detail;
   } else {

@@ -73,12 +73,13 @@ Result<void> only_keys(json::object const& p, std::initializer_list<std::string_
 struct Parsed {
   core::ExecutionIdentity identity;
   core::ExecutionPlan plan;
-  std::map<std::string, std::string> inherited_env;
 };
 
-// identity + plan (strict, every diagnostic at once), authority shape, inherited_env.
+// identity + plan (strict, every diagnostic at once), authority shape. No environment values
+// are accepted: `inherit: true` entries take the daemon's own values (an `inherited_env` sent by
+// a caller is an unknown parameter), so authority to inherit a name cannot inject a value.
 Result<Parsed> parse_launch(json::object const& p) {
-  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority", "inherited_env"}));
+  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority"}));
   auto const* id = p.if_contains("identity");
   auto const* plan = p.if_contains("plan");
   std::vector<Diagnostic> diags;
@@ -107,20 +108,6 @@ Result<Parsed> parse_launch(json::object const& p) {
   if (auto const* a = p.if_contains("authority");
       a != nullptr && !a->is_object() && !a->is_null()) {
     diags.push_back({Errc::plan_wrong_type, "/authority", "authority must be an object"});
-  }
-  if (auto const* env = p.if_contains("inherited_env"); env != nullptr && !env->is_null()) {
-    if (!env->is_object()) {
-      diags.push_back({Errc::plan_wrong_type, "/inherited_env", "must be an object of strings"});
-    } else {
-      for (auto const& kv : env->get_object()) {
-        if (!kv.value().is_string()) {
-          diags.push_back({Errc::plan_wrong_type, "/inherited_env/" + std::string{kv.key()},
-                           "must be a string"});
-          continue;
-        }
-        out.inherited_env.emplace(std::string{kv.key()}, std::string{kv.value().get_string()});
-      }
-    }
   }
   if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
   return out;
@@ -213,7 +200,6 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           req.identity = std::move(parsed->identity);
           req.plan = std::move(parsed->plan);
           req.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
-          req.inherited_env = std::move(parsed->inherited_env);
           auto r = m.start(std::move(req));
           if (!r) return reply(r.error());
           reply(json::value(r->to_json()));

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 #include <boost/asio/post.hpp>
@@ -31,6 +32,17 @@ Result<std::string> new_execution_id() {
 
 }  // namespace
 
+std::map<std::string, std::string> environment_snapshot() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view const entry{*e};
+    auto const eq = entry.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    out.emplace(std::string{entry.substr(0, eq)}, std::string{entry.substr(eq + 1)});
+  }
+  return out;
+}
+
 ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig config)
     : io_(io),
       config_(std::move(config)),
@@ -54,6 +66,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
     if (config_.detect_nsdelegate) config_.nsdelegate = mount.nsdelegate;
   }
   nsdelegate_ = config_.nsdelegate;
+  if (!config_.inherit_source) config_.inherit_source = environment_snapshot();
   if (!config_.cgroup_subtree.empty() && config_.boundary != BoundaryPreference::marker) {
     // Not writable or absent: every execution falls back to the marker boundary (and its
     // record says so); the daemon logs the reason at startup.

@@ -126,12 +126,16 @@ Supervisor::~Supervisor() = default;
 Result<std::vector<std::string>> Supervisor::build_env() const {
   std::vector<std::string> env;
   env.reserve(plan_.env.size() + 1);
+  // Inherited values come from the daemon's snapshot only (see ManagerConfig::inherit_source).
+  auto const& source = manager_->config_.inherit_source;
   for (auto const& e : plan_.env) {
     if (e.name == sys::Marker::env_name()) continue;  // the marker is the supervisor's, always
     if (e.value) {
       env.push_back(e.name + "=" + *e.value);
-    } else if (auto it = request_.inherited_env.find(e.name); it != request_.inherited_env.end()) {
-      env.push_back(e.name + "=" + it->second);
+    } else if (source) {
+      if (auto it = source->find(e.name); it != source->end()) {
+        env.push_back(e.name + "=" + it->second);
+      }
     }
   }
   env.push_back(marker_->env_entry());

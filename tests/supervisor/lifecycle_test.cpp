@@ -103,19 +103,34 @@ TEST_F(SupervisorTest, NonUtf8AndNulBytesReturnedExactly) {
   EXPECT_EQ(via_json, expected);
 }
 
+namespace {
+// The child's environment as a set of lines (/usr/bin/env output).
+std::set<std::string> env_lines(std::string const& text) {
+  std::set<std::string> lines;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    lines.insert(text.substr(pos, nl - pos));
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  return lines;
+}
+}  // namespace
+
 TEST_F(SupervisorTest, EnvironmentIsExactlyThePlanPlusMarker) {
+  // A variable of this process that no plan entry names must not reach the child.
   ::setenv("CUSTOS_TEST_DAEMON_ONLY", "leak", 1);
-  manager();
+  manager(BoundaryPreference::automatic, [](ManagerConfig& cfg) {
+    cfg.inherit_source = std::map<std::string, std::string>{
+        {"FROM_DAEMON", "daemon-value"}, {"NOT_NAMED", "must-not-appear"}};
+  });
   Collected c;
   auto p = plan({"/usr/bin/env"});
   p.env.clear();
   p.env.push_back(core::EnvEntry{"LITERAL", std::string{"a b=c"}});
-  p.env.push_back(core::EnvEntry{"FROM_CALLER", std::nullopt});
-  p.env.push_back(core::EnvEntry{"ABSENT_AT_CALLER", std::nullopt});
-  auto req = request(p);
-  req.inherited_env["FROM_CALLER"] = "caller-value";
-  req.inherited_env["NOT_NAMED"] = "must-not-appear";
-  auto r = manager_->start(std::move(req));
+  p.env.push_back(core::EnvEntry{"FROM_DAEMON", std::nullopt});
+  p.env.push_back(core::EnvEntry{"ABSENT_AT_DAEMON", std::nullopt});
+  auto r = manager_->start(request(p));
   ASSERT_TRUE(r);
   ASSERT_TRUE(manager_->subscribe(r->execution_id, std::uint64_t{1}, [&](Event const& e) {
     c.events.push_back(e);
@@ -123,22 +138,39 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyThePlanPlusMarker) {
   }));
   auto rec = terminal(r->execution_id);
   ASSERT_TRUE(rec);
-  std::set<std::string> lines;
-  std::string text = c.stream_text("stdout");
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    auto nl = text.find('\n', pos);
-    lines.insert(text.substr(pos, nl - pos));
-    pos = nl == std::string::npos ? text.size() : nl + 1;
-  }
+  std::string const text = c.stream_text("stdout");
+  auto const lines = env_lines(text);
   ASSERT_EQ(lines.size(), 3U) << text;
   EXPECT_TRUE(lines.count("LITERAL=a b=c"));
-  EXPECT_TRUE(lines.count("FROM_CALLER=caller-value"));
+  EXPECT_TRUE(lines.count("FROM_DAEMON=daemon-value"));
   auto marker = std::find_if(lines.begin(), lines.end(),
                              [](std::string const& l) { return l.rfind("CUSTOS_MARKER=", 0) == 0; });
   ASSERT_NE(marker, lines.end());
   EXPECT_EQ(marker->size(), std::string("CUSTOS_MARKER=").size() + 32);
   ::unsetenv("CUSTOS_TEST_DAEMON_ONLY");
+}
+
+TEST_F(SupervisorTest, InheritedValuesAreTheDaemonsSnapshotAtStart) {
+  // Without an explicit source the manager snapshots its own environment when constructed:
+  // a later change to this process's environment does not reach executions.
+  ::setenv("CUSTOS_TEST_INHERITED", "at-start", 1);
+  manager();
+  ::setenv("CUSTOS_TEST_INHERITED", "changed-later", 1);
+  Collected c;
+  auto p = plan({"/usr/bin/env"});
+  p.env.clear();
+  p.env.push_back(core::EnvEntry{"CUSTOS_TEST_INHERITED", std::nullopt});
+  auto r = manager_->start(request(p));
+  ::unsetenv("CUSTOS_TEST_INHERITED");
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(manager_->subscribe(r->execution_id, std::uint64_t{1}, [&](Event const& e) {
+    c.events.push_back(e);
+    return true;
+  }));
+  ASSERT_TRUE(terminal(r->execution_id));
+  auto const lines = env_lines(c.stream_text("stdout"));
+  EXPECT_TRUE(lines.count("CUSTOS_TEST_INHERITED=at-start"));
+  EXPECT_FALSE(lines.count("CUSTOS_TEST_INHERITED=changed-later"));
 }
 
 TEST_F(SupervisorTest, MissingExecutableIsSpawnFailedNot127) {

@@ -36,10 +36,9 @@ struct LaunchRequest {
   core::ExecutionIdentity identity;
   core::ExecutionPlan plan;
   CallerCreds caller;
-  // The CALLER's environment (the client sends it with the request). Only names the plan marks
-  // `inherit: true` are copied from here; a name absent here is simply not set in the child.
-  // The daemon's own environment is never consulted.
-  std::map<std::string, std::string> inherited_env;
+  // No environment values travel with a request: a plan entry `inherit: true` takes its value
+  // from ManagerConfig::inherit_source (the daemon's own environment), never from the caller.
+  // Authority to inherit a name therefore cannot be used to inject a caller-chosen value.
 };
 
 // Which ownership boundary an execution got (part of its record): core's enum.
@@ -153,7 +152,15 @@ struct ManagerConfig {
   std::size_t retained_event_count = 4096;           // replay buffer bound in events
   std::size_t terminal_history = 4096;               // terminal executions kept for get/wait
   std::uint32_t marker_sweep_rounds = 64;
+  // Where `inherit: true` plan entries take their values: the daemon's environment as it was at
+  // daemon start. nullopt: the manager snapshots its own process environment when constructed
+  // (which, in the daemon, is at start). A name absent here is simply not set in the child.
+  std::optional<std::map<std::string, std::string>> inherit_source;
 };
+
+// The calling process's environment (`environ`) as a name -> value map; entries without '=' are
+// skipped and the first of duplicate names wins (as getenv does).
+[[nodiscard]] std::map<std::string, std::string> environment_snapshot();
 
 struct ManagerStats {
   std::uint64_t started = 0;

@@ -36,7 +36,9 @@ int run_main(int argc, char** argv) {
   add_cancel(app, g);
   add_logs(app, g);
   add_doctor(app, g);
-  add_later(app, g);
+  add_grant(app, g);
+  add_lease(app, g);
+  add_quiescence(app, g);
 
   try {
     app.parse(argc, argv);

@@ -49,6 +49,16 @@ struct RunFlags {
   bool pty = false;
   bool clean_env = false;
   bool read_only = false;
+  // Authority and identity (docs/authority.md). Defaults suit one user on one machine: no grant
+  // (the admin's implicit authority), no lease, session cli-<uid>, ids "cli".
+  std::string grant;
+  std::string lease;
+  std::string session;
+  std::string project_id = "cli";
+  std::string workspace_id = "cli";
+  std::string resource_id = "cli";
+  std::string environment_id = "cli";
+  std::uint64_t generation = 0;
 };
 
 // Names inherited by default so ordinary programs find their tools and locale.
@@ -108,23 +118,23 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
 
   std::string const run = "run-" + random_hex(16);
   json::object identity{
-      {"project_id", "cli"},    {"session_id", "cli-" + std::to_string(::getuid())},
+      {"project_id", f.project_id},
+      {"session_id", f.session.empty() ? "cli-" + std::to_string(::getuid()) : f.session},
       {"run_id", run},          {"attempt_id", "a1"},
       {"turn_id", "t1"},        {"action_id", "act-" + random_hex(16)},
-      {"process_id", "proc-1"}, {"workspace_id", "cli"},
-      {"resource_id", "cli"},   {"environment_id", "cli"},
-      {"generation", 0},        {"revision", 0}};
+      {"process_id", "proc-1"}, {"workspace_id", f.workspace_id},
+      {"resource_id", f.resource_id},   {"environment_id", f.environment_id},
+      {"generation", f.generation},        {"revision", 0}};
 
   json::array argv;
   for (auto const& a : f.command) argv.emplace_back(a);
   json::array env;
-  json::object inherited;
   std::map<std::string, bool> seen;
   auto inherit = [&](std::string const& name) {
     if (seen.count(name) != 0) return;
     seen[name] = true;
+    // The daemon supplies the value from its own environment; no value travels from here.
     env.push_back(json::object{{"name", name}, {"inherit", true}});
-    if (char const* v = std::getenv(name.c_str()); v != nullptr) inherited[name] = v;
   };
   std::vector<std::pair<std::string, std::string>> literals;
   for (auto const& e : f.env) {
@@ -169,8 +179,10 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
   }
   params["identity"] = std::move(identity);
   params["plan"] = std::move(plan);
-  params["authority"] = json::object{{"epoch", 0}, {"grant_id", nullptr}, {"lease_id", nullptr}};
-  params["inherited_env"] = std::move(inherited);
+  params["authority"] =
+      json::object{{"epoch", 0},
+                   {"grant_id", f.grant.empty() ? json::value(nullptr) : json::value(f.grant)},
+                   {"lease_id", f.lease.empty() ? json::value(nullptr) : json::value(f.lease)}};
   return params;
 }
 
@@ -255,6 +267,16 @@ class Runner {
     auto client = connect_daemon(g_);
     if (!client) return report(client.error());
     client_.emplace(std::move(*client));
+    if (!f_.grant.empty()) {
+      // A grant is checked against the current authority epoch: read it right before starting.
+      auto list = client_->call("authority.list", {{"grant_id", f_.grant}});
+      if (!list) return report(list.error());
+      if (list->is_object()) {
+        if (auto const* e = list->get_object().if_contains("epoch"); e != nullptr && e->is_number()) {
+          (*params)["authority"].as_object()["epoch"] = e->to_number<std::uint64_t>();
+        }
+      }
+    }
 
     auto started = client_->call("exec.start", std::move(*params));
     if (!started) return report(started.error());
@@ -493,7 +515,7 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_option("--workspace", flags->workspace, "Workspace root (default: current directory)");
   // One value per --env, so that "--env NAME -- cmd -c" does not end the list at "--".
   sub->add_option("--env", flags->env,
-                  "NAME (inherit from here) or NAME=VALUE (literal); repeatable")
+                  "NAME (inherit the daemon's value) or NAME=VALUE (literal); repeatable")
       ->allow_extra_args(false);
   sub->add_option("--timeout", flags->timeout_s, "Wall-clock limit in seconds (exit 124 when hit)");
   sub->add_flag("--pty", flags->pty, "Run in a pseudo-terminal; local terminal goes raw");
@@ -501,6 +523,20 @@ void add_run(CLI::App& app, Globals& g) {
                 "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");
   sub->add_flag("--read-only", flags->read_only,
                 "Declare the workspace read_only in the plan (default writable)");
+  sub->add_option("--grant", flags->grant,
+                  "Run under this grant (default: none, the admin's implicit authority)");
+  sub->add_option("--lease", flags->lease,
+                  "The workspace's mutation lease (writable workspaces someone leased)");
+  sub->add_option("--session", flags->session, "Session id (default: cli-<uid>)");
+  sub->add_option("--project-id", flags->project_id, "Identity: project id")->capture_default_str();
+  sub->add_option("--workspace-id", flags->workspace_id, "Identity: workspace id")
+      ->capture_default_str();
+  sub->add_option("--resource-id", flags->resource_id, "Identity: resource id")
+      ->capture_default_str();
+  sub->add_option("--environment-id", flags->environment_id, "Identity: environment id")
+      ->capture_default_str();
+  sub->add_option("--generation", flags->generation, "Identity: holder generation")
+      ->capture_default_str();
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

@@ -23,6 +23,8 @@ void add_wait(CLI::App& app, Globals& g);
 void add_cancel(CLI::App& app, Globals& g);
 void add_logs(CLI::App& app, Globals& g);
 void add_doctor(CLI::App& app, Globals& g);
-void add_later(CLI::App& app, Globals& g);  // grant, lease, quiescence (issue 6)
+void add_grant(CLI::App& app, Globals& g);       // grant add|list|show|revoke
+void add_lease(CLI::App& app, Globals& g);       // lease acquire|list|release
+void add_quiescence(CLI::App& app, Globals& g);  // holder.quiescence
 
 }  // namespace custos::cli

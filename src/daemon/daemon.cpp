@@ -27,6 +27,8 @@
 #include "custos/rpc/server.hpp"
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
+#include "custos/gateway/gateway.hpp"
+#include "custos/gateway/store.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/probes.hpp"
@@ -112,6 +114,9 @@ class Daemon {
   Result<void> open_registry() {
     registry_ = CUSTOS_TRY(registry::Registry::open(config_.state_dir));
     sink_ = std::make_unique<supervisor::RegistrySink>(*registry_);
+    // The gateway's authority tables are the registry's (schema v4), on its connection.
+    authority_db_ = std::make_unique<gateway::RegistryDatabase>(*registry_);
+    authority_ = std::make_unique<gateway::AuthorityStore>(*authority_db_);
     spdlog::info("registry {} (schema opened at version {})", registry_->db_path().native(),
                  registry_->opened_version());
     return ok();
@@ -234,10 +239,15 @@ class Daemon {
                       ? supervisor::BoundaryPreference::marker
                       : supervisor::BoundaryPreference::automatic;
     mc.state_dir = config_.state_dir;
-    mc.sink = sink_.get();
+    // Every launch goes through the gateway: it is the manager's sink and authorizes each
+    // record_authorized (docs/authority.md); everything after is forwarded to the registry.
+    gateway_ = std::make_unique<gateway::ExecutionGateway>(
+        io_, *authority_, gateway::GatewayOptions{registry_.get(), sink_.get()});
+    mc.sink = &gateway_->sink();
     // Becomes PR_SET_CHILD_SUBREAPER here, so orphaned descendants reparent to the daemon.
     mc.become_subreaper = true;
     manager_ = std::make_unique<supervisor::ExecutionManager>(io_, std::move(mc));
+    gateway_->attach(*manager_);
     return ok();
   }
 
@@ -261,6 +271,7 @@ class Daemon {
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
     rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
+    rpc::register_gateway_methods(*dispatcher_, *gateway_);
     return ok();
   }
 
@@ -385,6 +396,9 @@ class Daemon {
   // registry.
   std::unique_ptr<registry::Registry> registry_;
   std::unique_ptr<supervisor::RegistrySink> sink_;
+  std::unique_ptr<gateway::RegistryDatabase> authority_db_;
+  std::unique_ptr<gateway::AuthorityStore> authority_;
+  std::unique_ptr<gateway::ExecutionGateway> gateway_;  // the manager's sink: outlives it
   std::unique_ptr<supervisor::ExecutionManager> manager_;
   std::optional<rpc::Dispatcher> dispatcher_;
   std::optional<rpc::Server> server_;

@@ -22,6 +22,11 @@ bool Dispatcher::has(std::string_view name) const {
   return methods_.find(name) != methods_.end();
 }
 
+Handler const* Dispatcher::find(std::string_view name) const {
+  auto it = methods_.find(name);
+  return it == methods_.end() ? nullptr : &it->second.handler;
+}
+
 namespace {
 
 bool valid_id(json::value const& id) {

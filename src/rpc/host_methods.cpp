@@ -31,9 +31,6 @@ void register_introspection(Dispatcher& d) {
         });
 }
 
-std::vector<std::string> deferred_methods() {
-  return {"authority.grant", "authority.revoke", "authority.list",
-          "lease.acquire",   "lease.release",    "holder.quiescence"};
-}
+std::vector<std::string> deferred_methods() { return {}; }
 
 }  // namespace custos::rpc

@@ -54,6 +54,9 @@ class Dispatcher {
   void add(std::string name, Access access, Handler handler);
   [[nodiscard]] std::vector<std::string> method_names() const;
   [[nodiscard]] bool has(std::string_view name) const;
+  // The handler registered for `name`, or null. Lets a later registration wrap an earlier one
+  // (the gateway re-registers exec.* with its own access check in front).
+  [[nodiscard]] Handler const* find(std::string_view name) const;
   [[nodiscard]] AuthPolicy const& auth() const noexcept { return auth_; }
   [[nodiscard]] DispatchStats const& stats() const noexcept { return stats_; }
 

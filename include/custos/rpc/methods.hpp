@@ -13,6 +13,9 @@
 namespace custos::supervisor {
 class ExecutionManager;
 }
+namespace custos::gateway {
+class ExecutionGateway;
+}
 namespace custos::registry {
 class Registry;
 }
@@ -35,8 +38,14 @@ void register_introspection(Dispatcher& d);
 void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
                            registry::Registry* registry = nullptr);
 
-// The methods of API.md that belong to later issues (authority.*, lease.*, holder.quiescence)
-// are deliberately not registered: callers get -32601 method not found.
+// authority.grant/revoke/list, lease.acquire/release/list, holder.quiescence, and exec.start /
+// exec.input through the gateway (docs/authority.md). Call after register_exec_methods: it
+// replaces exec.start and exec.input, and opens exec.get/wait/cancel/resize/subscribe/output to
+// the caller that started the execution (admins as before). `gw` must outlive the connections.
+void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw);
+
+// Methods of API.md this build does not serve yet (callers get -32601). Empty since the
+// gateway issue registered authority.*, lease.* and holder.quiescence.
 [[nodiscard]] std::vector<std::string> deferred_methods();
 
 }  // namespace custos::rpc

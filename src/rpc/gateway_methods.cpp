@@ -1,0 +1,323 @@
+// The gateway's methods (API.md): authority.grant / revoke / list, lease.acquire / release /
+// list, holder.quiescence, and exec.start / exec.input routed through the ExecutionGateway
+// (docs/authority.md). Registered after register_exec_methods: the two exec names replace the
+// manager-direct handlers, so no exec.start reaches the manager except through the gateway.
+//
+// Access is Access::any in the dispatcher for all of them: the gateway decides per call (stored
+// admin principals, runner grants, holders), and answers auth.denied itself.
+#include <algorithm>
+
+#include "custos/core/plan_json.hpp"
+#include "custos/gateway/gateway.hpp"
+#include "custos/rpc/base64.hpp"
+#include "custos/rpc/methods.hpp"
+
+namespace custos::rpc {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
+
+Error bad_param(std::string what) { return Error{Errc::rpc_invalid_params, std::move(what)}; }
+
+Result<void> only_keys(json::object const& p, std::initializer_list<std::string_view> allowed) {
+  for (auto const& kv : p) {
+    if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end()) {
+      return bad_param("unknown parameter " + std::string{kv.key()});
+    }
+  }
+  return ok();
+}
+
+Result<std::string> required_string(json::object const& p, std::string_view key) {
+  auto const* v = p.if_contains(key);
+  if (v == nullptr || !v->is_string() || v->get_string().empty()) {
+    return bad_param(std::string{key} + " must be a non-empty string");
+  }
+  return std::string{v->get_string()};
+}
+
+Result<bool> optional_bool(json::object const& p, std::string_view key) {
+  auto const* v = p.if_contains(key);
+  if (v == nullptr || v->is_null()) return false;
+  if (!v->is_bool()) return bad_param(std::string{key} + " must be a boolean");
+  return v->get_bool();
+}
+
+Result<gateway::Caller> caller_of(Dispatcher const& d, gateway::ExecutionGateway& gw,
+                                  std::shared_ptr<Session> const& s) {
+  auto const& peer = s->peer();
+  return gw.resolve_caller(peer.uid, peer.gid, peer.groups, d.auth().is_admin(peer));
+}
+
+json::array strings(std::vector<std::string> const& v) {
+  json::array a;
+  for (auto const& x : v) a.emplace_back(x);
+  return a;
+}
+
+struct Launch {
+  supervisor::LaunchRequest request;
+  gateway::AuthorityClaim claim;
+};
+
+// identity + plan (strict, every diagnostic at once) + authority. No environment values: an
+// `inherited_env` is an unknown parameter; `inherit: true` takes the daemon's own values.
+Result<Launch> parse_launch(json::object const& p) {
+  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority"}));
+  std::vector<Diagnostic> diags;
+  Launch out;
+  auto collect = [&](Error const& e, char const* ptr) {
+    if (e.diagnostics.empty()) {
+      diags.push_back({e.code, ptr, e.context});
+    } else {
+      for (auto const& d : e.diagnostics) diags.push_back(d);
+    }
+  };
+  auto const* id = p.if_contains("identity");
+  auto const* plan = p.if_contains("plan");
+  if (id == nullptr) diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
+  if (plan == nullptr) diags.push_back({Errc::plan_missing_field, "/plan", "plan is required"});
+  if (id != nullptr) {
+    if (auto r = core::parse_identity(*id, "/identity")) out.request.identity = std::move(*r);
+    else collect(r.error(), "/identity");
+  }
+  if (plan != nullptr) {
+    if (auto r = core::parse_plan(*plan, "/plan")) out.request.plan = std::move(*r);
+    else collect(r.error(), "/plan");
+  }
+  if (auto c = gateway::authority_from_json(p.if_contains("authority"))) out.claim = std::move(*c);
+  else collect(c.error(), "/authority");
+  if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
+  return out;
+}
+
+// Re-registers `name` (already registered by register_exec_methods) as open to the caller that
+// started the execution, besides admins; the original handler then runs unchanged.
+void owner_or_admin(Dispatcher& d, gateway::ExecutionGateway& gw, std::string const& name) {
+  Handler const* orig = d.find(name);
+  if (orig == nullptr) return;
+  Handler inner = *orig;  // copied before add() replaces the entry it lives in
+  d.add(name, Access::any,
+        [&d, &gw, inner, name](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          if (!caller->admin) {
+            auto const* id = p.if_contains("execution_id");
+            if (id == nullptr || !id->is_string()) {
+              return reply(Error{Errc::auth_denied, name + ": only admins, or the caller that started the execution"});
+            }
+            auto may = gw.may_access(*caller, std::string{id->get_string()});
+            if (!may) return reply(may.error());
+            if (!*may) {
+              return reply(Error{Errc::auth_denied, name + ": only admins, or the caller that started the execution"});
+            }
+          }
+          inner(s, p, std::move(reply));
+        });
+}
+
+}  // namespace
+
+void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
+  d.add("exec.start", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          // A caller with no authority at all learns nothing about its plan: without a grant
+          // only admins may start (their implicit authority), whatever the plan says.
+          auto const* a = p.if_contains("authority");
+          bool const names_grant = a != nullptr && a->is_object() && a->get_object().contains("grant_id") &&
+                                   a->get_object().at("grant_id").is_string();
+          if (!caller->admin && !names_grant) {
+            return reply(Error{Errc::auth_denied, "exec.start: no grant named; only admins start without one"});
+          }
+          auto launch = parse_launch(p);
+          if (!launch) return reply(launch.error());
+          launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
+          auto r = gw.start(*caller, std::move(launch->request), launch->claim);
+          if (!r) return reply(r.error());
+          reply(json::value(r->to_json()));
+        });
+
+  for (char const* name : {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {
+    owner_or_admin(d, gw, name);
+  }
+  // Subscriptions belong to one connection; exec.check has no effect at all.
+  for (char const* name : {"exec.unsubscribe", "exec.check"}) {
+    if (Handler const* h = d.find(name)) {
+      Handler copy = *h;
+      d.add(name, Access::any, std::move(copy));
+    }
+  }
+
+  d.add("exec.input", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k) return reply(k.error());
+          auto id = required_string(p, "execution_id");
+          if (!id) return reply(id.error());
+          auto eof = optional_bool(p, "eof");
+          if (!eof) return reply(eof.error());
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          // A runner feeds only the executions it started itself.
+          auto may = gw.may_access(*caller, *id);
+          if (!may) return reply(may.error());
+          if (!*may) return reply(Error{Errc::auth_denied, "exec.input: " + *id + " was not started by this caller"});
+          std::vector<std::uint8_t> data;
+          if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
+            auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
+            if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
+            if (decoded->size() > kMaxInputChunk) {
+              return reply(bad_param("data_b64 carries more than " + std::to_string(kMaxInputChunk) + " bytes"));
+            }
+            data = std::move(*decoded);
+          }
+          auto r = gw.input(*id, data, *eof);
+          if (!r) return reply(r.error());
+          reply(json::value(json::object{{"accepted_bytes", *r}}));
+        });
+
+  d.add("authority.grant", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          if (!caller->admin) return reply(Error{Errc::auth_denied, "authority.grant is for admins only"});
+          auto spec = gateway::grant_from_json(json::value(p));
+          if (!spec) return reply(spec.error());
+          auto g = gw.grant(*caller, std::move(*spec));
+          if (!g) return reply(g.error());
+          auto epoch = gw.epoch();
+          if (!epoch) return reply(epoch.error());
+          reply(json::value(json::object{{"grant", gateway::grant_to_json(*g, {})}, {"epoch", *epoch}}));
+        });
+
+  d.add("authority.revoke", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"grant_id"}); !k) return reply(k.error());
+          auto id = required_string(p, "grant_id");
+          if (!id) return reply(id.error());
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          auto r = gw.revoke(*caller, *id);
+          if (!r) return reply(r.error());
+          auto epoch = gw.epoch();
+          if (!epoch) return reply(epoch.error());
+          reply(json::value(json::object{{"grant", gateway::grant_to_json(r->grant, {})},
+                                         {"fenced", strings(r->fence.fenced)},
+                                         {"epoch", *epoch}}));
+        });
+
+  // Admins see every grant; other callers only their own (they need the epoch and their
+  // grant's revision to start anything).
+  d.add("authority.list", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"grant_id", "principal"}); !k) return reply(k.error());
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          std::optional<std::string> only_id;
+          if (auto const* v = p.if_contains("grant_id"); v != nullptr && !v->is_null()) {
+            if (!v->is_string()) return reply(bad_param("grant_id must be a string"));
+            only_id = std::string{v->get_string()};
+          }
+          std::optional<gateway::Principal> only_principal;
+          if (auto const* v = p.if_contains("principal"); v != nullptr && !v->is_null()) {
+            auto pr = v->is_string() ? gateway::Principal::parse(v->get_string())
+                                     : Result<gateway::Principal>{Error{Errc::plan_wrong_type, "principal"}};
+            if (!pr) return reply(bad_param("principal must be uid:N or gid:N"));
+            only_principal = *pr;
+          }
+          auto epoch = gw.epoch();
+          if (!epoch) return reply(epoch.error());
+          auto all = gw.list(*caller);
+          if (!all) return reply(all.error());
+          json::array out;
+          for (auto const& [g, use] : *all) {
+            if (only_id && g.id != *only_id) continue;
+            if (only_principal && !(g.principal == *only_principal)) continue;
+            out.emplace_back(gateway::grant_to_json(g, use));
+          }
+          reply(json::value(json::object{{"epoch", *epoch}, {"grants", std::move(out)}}));
+        });
+
+  d.add("lease.acquire", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"workspace_id", "holder_session"}); !k) return reply(k.error());
+          auto ws = required_string(p, "workspace_id");
+          if (!ws) return reply(ws.error());
+          auto holder = required_string(p, "holder_session");
+          if (!holder) return reply(holder.error());
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          auto l = gw.acquire_lease(*caller, *ws, *holder);
+          if (!l) return reply(l.error());
+          auto epoch = gw.epoch();
+          if (!epoch) return reply(epoch.error());
+          reply(json::value(json::object{{"lease_id", l->id},
+                                         {"epoch", l->epoch},
+                                         {"lease", gateway::lease_to_json(*l)},
+                                         {"authority_epoch", *epoch}}));
+        });
+
+  d.add("lease.release", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"lease_id", "break"}); !k) return reply(k.error());
+          auto id = required_string(p, "lease_id");
+          if (!id) return reply(id.error());
+          auto brk = optional_bool(p, "break");
+          if (!brk) return reply(brk.error());
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          auto r = gw.release_lease(*caller, *id, *brk);
+          if (!r) return reply(r.error());
+          auto epoch = gw.epoch();
+          if (!epoch) return reply(epoch.error());
+          reply(json::value(json::object{{"lease_id", r->lease.id},
+                                         {"epoch", r->lease.epoch},
+                                         {"lease", gateway::lease_to_json(r->lease)},
+                                         {"fenced", strings(r->fence.fenced)},
+                                         {"authority_epoch", *epoch}}));
+        });
+
+  d.add("lease.list", Access::any,
+        [&gw](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"active_only"}); !k) return reply(k.error());
+          bool active_only = true;
+          if (auto const* v = p.if_contains("active_only"); v != nullptr && !v->is_null()) {
+            if (!v->is_bool()) return reply(bad_param("active_only must be a boolean"));
+            active_only = v->get_bool();
+          }
+          auto ls = gw.list_leases(active_only);
+          if (!ls) return reply(ls.error());
+          json::array out;
+          for (auto const& l : *ls) out.emplace_back(gateway::lease_to_json(l));
+          reply(json::value(json::object{{"leases", std::move(out)}}));
+        });
+
+  d.add("holder.quiescence", Access::any,
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+          if (auto k = only_keys(p, {"session_id", "generation", "actor"}); !k) return reply(k.error());
+          auto session = required_string(p, "session_id");
+          if (!session) return reply(session.error());
+          auto const* g = p.if_contains("generation");
+          if (g == nullptr || !(g->is_uint64() || (g->is_int64() && g->get_int64() >= 0))) {
+            return reply(bad_param("generation must be a non-negative integer"));
+          }
+          std::uint64_t const generation =
+              g->is_uint64() ? g->get_uint64() : static_cast<std::uint64_t>(g->get_int64());
+          std::optional<std::string> actor;
+          if (auto const* a = p.if_contains("actor"); a != nullptr && !a->is_null()) {
+            if (!a->is_string()) return reply(bad_param("actor must be a string (uid:N)"));
+            actor = std::string{a->get_string()};
+          }
+          auto caller = caller_of(d, gw, s);
+          if (!caller) return reply(caller.error());
+          auto q = gw.quiescence(*caller, *session, generation, actor);
+          if (!q) return reply(q.error());
+          reply(json::value(q->to_json()));
+        });
+}
+
+}  // namespace custos::rpc

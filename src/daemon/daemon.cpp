@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "custos/daemon/version.hpp"
+#include "custos/gateway/gateway.hpp"
+#include "custos/gateway/store.hpp"
 #include "custos/registry/recovery.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/rpc/dispatcher.hpp"
@@ -27,8 +29,6 @@
 #include "custos/rpc/server.hpp"
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
-#include "custos/gateway/gateway.hpp"
-#include "custos/gateway/store.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/probes.hpp"
@@ -248,10 +248,16 @@ class Daemon {
     mc.become_subreaper = true;
     manager_ = std::make_unique<supervisor::ExecutionManager>(io_, std::move(mc));
     gateway_->attach(*manager_);
+    // Budgets a previous daemon left reserved for executions recovery has since ended.
+    auto settled = CUSTOS_TRY(gateway_->settle_recovered());
+    if (settled > 0) spdlog::info("gateway: settled the budget of {} recovered execution(s)", settled);
     return ok();
   }
 
-  Result<json::object> describe_host() const {
+  // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),
+  // so it is built once; a call copies it instead of re-encoding every capability.
+  Result<json::object> describe_host() {
+    if (!host_info_.empty()) return host_info_;
     json::object out{{"version", kVersion},
                      {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
@@ -263,6 +269,7 @@ class Daemon {
     }
     if (subtree_) out["cgroup_subtree"] = subtree_->path();
     out["shutdown_policy"] = config_.shutdown == ShutdownMode::cancel ? "cancel" : "detach";
+    host_info_ = out;
     return out;
   }
 
@@ -408,6 +415,7 @@ class Daemon {
   std::optional<sys::CgroupDir> subtree_;
   bool subtree_created_ = false;
   Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
+  json::object host_info_;
   std::string boot_id_;
   bool shutting_down_ = false;
   int exit_code_ = 0;

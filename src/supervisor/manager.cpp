@@ -80,6 +80,9 @@ ExecutionManager::~ExecutionManager() {
   reap_timer_.cancel();
   shutdown_timer_.cancel();
   for (auto& [id, sup] : executions_) sup->detach();
+  // A scan still running posts its completion to io_; the detached supervisor ignores it. Join
+  // here so no worker outlives the state it reads.
+  workers_.join();
 }
 
 std::size_t ExecutionManager::live_count() const noexcept {

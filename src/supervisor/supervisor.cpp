@@ -6,10 +6,16 @@
 // An execution is closed only when the root's exit was observed, the tree teardown finished,
 // every reader reached EOF (or was closed at its bound), and pending_ is zero — i.e. every
 // support task has completed, none is merely abandoned.
+//
+// Blocking scans never run on the loop thread: the final /proc marker sweep (with the wait for
+// unattributed orphans to finish dying) and workspace disk walks go to the manager's worker
+// thread with copies of what they need (the marker, options, pidfds, a dup of the workspace fd)
+// and post their result back to the loop; each counts in pending_ like any other async task.
 #include "supervisor.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -40,6 +46,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kGracefulPoll{10};
 constexpr milliseconds kKillPoll{2};
+// With cgroup.events watched, the timer is only the fallback (a lost notification, the kill
+// bound); the tree-empty wake-up comes from inotify.
+constexpr milliseconds kKillPollWatched{20};
 constexpr milliseconds kExitRetry{10};
 // How long unattributed orphans may take to finish dying before they count as survivors.
 constexpr milliseconds kOrphanSettle{200};
@@ -717,7 +726,9 @@ void Supervisor::on_root_exit() {
   f["exit"] = exit_json(ex);
   emit("exited", std::move(f));
 
-  if (stage_ == Stage::none) {
+  if (stage_ == Stage::killing) {
+    on_poll();  // the tree may already be empty: the root was the last one the wait waited for
+  } else if (stage_ == Stage::none) {
     if (all_readers_eof()) {
       kill_stage();
     } else {
@@ -759,7 +770,7 @@ void Supervisor::arm_deadline() {
 }
 
 void Supervisor::arm_sampler() {
-  if (detached_ || support_cancelled_ || tree_done_) return;
+  if (detached_ || support_cancelled_ || tree_done_ || stage_ == Stage::done) return;
   ++pending_;
   sampler_timer_.expires_after(manager_->config_.sample_interval);
   sampler_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -789,16 +800,10 @@ void Supervisor::sample() {
   }
   auto const now = Clock::now();
   auto const& cfg = manager_->config_;
-  if (plan_.disk_bytes && workspace_fd_.valid() && now - last_disk_sample_ >= cfg.disk_sample_interval) {
+  if (plan_.disk_bytes && workspace_fd_.valid() && !disk_walk_running_ &&
+      now - last_disk_sample_ >= cfg.disk_sample_interval) {
     last_disk_sample_ = now;
-    if (auto d = sys::walk_disk_usage(workspace_fd_, cfg.disk_walk_max_entries)) {
-      if (!disk_baseline_) {
-        disk_baseline_ = d->bytes;
-      } else {
-        std::uint64_t const growth = sat_sub(d->bytes, *disk_baseline_);
-        disk_growth_peak_ = disk_growth_peak_ ? std::max(*disk_growth_peak_, growth) : growth;
-      }
-    }
+    start_disk_walk();
   }
 
   if (life_.phase != core::Phase::running) return;
@@ -817,6 +822,46 @@ void Supervisor::sample() {
     emit("limit", std::move(f));
     (void)offer(core::Trigger::resource_limit, why + " over the plan's limit");
   }
+}
+
+void Supervisor::start_disk_walk() {
+  // The walk may visit up to disk_walk_max_entries entries: far too slow for the loop. The
+  // worker gets its own dup of the workspace fd, so closing ours at close cannot race it.
+  auto fd = workspace_fd_.dup();
+  if (!fd) return;
+  disk_walk_running_ = true;
+  ++pending_;
+  auto root = std::make_shared<sys::UniqueFd>(std::move(*fd));
+  std::uint64_t const max_entries = manager_->config_.disk_walk_max_entries;
+  asio::post(manager_->workers_, [self = shared_from_this(), root, max_entries]() {
+    auto d = std::make_shared<Result<sys::DiskUsage>>(sys::walk_disk_usage(*root, max_entries));
+    asio::post(self->io_, [self, d]() {
+      --self->pending_;
+      self->disk_walk_running_ = false;
+      if (!self->detached_ && *d) {
+        auto const& u = d->value();
+        if (!self->disk_baseline_) {
+          self->disk_baseline_ = u.bytes;
+        } else {
+          std::uint64_t const growth = sat_sub(u.bytes, *self->disk_baseline_);
+          self->disk_growth_peak_ =
+              self->disk_growth_peak_ ? std::max(*self->disk_growth_peak_, growth) : growth;
+          // The sampler checks limits right after sampling; a walk finishes later, so it checks
+          // the disk limit itself.
+          if (self->life_.phase == core::Phase::running && self->plan_.disk_bytes &&
+              growth > *self->plan_.disk_bytes) {
+            boost::json::object f;
+            f["limit"] = "disk_bytes";
+            f["action"] = "cancel";
+            self->emit("limit", std::move(f));
+            (void)self->offer(core::Trigger::resource_limit,
+                              "disk_bytes " + std::to_string(growth) + " over the plan's limit");
+          }
+        }
+      }
+      self->maybe_close();
+    });
+  });
 }
 
 // ------------------------------------------------------------------------------ stop
@@ -900,7 +945,7 @@ void Supervisor::on_poll() {
       final_stage();
       return;
     }
-    arm_poll(kKillPoll);
+    arm_poll(cgroup_events_sd_ ? kKillPollWatched : kKillPoll);
   }
 }
 
@@ -949,6 +994,8 @@ void Supervisor::kill_stage() {
   if (stage_ == Stage::killing || stage_ == Stage::done || detached_) return;
   stage_ = Stage::killing;
   stage_timer_.cancel();
+  // Watch before the first populated check, so an emptying in between still notifies.
+  watch_cgroup_events();
   bool something = false;
   if (root_ && !exit_) {
     if (auto d = root_->send_signal(SIGKILL); d && *d) something = true;
@@ -974,15 +1021,48 @@ void Supervisor::kill_stage() {
   on_poll();
 }
 
-bool Supervisor::unknown_orphans_alive() const {
+void Supervisor::watch_cgroup_events() {
+  if (!cgroup_ || cgroup_events_sd_ || detached_) return;
+  int const fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) return;  // polling alone still finds the empty tree
+  sys::UniqueFd guard(fd);
+  std::string const path = cgroup_->path() + "/cgroup.events";
+  if (::inotify_add_watch(fd, path.c_str(), IN_MODIFY) < 0) return;
+  cgroup_events_sd_.emplace(io_, guard.release());
+  wait_cgroup_events();
+}
+
+void Supervisor::wait_cgroup_events() {
+  if (!cgroup_events_sd_ || detached_) return;
+  ++pending_;
+  cgroup_events_sd_->async_wait(
+      asio::posix::descriptor_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+        --self->pending_;
+        if (!ec && !self->detached_ && self->cgroup_events_sd_) {
+          // Drain the notifications; their content does not matter, cgroup.events is re-read.
+          alignas(inotify_event) char buf[4096];
+          while (::read(self->cgroup_events_sd_->native_handle(), buf, sizeof buf) > 0) {
+          }
+          if (self->stage_ == Stage::killing) {
+            self->on_poll();
+            self->wait_cgroup_events();
+          }
+        }
+        self->maybe_close();
+      });
+}
+
+void Supervisor::collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const {
   // Children of this process (the subreaper) that no live supervisor owns as its root: with the
   // marker boundary they may be descendants of this execution that scrubbed their marker. They
   // cannot be attributed, so they are not signalled — but the cleanup cannot be confirmed.
-  // Processes still in the middle of dying from the kill get a short bounded moment to finish.
-  std::vector<sys::Pidfd> candidates;
+  // Read on the loop (it consults the manager's indexes); the wait for them to finish dying
+  // runs on the worker.
+  looked = false;
   std::error_code ec;
   std::filesystem::directory_iterator it("/proc/self/task", ec);
-  if (ec) return true;  // cannot look: cannot confirm
+  if (ec) return;  // cannot look: cannot confirm
+  looked = true;
   for (auto const& t : it) {
     auto dir = sys::open_dir_path(t.path().string());
     if (!dir) continue;
@@ -1001,27 +1081,60 @@ bool Supervisor::unknown_orphans_alive() const {
       // Inside another execution's cgroup: that execution's, not an escapee of this one.
       if (manager_ != nullptr && manager_->owner_by_cgroup(pid)) continue;
       // A zombie or an exiting process reads as not alive through its pidfd.
-      if (auto fd = sys::Pidfd::open(pid); fd && fd->alive()) candidates.push_back(std::move(*fd));
+      if (auto fd = sys::Pidfd::open(pid); fd && fd->alive()) out.push_back(std::move(*fd));
     }
   }
-  auto const until = Clock::now() + kOrphanSettle;
-  while (!candidates.empty()) {
-    std::erase_if(candidates, [](sys::Pidfd const& p) { return !p.alive(); });
-    if (candidates.empty() || Clock::now() >= until) break;
-    ::usleep(2000);
-  }
-  return !candidates.empty();
 }
+
+// What the worker found for the final stage.
+struct Supervisor::FinalScan {
+  std::optional<Result<sys::MarkerSweepResult>> sweep;  // nullopt: no marker, nothing swept
+  bool orphans_alive = false;
+};
 
 void Supervisor::final_stage() {
   if (stage_ == Stage::done) return;
   stage_ = Stage::done;
   poll_timer_.cancel();
-  std::vector<std::string> why;  // every reason the cleanup cannot be confirmed
+  sampler_timer_.cancel();
+  cgroup_events_sd_.reset();  // the tree-empty wait is over
   // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
-  // left the cgroup (root without nsdelegate) but kept its environment.
-  if (marker_) {
-    auto sw = sys::marker_sweep(*marker_, sweep_options(SIGKILL, manager_->config_.marker_sweep_rounds));
+  // left the cgroup (root without nsdelegate) but kept its environment. It reads every process
+  // that started after the root (older ones are skipped by start time before any environ
+  // read), which takes milliseconds with many processes: it runs on the worker thread.
+  std::optional<sys::Marker> marker = marker_;
+  auto const opts = sweep_options(SIGKILL, manager_->config_.marker_sweep_rounds);
+  auto orphans = std::make_shared<std::vector<sys::Pidfd>>();
+  bool looked = true;
+  bool const check_orphans = boundary_ == Boundary::marker;
+  if (check_orphans) collect_orphan_candidates(*orphans, looked);
+  ++pending_;
+  asio::post(manager_->workers_, [self = shared_from_this(), marker, opts, orphans, looked,
+                                  check_orphans]() {
+    auto scan = std::make_shared<FinalScan>();
+    if (marker) scan->sweep = sys::marker_sweep(*marker, opts);
+    if (check_orphans) {
+      // Processes still in the middle of dying from the kill get a short bounded moment.
+      auto const until = Clock::now() + kOrphanSettle;
+      while (!orphans->empty()) {
+        std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
+        if (orphans->empty() || Clock::now() >= until) break;
+        ::usleep(2000);  // the worker's own time: the loop is not blocked
+      }
+      scan->orphans_alive = !looked || !orphans->empty();
+    }
+    asio::post(self->io_, [self, scan]() {
+      --self->pending_;
+      if (!self->detached_) self->finish_final_stage(*scan);
+      self->maybe_close();
+    });
+  });
+}
+
+void Supervisor::finish_final_stage(FinalScan const& scan) {
+  std::vector<std::string> why;  // every reason the cleanup cannot be confirmed
+  if (scan.sweep) {
+    auto const& sw = *scan.sweep;
     if (!sw) {
       why.push_back("marker sweep failed: " + sw.error().message());
     } else {
@@ -1051,7 +1164,7 @@ void Supervisor::final_stage() {
     if (tree_populated()) why.push_back("cgroup still populated after kill_after_ms");
   }
   if (!root_gone()) why.push_back("root process still alive after kill_after_ms");
-  if (boundary_ == Boundary::marker && unknown_orphans_alive()) {
+  if (scan.orphans_alive) {
     why.push_back("unattributed live orphans reparented to the daemon (a process may have dropped its marker)");
   }
   cleanup_ = why.empty() ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
@@ -1083,6 +1196,7 @@ void Supervisor::maybe_close() {
     sampler_timer_.cancel();
     reader_timer_.cancel();
     exit_retry_timer_.cancel();
+    cgroup_events_sd_.reset();
     close_writer("closed");
   }
   if (pending_ > 0) return;  // the cancelled tasks have not completed yet
@@ -1347,6 +1461,7 @@ void Supervisor::detach() {
   writer_.sd.reset();
   writer_.queue.clear();
   exit_sd_.reset();
+  cgroup_events_sd_.reset();
   events_.clear_subscribers();
   for (auto& w : waiters_) {
     if (w->fired) continue;

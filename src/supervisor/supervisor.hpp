@@ -130,12 +130,20 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   void arm_poll(std::chrono::milliseconds every);
   void on_poll();
   void kill_stage();
+  void watch_cgroup_events();
+  void wait_cgroup_events();
   void final_stage();
+  struct FinalScan;
+  void finish_final_stage(FinalScan const& scan);
+  void start_disk_walk();
   [[nodiscard]] bool root_gone() const noexcept;
   [[nodiscard]] bool tree_populated() const;
   [[nodiscard]] std::uint32_t signal_tree(int sig);
   [[nodiscard]] sys::MarkerSweepOptions sweep_options(int sig, std::uint32_t rounds) const;
-  [[nodiscard]] bool unknown_orphans_alive() const;
+  // Children of this process no live supervisor owns (marker boundary); pidfds, so the worker
+  // can wait for them to finish dying without reading any manager state. `looked` false: the
+  // children could not be listed, so nothing can be confirmed.
+  void collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const;
   void force_close_readers();
   void maybe_close();
   void close_and_record();
@@ -182,6 +190,9 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   std::vector<Reader> readers_;
   Writer writer_;
   std::optional<boost::asio::posix::stream_descriptor> exit_sd_;
+  // inotify on the cgroup's cgroup.events during the kill stage: the tree-empty wait wakes on the
+  // kernel's change notification instead of polling.
+  std::optional<boost::asio::posix::stream_descriptor> cgroup_events_sd_;
   boost::asio::steady_timer deadline_;
   boost::asio::steady_timer stage_timer_;   // grace, then the kill bound
   boost::asio::steady_timer poll_timer_;    // tree-empty polling during teardown
@@ -199,6 +210,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   bool detached_ = false;
   bool closing_ = false;
   bool readers_forced_ = false;
+  bool disk_walk_running_ = false;  // one workspace walk on the worker at a time
   core::Cleanup cleanup_ = core::Cleanup::unconfirmed;
   std::string cleanup_detail_;  // why the cleanup is unconfirmed (empty when confirmed)
   std::size_t pending_ = 0;

@@ -21,6 +21,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #pragma GCC diagnostic pop
 
 #include "custos/core/result.hpp"
@@ -125,6 +126,10 @@ class ExecutionManager {
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;               // guards callbacks against a destroyed manager
+  // Blocking scans (the final /proc marker sweep, the orphan settle wait, workspace disk walks)
+  // run here, never on the loop thread; their completions are posted back to io_. One thread:
+  // the loop keeps the other core of a small host. Declared last so it is joined first.
+  boost::asio::thread_pool workers_{1};
 };
 
 }  // namespace custos::supervisor

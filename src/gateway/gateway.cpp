@@ -239,6 +239,21 @@ void ExecutionGateway::arm_expiry(std::string const& execution_id, std::int64_t 
   it->second.expiry = std::move(timer);
 }
 
+Result<std::size_t> ExecutionGateway::settle_recovered() {
+  if (options_.registry == nullptr) return std::size_t{0};
+  std::size_t settled = 0;
+  for (auto const& u : CUSTOS_TRY(store_->unsettled_uses())) {
+    if (live_.contains(u.execution_id)) continue;
+    auto rec = options_.registry->get(u.execution_id);
+    if (!rec || !rec->terminal) continue;
+    auto t = registry::decode_terminal(*rec->terminal);
+    if (!t) continue;
+    CUSTOS_TRYV(store_->settle(u.execution_id, *t));
+    ++settled;
+  }
+  return settled;
+}
+
 // ------------------------------------------------------------------------------ authority.*
 
 Result<Grant> ExecutionGateway::grant(Caller const& caller, Grant g) {

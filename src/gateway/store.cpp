@@ -509,6 +509,10 @@ Result<std::optional<AuthorityUse>> AuthorityStore::get_use(std::string_view exe
   return std::optional<AuthorityUse>{std::move(v.front())};
 }
 
+Result<std::vector<AuthorityUse>> AuthorityStore::unsettled_uses() {
+  return query_uses(*db_, "settled = 0", [](Stmt&) -> Result<void> { return ok(); });
+}
+
 Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_grant(std::string_view grant_id, bool unsettled_only) {
   return query_uses(*db_, unsettled_only ? "grant_id = ? AND settled = 0" : "grant_id = ?",
                     [&](Stmt& q) { return q.bind(1, grant_id); });

@@ -522,3 +522,36 @@ TEST_F(GatewayTest, NonAdminOnEveryAdminOperation) {
 
 }  // namespace
 }  // namespace custos::gateway
+
+namespace custos::gateway {
+namespace {
+
+TEST_F(GatewayTest, RecoverySettlesBudgetsADeadDaemonLeftReserved) {
+  gw_manager();
+  Grant g = spec("g1");
+  g.budget.wall_ms = 100'000;
+  add(g);
+  auto p = sh("exit 0");
+  p.limits.wall_ms = 20'000;
+  auto st = gw_start(p, claim("g1"));
+  ASSERT_TRUE(st.has_value()) << st.error().message();
+  ASSERT_TRUE(terminal(st->execution_id));
+  // As if the daemon died after the terminal record reached the registry but before the
+  // settlement: the use is unsettled and its reservation still held.
+  ASSERT_TRUE(db_->write([&](registry::sql::Db& db) -> Result<void> {
+                   CUSTOS_TRYV(db.exec("UPDATE authority_uses SET settled = 0"));
+                   return db.exec(
+                       "UPDATE budgets SET wall_ms_reserved = 20000, wall_ms_used = 0 WHERE grant_id = 'g1'");
+                 }).has_value());
+  ExecutionGateway restarted(io_, *store_, GatewayOptions{reg_.get(), inner_.get()});
+  auto n = restarted.settle_recovered();
+  ASSERT_TRUE(n.has_value()) << n.error().message();
+  EXPECT_EQ(*n, 1U);
+  auto use = (*store_->get_grant("g1"))->second;
+  EXPECT_EQ(use.wall_ms_reserved, 0U);
+  EXPECT_LT(use.wall_ms_used, 20'000U);
+  EXPECT_EQ(*restarted.settle_recovered(), 0U) << "settled once";
+}
+
+}  // namespace
+}  // namespace custos::gateway

@@ -159,6 +159,12 @@ class ExecutionGateway {
                                                     std::uint64_t generation,
                                                     std::optional<std::string> const& actor);
 
+  // After startup recovery (before any start): settles the budget of every authorized execution
+  // the registry now holds terminal but whose budget a previous daemon never settled (it died
+  // first). Executions still without a terminal record keep their reservation: their budget is
+  // not released on a guess. Returns how many were settled.
+  [[nodiscard]] Result<std::size_t> settle_recovered();
+
   [[nodiscard]] AuthorityStore& store() noexcept { return *store_; }
 
  private:

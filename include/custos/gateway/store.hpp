@@ -140,6 +140,7 @@ class AuthorityStore {
 
   // ---- reads for fences and quiescence ----------------------------------------------------
   [[nodiscard]] Result<std::optional<AuthorityUse>> get_use(std::string_view execution_id);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> unsettled_uses();
   [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_grant(std::string_view grant_id, bool unsettled_only);
   [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_lease(std::string_view lease_id, bool unsettled_only);
   [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_holder(std::string_view session_id,

@@ -18,6 +18,7 @@ std::vector<RowArea> const& product_row_fns() {
       {"output", &output_rows},
       {"registry", &registry_rows},
       {"rpc", &rpc_rows},
+      {"gateway", &gateway_rows},
   };
   return fns;
 }

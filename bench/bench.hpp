@@ -77,7 +77,7 @@ std::vector<Row> teardown_rows(Env const& env, Floors const& floors);
 std::vector<Row> output_rows(Env const& env, Floors const& floors);
 std::vector<Row> memory_rows(Env const& env, Floors const& floors);
 std::vector<Row> registry_rows(Env const& env, Floors const& floors);
-std::vector<Row> rpc_rows(Env const& env, Floors const& floors);  // bench/rows_rpc.cpp
+std::vector<Row> rpc_rows(Env const& env, Floors const& floors);      // bench/rows_rpc.cpp
 std::vector<Row> gateway_rows(Env const& env, Floors const& floors);  // bench/rows_gateway.cpp
 
 // Every product row function, in table order (bench/rows.cpp).

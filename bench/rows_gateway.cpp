@@ -10,21 +10,21 @@
 //          writable workspace under its lease; the cross-check, budget begin and lease use run
 //          in the claim's transaction, and the budget is settled at the terminal record.
 // Target: value / floor <= 1.2.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <boost/asio/io_context.hpp>
 
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
-#include "bench.hpp"
 #include "custos/gateway/gateway.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
+
+#include "bench.hpp"
 
 namespace custos::bench {
 namespace {
@@ -54,11 +54,12 @@ class GatewayHarness {
     inner_ = std::make_unique<sup::RegistrySink>(*reg_);
     db_ = std::make_unique<gateway::RegistryDatabase>(*reg_);
     store_ = std::make_unique<gateway::AuthorityStore>(*db_);
-    gw_ = std::make_unique<gateway::ExecutionGateway>(io_, *store_,
-                                                      gateway::GatewayOptions{reg_.get(), inner_.get()});
+    gw_ = std::make_unique<gateway::ExecutionGateway>(
+        io_, *store_, gateway::GatewayOptions{reg_.get(), inner_.get()});
     sup::ManagerConfig cfg;
     cfg.cgroup_subtree = subtree_;
-    cfg.boundary = subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
+    cfg.boundary =
+        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
     cfg.state_dir = dir_ / "state";
     cfg.sink = through_gateway ? &gw_->sink() : static_cast<sup::OwnershipSink*>(inner_.get());
     mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
@@ -82,7 +83,8 @@ class GatewayHarness {
     inner_.reset();
     reg_.reset();
     if (!subtree_.empty()) {
-      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(1000);
+      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
+        ::usleep(1000);
     }
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -147,16 +149,19 @@ class GatewayHarness {
   void setup_authority() {
     gateway::Grant g;
     g.id = "g-bench";
-    g.principal = gateway::Principal{gateway::PrincipalKind::uid, static_cast<std::uint32_t>(::geteuid())};
+    g.principal =
+        gateway::Principal{gateway::PrincipalKind::uid, static_cast<std::uint32_t>(::geteuid())};
     g.operations = {gateway::OperationClass::exec_native};
     g.executables = {gateway::ExecutableRule{"/", true}};
-    g.workspaces = {gateway::WorkspaceRule{"w1", (dir_ / "ws").string(), core::WorkspaceAccess::writable}};
+    g.workspaces = {
+        gateway::WorkspaceRule{"w1", (dir_ / "ws").string(), core::WorkspaceAccess::writable}};
     g.environment_ids = {"env1"};
     g.resource_ids = {"res1"};
     g.ceilings.wall_ms = 60'000;
     g.budget.executions = 1'000'000;
     g.budget.cpu_ms = 1'000'000'000;
-    gateway::Caller admin{static_cast<std::uint32_t>(::geteuid()), static_cast<std::uint32_t>(::getegid()), {}, true};
+    gateway::Caller admin{
+        static_cast<std::uint32_t>(::geteuid()), static_cast<std::uint32_t>(::getegid()), {}, true};
     if (auto r = gw_->grant(admin, g); !r) {
       error_ = r.error().message();
       return;
@@ -211,7 +216,8 @@ bool measure(Env const& env, double& floor_ms, double& value_ms, std::string& wh
         auto const t0 = Clock::now();
         auto r = h.start(env.noop_path);
         if (!r) {
-          why = std::string{side == 0 ? "floor" : "gateway"} + " start failed: " + r.error().message();
+          why = std::string{side == 0 ? "floor" : "gateway"} +
+                " start failed: " + r.error().message();
           return false;
         }
         if (!h.wait_exited(r->execution_id)) {

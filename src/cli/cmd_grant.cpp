@@ -70,7 +70,8 @@ Result<json::object> spec_of(GrantFlags const& f) {
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     boost::system::error_code ec;
     json::value v = json::parse(text, ec);
-    if (ec || !v.is_object()) return Error{Errc::plan_invalid_json, f.spec_file + ": not a JSON object"};
+    if (ec || !v.is_object())
+      return Error{Errc::plan_invalid_json, f.spec_file + ": not a JSON object"};
     return v.get_object();
   }
   json::object o;
@@ -112,7 +113,8 @@ Result<json::object> spec_of(GrantFlags const& f) {
     auto const now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-    o["expires_ns"] = static_cast<std::int64_t>(now + static_cast<std::int64_t>(*f.ttl_s) * 1'000'000'000);
+    o["expires_ns"] =
+        static_cast<std::int64_t>(now + static_cast<std::int64_t>(*f.ttl_s) * 1'000'000'000);
   }
   return o;
 }
@@ -131,11 +133,13 @@ void print_grant_row(json::object const& g) {
     }
   }
   std::string state = "active";
-  if (auto const* r = g.if_contains("revoked"); r != nullptr && r->is_bool() && r->get_bool()) state = "revoked";
+  if (auto const* r = g.if_contains("revoked"); r != nullptr && r->is_bool() && r->get_bool())
+    state = "revoked";
   std::string spent = "-";
   if (auto const* s = g.if_contains("spent"); s != nullptr && s->is_object()) {
     auto const* b = g.if_contains("budget");
-    json::value const* lim = b != nullptr && b->is_object() ? b->get_object().if_contains("executions") : nullptr;
+    json::value const* lim =
+        b != nullptr && b->is_object() ? b->get_object().if_contains("executions") : nullptr;
     spent = limit_text(s->get_object().if_contains("executions")) + "/" + limit_text(lim);
   }
   fmt::print("{:<20} {:>4} {:<12} {:<8} {:<8} {:<9} {}\n", str_field(g, "id"),
@@ -181,9 +185,12 @@ void add_grant(CLI::App& app, Globals& g) {
   add->add_option("--id", f->id, "Grant id (default: chosen by the daemon)");
   add->add_option("--principal", f->principal, "uid:N or gid:N");
   add->add_option("--role", f->role, "runner (default) or observer");
-  add->add_option("--op", f->ops, "Operation class (exec.native default; exec.reference, exec.docker, exec.podman)");
+  add->add_option(
+      "--op", f->ops,
+      "Operation class (exec.native default; exec.reference, exec.docker, exec.podman)");
   add->add_option("--exe", f->exes, "Allowed executable, exact absolute path (repeatable)");
-  add->add_option("--exe-prefix", f->prefixes, "Allowed directory: every executable below it (repeatable)");
+  add->add_option("--exe-prefix", f->prefixes,
+                  "Allowed directory: every executable below it (repeatable)");
   add->add_option("--workspace", f->workspaces, "ID=ROOT[:writable|:read_only] (repeatable)");
   add->add_option("--environment-id", f->env_ids, "Allowed environment id (repeatable)");
   add->add_option("--resource-id", f->resource_ids, "Allowed resource id (repeatable)");
@@ -203,7 +210,9 @@ void add_grant(CLI::App& app, Globals& g) {
     }
     call_and_print(g, "authority.grant", std::move(*spec), [](json::object const& r) {
       fmt::print("grant {} created (authority epoch {})\n",
-                 r.contains("grant") && r.at("grant").is_object() ? str_field(r.at("grant").get_object(), "id") : "?",
+                 r.contains("grant") && r.at("grant").is_object()
+                     ? str_field(r.at("grant").get_object(), "id")
+                     : "?",
                  limit_text(r.if_contains("epoch")));
     });
   });
@@ -225,26 +234,30 @@ void add_grant(CLI::App& app, Globals& g) {
   auto* show = grant->add_subcommand("show", "Show one grant in full");
   show->add_option("id", *show_id, "Grant id")->required();
   show->callback([&g, show_id] {
-    call_and_print(g, "authority.list", {{"grant_id", *show_id}}, [&g, show_id](json::object const& r) {
-      auto const* a = r.if_contains("grants");
-      if (a == nullptr || !a->is_array() || a->get_array().empty()) {
-        g.exit_code = report(Error{Errc::auth_unknown_grant, "grant " + *show_id + " does not exist"});
-        return;
-      }
-      fmt::print("{}\n", pretty(a->get_array().front()));
-    });
+    call_and_print(
+        g, "authority.list", {{"grant_id", *show_id}}, [&g, show_id](json::object const& r) {
+          auto const* a = r.if_contains("grants");
+          if (a == nullptr || !a->is_array() || a->get_array().empty()) {
+            g.exit_code =
+                report(Error{Errc::auth_unknown_grant, "grant " + *show_id + " does not exist"});
+            return;
+          }
+          fmt::print("{}\n", pretty(a->get_array().front()));
+        });
   });
 
   auto revoke_id = std::make_shared<std::string>();
   auto* revoke = grant->add_subcommand("revoke", "Revoke a grant; fences the executions using it");
   revoke->add_option("id", *revoke_id, "Grant id")->required();
   revoke->callback([&g, revoke_id] {
-    call_and_print(g, "authority.revoke", {{"grant_id", *revoke_id}}, [revoke_id](json::object const& r) {
-      std::size_t n = 0;
-      if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array()) n = a->get_array().size();
-      fmt::print("grant {} revoked; {} running execution(s) fenced (authority epoch {})\n", *revoke_id, n,
-                 limit_text(r.if_contains("epoch")));
-    });
+    call_and_print(
+        g, "authority.revoke", {{"grant_id", *revoke_id}}, [revoke_id](json::object const& r) {
+          std::size_t n = 0;
+          if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array())
+            n = a->get_array().size();
+          fmt::print("grant {} revoked; {} running execution(s) fenced (authority epoch {})\n",
+                     *revoke_id, n, limit_text(r.if_contains("epoch")));
+        });
   });
 }
 

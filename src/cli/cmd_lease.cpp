@@ -1,8 +1,8 @@
 // custos lease acquire|list|release: the workspace mutation leases (lease.* methods).
 #include <fmt/core.h>
-#include <unistd.h>
 
 #include <memory>
+#include <unistd.h>
 
 #include "common.hpp"
 #include "exit_codes.hpp"
@@ -54,15 +54,19 @@ void add_lease(CLI::App& app, Globals& g) {
   auto session = std::make_shared<std::string>();
   auto* acquire = lease->add_subcommand("acquire", "Acquire the writable lease of a workspace");
   acquire->add_option("workspace_id", *ws, "Workspace id")->required();
-  acquire->add_option("--session", *session, "Holder session id (default: cli-<uid>, as custos run)");
+  acquire->add_option("--session", *session,
+                      "Holder session id (default: cli-<uid>, as custos run)");
   acquire->callback([&g, ws, session] {
     std::string const s = session->empty() ? "cli-" + std::to_string(::getuid()) : *session;
-    lease_call(g, "lease.acquire", {{"workspace_id", *ws}, {"holder_session", s}}, [](json::object const& r) {
-      auto const& l = lease_of(r);
-      fmt::print("lease {} on workspace {} for session {} at lease epoch {} (authority epoch {})\n",
-                 str_field(l, "lease_id"), str_field(l, "workspace_id"), str_field(l, "holder_session"),
-                 num(l, "epoch"), num(r, "authority_epoch"));
-    });
+    lease_call(
+        g, "lease.acquire", {{"workspace_id", *ws}, {"holder_session", s}},
+        [](json::object const& r) {
+          auto const& l = lease_of(r);
+          fmt::print(
+              "lease {} on workspace {} for session {} at lease epoch {} (authority epoch {})\n",
+              str_field(l, "lease_id"), str_field(l, "workspace_id"),
+              str_field(l, "holder_session"), num(l, "epoch"), num(r, "authority_epoch"));
+        });
   });
 
   auto all = std::make_shared<bool>(false);
@@ -76,7 +80,8 @@ void add_lease(CLI::App& app, Globals& g) {
         for (auto const& item : a->get_array()) {
           if (!item.is_object()) continue;
           auto const& l = item.get_object();
-          bool const active = l.contains("active") && l.at("active").is_bool() && l.at("active").get_bool();
+          bool const active =
+              l.contains("active") && l.at("active").is_bool() && l.at("active").get_bool();
           fmt::print("{:<20} {:<16} {:<20} {:>5} {:<8} {}\n", str_field(l, "lease_id"),
                      str_field(l, "workspace_id"), str_field(l, "holder_session"), num(l, "epoch"),
                      active ? "active" : "ended", str_field(l, "holder"));
@@ -87,15 +92,19 @@ void add_lease(CLI::App& app, Globals& g) {
 
   auto id = std::make_shared<std::string>();
   auto brk = std::make_shared<bool>(false);
-  auto* release = lease->add_subcommand("release", "Release a lease (its holder) or --break it (admin)");
+  auto* release =
+      lease->add_subcommand("release", "Release a lease (its holder) or --break it (admin)");
   release->add_option("lease_id", *id, "Lease id")->required();
   release->add_flag("--break", *brk, "Break another holder's lease (admin)");
   release->callback([&g, id, brk] {
-    lease_call(g, "lease.release", {{"lease_id", *id}, {"break", *brk}}, [id, brk](json::object const& r) {
-      std::size_t n = 0;
-      if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array()) n = a->get_array().size();
-      fmt::print("lease {} {}; {} running execution(s) fenced\n", *id, *brk ? "broken" : "released", n);
-    });
+    lease_call(g, "lease.release", {{"lease_id", *id}, {"break", *brk}},
+               [id, brk](json::object const& r) {
+                 std::size_t n = 0;
+                 if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array())
+                   n = a->get_array().size();
+                 fmt::print("lease {} {}; {} running execution(s) fenced\n", *id,
+                            *brk ? "broken" : "released", n);
+               });
   });
 }
 

@@ -12,13 +12,15 @@ namespace custos::cli {
 namespace json = boost::json;
 
 void add_quiescence(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("quiescence", "Ask whether a holder has no live or unresolved execution");
+  auto* sub =
+      app.add_subcommand("quiescence", "Ask whether a holder has no live or unresolved execution");
   auto session = std::make_shared<std::string>();
   auto generation = std::make_shared<std::uint64_t>(0);
   auto actor = std::make_shared<std::string>();
   sub->add_option("session_id", *session, "Holder session id")->required();
   sub->add_option("--generation", *generation, "The holder's fenced generation")->required();
-  sub->add_option("--actor", *actor, "Only this actor's executions (uid:N); non-admins must give their own");
+  sub->add_option("--actor", *actor,
+                  "Only this actor's executions (uid:N); non-admins must give their own");
   sub->callback([&g, session, generation, actor] {
     auto client = connect_daemon(g);
     if (!client) {
@@ -42,7 +44,8 @@ void add_quiescence(CLI::App& app, Globals& g) {
     }
     auto const& o = r->get_object();
     if (quiescent) {
-      fmt::print("quiescent\n{}\n", pretty(o.contains("evidence") ? o.at("evidence") : json::value{}));
+      fmt::print("quiescent\n{}\n",
+                 pretty(o.contains("evidence") ? o.at("evidence") : json::value{}));
       return;
     }
     fmt::print("not quiescent; blocking:\n{:<24} {}\n", "EXECUTION", "REASON");

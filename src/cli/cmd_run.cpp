@@ -120,11 +120,16 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
   json::object identity{
       {"project_id", f.project_id},
       {"session_id", f.session.empty() ? "cli-" + std::to_string(::getuid()) : f.session},
-      {"run_id", run},          {"attempt_id", "a1"},
-      {"turn_id", "t1"},        {"action_id", "act-" + random_hex(16)},
-      {"process_id", "proc-1"}, {"workspace_id", f.workspace_id},
-      {"resource_id", f.resource_id},   {"environment_id", f.environment_id},
-      {"generation", f.generation},        {"revision", 0}};
+      {"run_id", run},
+      {"attempt_id", "a1"},
+      {"turn_id", "t1"},
+      {"action_id", "act-" + random_hex(16)},
+      {"process_id", "proc-1"},
+      {"workspace_id", f.workspace_id},
+      {"resource_id", f.resource_id},
+      {"environment_id", f.environment_id},
+      {"generation", f.generation},
+      {"revision", 0}};
 
   json::array argv;
   for (auto const& a : f.command) argv.emplace_back(a);
@@ -272,7 +277,8 @@ class Runner {
       auto list = client_->call("authority.list", {{"grant_id", f_.grant}});
       if (!list) return report(list.error());
       if (list->is_object()) {
-        if (auto const* e = list->get_object().if_contains("epoch"); e != nullptr && e->is_number()) {
+        if (auto const* e = list->get_object().if_contains("epoch");
+            e != nullptr && e->is_number()) {
           (*params)["authority"].as_object()["epoch"] = e->to_number<std::uint64_t>();
         }
       }

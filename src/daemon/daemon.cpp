@@ -250,7 +250,8 @@ class Daemon {
     gateway_->attach(*manager_);
     // Budgets a previous daemon left reserved for executions recovery has since ended.
     auto settled = CUSTOS_TRY(gateway_->settle_recovered());
-    if (settled > 0) spdlog::info("gateway: settled the budget of {} recovered execution(s)", settled);
+    if (settled > 0)
+      spdlog::info("gateway: settled the budget of {} recovered execution(s)", settled);
     return ok();
   }
 

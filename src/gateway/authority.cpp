@@ -1,14 +1,14 @@
 // The authority model's value helpers, its strict JSON forms, and the pure cross-check.
 #include "custos/gateway/authority.hpp"
 
+#include <boost/json.hpp>
+
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <charconv>
+#include <cstdint>
 #include <initializer_list>
 #include <limits>
-
-#include <boost/json.hpp>
 
 namespace custos::gateway {
 
@@ -18,9 +18,12 @@ namespace json = boost::json;
 
 std::string_view role_wire(Role r) noexcept {
   switch (r) {
-    case Role::observer: return "observer";
-    case Role::runner: return "runner";
-    case Role::admin: return "admin";
+    case Role::observer:
+      return "observer";
+    case Role::runner:
+      return "runner";
+    case Role::admin:
+      return "admin";
   }
   return "observer";
 }
@@ -34,10 +37,14 @@ std::optional<Role> role_from_wire(std::string_view w) noexcept {
 
 std::string_view operation_wire(OperationClass c) noexcept {
   switch (c) {
-    case OperationClass::exec_native: return "exec.native";
-    case OperationClass::exec_reference: return "exec.reference";
-    case OperationClass::exec_docker: return "exec.docker";
-    case OperationClass::exec_podman: return "exec.podman";
+    case OperationClass::exec_native:
+      return "exec.native";
+    case OperationClass::exec_reference:
+      return "exec.reference";
+    case OperationClass::exec_docker:
+      return "exec.docker";
+    case OperationClass::exec_podman:
+      return "exec.podman";
   }
   return "exec.native";
 }
@@ -52,10 +59,14 @@ std::optional<OperationClass> operation_from_wire(std::string_view w) noexcept {
 
 OperationClass operation_of(core::BackendKind k) noexcept {
   switch (k) {
-    case core::BackendKind::native: return OperationClass::exec_native;
-    case core::BackendKind::reference: return OperationClass::exec_reference;
-    case core::BackendKind::docker: return OperationClass::exec_docker;
-    case core::BackendKind::podman: return OperationClass::exec_podman;
+    case core::BackendKind::native:
+      return OperationClass::exec_native;
+    case core::BackendKind::reference:
+      return OperationClass::exec_reference;
+    case core::BackendKind::docker:
+      return OperationClass::exec_docker;
+    case core::BackendKind::podman:
+      return OperationClass::exec_podman;
   }
   return OperationClass::exec_native;
 }
@@ -103,8 +114,8 @@ bool ExecutableRule::allows(std::string_view executable) const noexcept {
 bool is_valid_grant_id(std::string_view id) noexcept {
   if (id.empty() || id.size() > 64) return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
   });
 }
 
@@ -313,7 +324,8 @@ Result<Grant> grant_from_json(json::value const& v) {
         r.bad(Errc::plan_wrong_type, "run_as_uids/" + std::to_string(i), "a uid");
         continue;
       }
-      std::uint64_t const u = e.is_uint64() ? e.get_uint64() : static_cast<std::uint64_t>(e.get_int64());
+      std::uint64_t const u =
+          e.is_uint64() ? e.get_uint64() : static_cast<std::uint64_t>(e.get_int64());
       if (u >= 0xFFFFFFFFULL) {
         r.bad(Errc::plan_invalid_user, "run_as_uids/" + std::to_string(i), "a uid");
         continue;
@@ -329,7 +341,8 @@ Result<Grant> grant_from_json(json::value const& v) {
       Reader cr{"/ceilings"};
       auto members = core::limit_members(g.ceilings);
       for (auto const& kv : c->get_object()) {
-        auto const* it = std::find(std::begin(core::kLimitNames), std::end(core::kLimitNames), kv.key());
+        auto const* it =
+            std::find(std::begin(core::kLimitNames), std::end(core::kLimitNames), kv.key());
         if (it == std::end(core::kLimitNames)) {
           cr.bad(Errc::plan_unknown_field, std::string{kv.key()}, "unknown limit");
           continue;
@@ -370,7 +383,8 @@ json::object grant_to_json(Grant const& g, BudgetUse const& use) {
   json::array ops;
   for (auto c : g.operations) ops.emplace_back(operation_wire(c));
   json::array exes;
-  for (auto const& e : g.executables) exes.emplace_back(json::object{{"path", e.path}, {"prefix", e.prefix}});
+  for (auto const& e : g.executables)
+    exes.emplace_back(json::object{{"path", e.path}, {"prefix", e.prefix}});
   json::array wss;
   for (auto const& w : g.workspaces) {
     wss.emplace_back(json::object{{"workspace_id", w.workspace_id},
@@ -448,11 +462,12 @@ Result<AuthorityClaim> authority_from_json(json::value const* v) {
 
 namespace {
 
-Error mismatch(Errc c, std::string what) { return Error{c, std::move(what)}; }
+Error mismatch(Errc c, std::string what) {
+  return Error{c, std::move(what)};
+}
 
 bool contains(std::vector<std::string> const& v, std::string const& s) {
-  return std::binary_search(v.begin(), v.end(), s) ||
-         std::find(v.begin(), v.end(), s) != v.end();
+  return std::binary_search(v.begin(), v.end(), s) || std::find(v.begin(), v.end(), s) != v.end();
 }
 
 // Writable access: the exact current lease of the workspace, held by this session, at the
@@ -464,9 +479,9 @@ Result<std::optional<std::string>> check_lease(CheckInput const& in, bool requir
   auto const& id = *in.identity;
   if (in.plan->workspace.access == core::WorkspaceAccess::read_only) {
     if (claim.lease_id) {
-      return mismatch(Errc::auth_lease_surplus,
-                      "a read_only execution names lease " + *claim.lease_id +
-                          ": surplus mutation authority is refused");
+      return mismatch(Errc::auth_lease_surplus, "a read_only execution names lease " +
+                                                    *claim.lease_id +
+                                                    ": surplus mutation authority is refused");
     }
     return std::optional<std::string>{};
   }
@@ -495,7 +510,8 @@ Result<std::optional<std::string>> check_lease(CheckInput const& in, bool requir
                                                 std::to_string(*claim.lease_epoch));
   }
   if (!cur.workspace_lease || cur.workspace_lease->id != l.id) {
-    return mismatch(Errc::auth_lease_stale, "lease " + l.id + " is not the workspace's current lease");
+    return mismatch(Errc::auth_lease_stale,
+                    "lease " + l.id + " is not the workspace's current lease");
   }
   return std::optional<std::string>{l.id};
 }
@@ -514,7 +530,8 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
     return mismatch(Errc::auth_unknown_grant, "grant_revision given without grant_id");
   }
   if (in.claim->plan_digest && *in.claim->plan_digest != in.plan_digest) {
-    return mismatch(Errc::auth_digest_mismatch, "authority.plan_digest is not the plan's digest " + in.plan_digest);
+    return mismatch(Errc::auth_digest_mismatch,
+                    "authority.plan_digest is not the plan's digest " + in.plan_digest);
   }
   if (operation_of(in.plan->backend.kind) != OperationClass::exec_native) {
     return mismatch(Errc::auth_operation_class,
@@ -532,7 +549,8 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
 }  // namespace
 
 Result<CheckOutcome> cross_check(CheckInput const& in) {
-  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr || in.current == nullptr) {
+  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr ||
+      in.current == nullptr) {
     return Error{Errc::internal, "cross_check: incomplete input"};
   }
   auto const& claim = *in.claim;
@@ -582,9 +600,10 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
     return mismatch(Errc::auth_executable,
                     "grant " + g.id + " does not allow executable " + plan.command.executable);
   }
-  auto const ws = std::find_if(g.workspaces.begin(), g.workspaces.end(), [&](WorkspaceRule const& w) {
-    return w.workspace_id == id.workspace_id && w.root == plan.workspace.root;
-  });
+  auto const ws =
+      std::find_if(g.workspaces.begin(), g.workspaces.end(), [&](WorkspaceRule const& w) {
+        return w.workspace_id == id.workspace_id && w.root == plan.workspace.root;
+      });
   if (ws == g.workspaces.end()) {
     return mismatch(Errc::auth_workspace, "grant " + g.id + " does not cover workspace " +
                                               id.workspace_id + " at " + plan.workspace.root);
@@ -599,22 +618,25 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
                     "grant " + g.id + " does not cover environment " + id.environment_id);
   }
   if (!contains(g.resource_ids, id.resource_id)) {
-    return mismatch(Errc::auth_resource, "grant " + g.id + " does not cover resource " + id.resource_id);
+    return mismatch(Errc::auth_resource,
+                    "grant " + g.id + " does not cover resource " + id.resource_id);
   }
   for (auto const& e : plan.env) {
     if (e.inherits()) {
       if (!contains(g.inherit_env, e.name)) {
-        return mismatch(Errc::auth_env_inherit, "grant " + g.id + " does not allow inheriting " + e.name);
+        return mismatch(Errc::auth_env_inherit,
+                        "grant " + g.id + " does not allow inheriting " + e.name);
       }
     } else if (!g.literal_env) {
       // Inherit permission for the same name does not help: a literal is caller-chosen bytes.
-      return mismatch(Errc::auth_env_literal, "grant " + g.id + " does not allow the literal " + e.name);
+      return mismatch(Errc::auth_env_literal,
+                      "grant " + g.id + " does not allow the literal " + e.name);
     }
   }
   if (!runs_as_caller(in) &&
       !std::binary_search(g.run_as_uids.begin(), g.run_as_uids.end(), plan.user->uid)) {
-    return mismatch(Errc::auth_user,
-                    "grant " + g.id + " does not allow running as uid " + std::to_string(plan.user->uid));
+    return mismatch(Errc::auth_user, "grant " + g.id + " does not allow running as uid " +
+                                         std::to_string(plan.user->uid));
   }
   auto const limits = core::limit_members(plan.limits);
   auto const ceilings = core::limit_members(g.ceilings);
@@ -624,7 +646,8 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
       return mismatch(Errc::auth_limit_ceiling,
                       "limits." + std::string{core::kLimitNames[i]} + " " +
                           (*limits[i] ? std::to_string(**limits[i]) : std::string{"unlimited"}) +
-                          " is above grant " + g.id + "'s ceiling " + std::to_string(**ceilings[i]));
+                          " is above grant " + g.id + "'s ceiling " +
+                          std::to_string(**ceilings[i]));
     }
   }
   // 4. Budget: the plan's limits are reserved until the terminal record settles them.
@@ -641,15 +664,16 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
     into = limit.value_or(0);
     if (!budget) return ok();
     if (!limit) {
-      return mismatch(Errc::auth_budget_exhausted,
-                      std::string{"an unlimited limits."} + name + " cannot be reserved against grant " +
-                          g.id + "'s finite " + name + " budget");
+      return mismatch(Errc::auth_budget_exhausted, std::string{"an unlimited limits."} + name +
+                                                       " cannot be reserved against grant " + g.id +
+                                                       "'s finite " + name + " budget");
     }
     if (used + reserved + *limit > *budget) {
-      return mismatch(Errc::auth_budget_exhausted,
-                      std::string{name} + ": " + std::to_string(used) + " used + " +
-                          std::to_string(reserved) + " reserved + " + std::to_string(*limit) +
-                          " requested exceeds grant " + g.id + "'s budget " + std::to_string(*budget));
+      return mismatch(Errc::auth_budget_exhausted, std::string{name} + ": " + std::to_string(used) +
+                                                       " used + " + std::to_string(reserved) +
+                                                       " reserved + " + std::to_string(*limit) +
+                                                       " requested exceeds grant " + g.id +
+                                                       "'s budget " + std::to_string(*budget));
     }
     return ok();
   };

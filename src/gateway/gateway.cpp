@@ -1,11 +1,10 @@
 // ExecutionGateway: start through the authorizing transaction, fences, expiry, quiescence.
 #include "custos/gateway/gateway.hpp"
 
-#include <time.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
-
-#include <boost/json.hpp>
+#include <time.h>
 
 #include "custos/core/digest.hpp"
 #include "custos/core/plan_canonical.hpp"
@@ -96,7 +95,9 @@ ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& 
 
 ExecutionGateway::~ExecutionGateway() = default;
 
-supervisor::OwnershipSink& ExecutionGateway::sink() noexcept { return *sink_; }
+supervisor::OwnershipSink& ExecutionGateway::sink() noexcept {
+  return *sink_;
+}
 
 Result<Caller> ExecutionGateway::resolve_caller(std::uint32_t uid, std::uint32_t gid,
                                                 std::vector<std::uint32_t> groups,
@@ -169,7 +170,8 @@ Result<void> ExecutionGateway::create_record(LaunchPermit permit,
   if (options_.registry == nullptr) return ok();
   // The claim is already consumed for this execution id (by the authorizing transaction); the
   // registry checks that it belongs to exactly this execution before it creates the record.
-  auto ex = registry::make_new_execution(permit.execution_id(), identity, plan, permit.plan_digest());
+  auto ex =
+      registry::make_new_execution(permit.execution_id(), identity, plan, permit.plan_digest());
   if (!ex) return ex.error();
   return options_.registry->create_execution(*ex);
 }
@@ -277,7 +279,9 @@ Result<std::vector<std::pair<Grant, BudgetUse>>> ExecutionGateway::list(Caller c
   return all;
 }
 
-Result<std::uint64_t> ExecutionGateway::epoch() { return store_->epoch(); }
+Result<std::uint64_t> ExecutionGateway::epoch() {
+  return store_->epoch();
+}
 
 // ------------------------------------------------------------------------------ lease.*
 
@@ -307,7 +311,8 @@ Result<LeaseEndResult> ExecutionGateway::release_lease(Caller const& caller,
                                                        std::string const& lease_id, bool force) {
   auto cur = CUSTOS_TRY(store_->get_lease(lease_id));
   if (!cur || !cur->active) {
-    return Error{Errc::lease_not_found, "lease " + lease_id + (cur ? " is no longer active" : " does not exist")};
+    return Error{Errc::lease_not_found,
+                 "lease " + lease_id + (cur ? " is no longer active" : " does not exist")};
   }
   if (force) {
     if (!caller.admin) return not_admin("breaking a lease");
@@ -378,7 +383,8 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
   }
   std::set<std::string> quarantined;
   if (scanned_registry) {
-    for (auto const& q : CUSTOS_TRY(options_.registry->quarantined())) quarantined.insert(q.execution_id);
+    for (auto const& q : CUSTOS_TRY(options_.registry->quarantined()))
+      quarantined.insert(q.execution_id);
   }
 
   // 2. Each one must be terminal, with its tree confirmed empty and every support task joined.
@@ -411,8 +417,9 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
     }
     auto rec = options_.registry->get(id);
     if (!rec) {
-      block(id, rec.error().code == Errc::registry_not_found && with_use.contains(id) ? "orphan_claim"
-                                                                                     : "unresolved");
+      block(id, rec.error().code == Errc::registry_not_found && with_use.contains(id)
+                    ? "orphan_claim"
+                    : "unresolved");
       continue;
     }
     if (rec->phase != core::Phase::terminal || !rec->terminal) {

@@ -1,11 +1,10 @@
 // The authority tables and every statement that reads or writes them.
 #include "custos/gateway/store.hpp"
 
-#include <time.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
-
-#include <boost/json.hpp>
+#include <time.h>
 
 #include "custos/registry/registry.hpp"
 #include "custos/sys/procfs.hpp"
@@ -24,8 +23,12 @@ std::int64_t realtime_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-std::int64_t i64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
-std::uint64_t u64(std::int64_t v) noexcept { return v < 0 ? 0 : static_cast<std::uint64_t>(v); }
+std::int64_t i64(std::uint64_t v) noexcept {
+  return static_cast<std::int64_t>(v);
+}
+std::uint64_t u64(std::int64_t v) noexcept {
+  return v < 0 ? 0 : static_cast<std::uint64_t>(v);
+}
 
 Result<std::string> random_id(std::string_view prefix) {
   auto m = sys::Marker::generate();
@@ -100,8 +103,10 @@ Result<Lease> decode_lease(Stmt const& s) {
   return l;
 }
 
-Result<std::optional<Lease>> load_lease_where(Db& db, std::string const& where, std::string_view arg) {
-  Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases WHERE " + where));
+Result<std::optional<Lease>> load_lease_where(Db& db, std::string const& where,
+                                              std::string_view arg) {
+  Stmt q =
+      CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases WHERE " + where));
   CUSTOS_TRYV(q.bind(1, arg));
   if (!CUSTOS_TRY(q.step())) return std::optional<Lease>{};
   return std::optional<Lease>{CUSTOS_TRY(decode_lease(q))};
@@ -133,8 +138,9 @@ Result<std::vector<AuthorityUse>> query_uses(Database& d, std::string const& whe
                                              std::function<Result<void>(Stmt&)> bind) {
   std::vector<AuthorityUse> out;
   Result<void> const txn = d.read([&](Db& db) -> Result<void> {
-    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} + " FROM authority_uses WHERE " +
-                                   where + " ORDER BY authorized_ns, execution_id"));
+    Stmt q =
+        CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} + " FROM authority_uses WHERE " +
+                              where + " ORDER BY authorized_ns, execution_id"));
     CUSTOS_TRYV(bind(q));
     while (CUSTOS_TRY(q.step())) out.push_back(decode_use(q));
     return ok();
@@ -195,7 +201,8 @@ Result<bool> AuthorityStore::is_admin(Caller const& c) {
   for (auto g : c.groups) keys.push_back(Principal{PrincipalKind::gid, g}.to_string());
   bool found = false;
   Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
-    Stmt q = CUSTOS_TRY(db.prepare("SELECT 1 FROM principals WHERE principal = ? AND role = 'admin'"));
+    Stmt q =
+        CUSTOS_TRY(db.prepare("SELECT 1 FROM principals WHERE principal = ? AND role = 'admin'"));
     for (auto const& k : keys) {
       q.reset();
       CUSTOS_TRYV(q.bind(1, std::string_view{k}));
@@ -212,7 +219,8 @@ Result<bool> AuthorityStore::is_admin(Caller const& c) {
 
 Result<Grant> AuthorityStore::add_grant(Grant g, std::int64_t now_ns) {
   if (g.id.empty()) g.id = CUSTOS_TRY(random_id("g-"));
-  if (!is_valid_grant_id(g.id)) return Error{Errc::plan_invalid_id, "grant id: 1-64 of [A-Za-z0-9_.-]"};
+  if (!is_valid_grant_id(g.id))
+    return Error{Errc::plan_invalid_id, "grant id: 1-64 of [A-Za-z0-9_.-]"};
   g.revision = 1;
   g.revoked = false;
   g.created_ns = now_ns;
@@ -250,8 +258,9 @@ Result<Grant> AuthorityStore::revoke_grant(std::string_view grant_id) {
       return Error{Errc::auth_unknown_grant, "grant " + std::string{grant_id} +
                                                  (cur ? " is already revoked" : " does not exist")};
     }
-    Stmt u = CUSTOS_TRY(db.prepare(
-        "UPDATE grants SET revoked = 1, revision = revision + 1, updated_ns = ? WHERE grant_id = ?"));
+    Stmt u =
+        CUSTOS_TRY(db.prepare("UPDATE grants SET revoked = 1, revision = revision + 1, updated_ns "
+                              "= ? WHERE grant_id = ?"));
     CUSTOS_TRYV(u.bind(1, realtime_ns()));
     CUSTOS_TRYV(u.bind(2, grant_id));
     CUSTOS_TRYV(u.run());
@@ -264,7 +273,8 @@ Result<Grant> AuthorityStore::revoke_grant(std::string_view grant_id) {
   return out;
 }
 
-Result<std::optional<std::pair<Grant, BudgetUse>>> AuthorityStore::get_grant(std::string_view grant_id) {
+Result<std::optional<std::pair<Grant, BudgetUse>>> AuthorityStore::get_grant(
+    std::string_view grant_id) {
   std::optional<std::pair<Grant, BudgetUse>> out;
   Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
     out = CUSTOS_TRY(load_grant(db, grant_id));
@@ -297,7 +307,8 @@ Result<Lease> AuthorityStore::acquire_lease(std::string_view workspace_id,
                                             Principal const& holder, std::int64_t now_ns) {
   if (workspace_id.empty() || holder_session.empty() || workspace_id.size() > 255 ||
       holder_session.size() > 255) {
-    return Error{Errc::plan_invalid_id, "lease needs a workspace_id and a holder session (1-255 bytes)"};
+    return Error{Errc::plan_invalid_id,
+                 "lease needs a workspace_id and a holder session (1-255 bytes)"};
   }
   Lease l;
   l.id = CUSTOS_TRY(random_id("l-"));
@@ -344,13 +355,15 @@ Result<Lease> AuthorityStore::end_lease(std::string_view lease_id) {
       return Error{Errc::lease_not_found, "lease " + std::string{lease_id} +
                                               (cur ? " is no longer active" : " does not exist")};
     }
-    Stmt u = CUSTOS_TRY(db.prepare("UPDATE leases SET active = 0, ended_ns = ? WHERE lease_id = ?"));
+    Stmt u =
+        CUSTOS_TRY(db.prepare("UPDATE leases SET active = 0, ended_ns = ? WHERE lease_id = ?"));
     CUSTOS_TRYV(u.bind(1, realtime_ns()));
     CUSTOS_TRYV(u.bind(2, lease_id));
     CUSTOS_TRYV(u.run());
     // The workspace's lease epoch moves too: a claim naming the old epoch can never match the
     // next lease, even one held by the same session.
-    Stmt e = CUSTOS_TRY(db.prepare("UPDATE lease_epochs SET epoch = epoch + 1 WHERE workspace_id = ?"));
+    Stmt e =
+        CUSTOS_TRY(db.prepare("UPDATE lease_epochs SET epoch = epoch + 1 WHERE workspace_id = ?"));
     CUSTOS_TRYV(e.bind(1, std::string_view{cur->workspace_id}));
     CUSTOS_TRYV(e.run());
     out = *cur;
@@ -405,9 +418,8 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
         CUSTOS_TRYV(c.bind(1, std::string_view{id.action_id}));
         CUSTOS_TRYV(c.bind(2, std::string_view{id.process_id}));
         if (CUSTOS_TRY(c.step())) {
-          return Error{Errc::auth_replay, "action " + id.action_id + " / process " +
-                                              id.process_id + " was consumed by execution " +
-                                              c.text(0)};
+          return Error{Errc::auth_replay, "action " + id.action_id + " / process " + id.process_id +
+                                              " was consumed by execution " + c.text(0)};
         }
         AuthoritySnapshot snap;
         snap.epoch = CUSTOS_TRY(read_epoch(db));
@@ -439,9 +451,10 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
         use.cpu_ms_reserved = out.cpu_ms_reserve;
         use.wall_ms_reserved = out.wall_ms_reserve;
         if (use.grant_id) {
-          Stmt b = CUSTOS_TRY(db.prepare(
-              "UPDATE budgets SET executions = executions + 1, cpu_ms_reserved = cpu_ms_reserved + ?, "
-              "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
+          Stmt b =
+              CUSTOS_TRY(db.prepare("UPDATE budgets SET executions = executions + 1, "
+                                    "cpu_ms_reserved = cpu_ms_reserved + ?, "
+                                    "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
           CUSTOS_TRYV(b.bind(1, i64(use.cpu_ms_reserved)));
           CUSTOS_TRYV(b.bind(2, i64(use.wall_ms_reserved)));
           CUSTOS_TRYV(b.bind(3, std::string_view{*use.grant_id}));
@@ -504,7 +517,8 @@ Result<void> AuthorityStore::settle(std::string_view execution_id, core::Termina
 }
 
 Result<std::optional<AuthorityUse>> AuthorityStore::get_use(std::string_view execution_id) {
-  auto v = CUSTOS_TRY(query_uses(*db_, "execution_id = ?", [&](Stmt& q) { return q.bind(1, execution_id); }));
+  auto v = CUSTOS_TRY(
+      query_uses(*db_, "execution_id = ?", [&](Stmt& q) { return q.bind(1, execution_id); }));
   if (v.empty()) return std::optional<AuthorityUse>{};
   return std::optional<AuthorityUse>{std::move(v.front())};
 }
@@ -513,12 +527,14 @@ Result<std::vector<AuthorityUse>> AuthorityStore::unsettled_uses() {
   return query_uses(*db_, "settled = 0", [](Stmt&) -> Result<void> { return ok(); });
 }
 
-Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_grant(std::string_view grant_id, bool unsettled_only) {
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_grant(std::string_view grant_id,
+                                                                bool unsettled_only) {
   return query_uses(*db_, unsettled_only ? "grant_id = ? AND settled = 0" : "grant_id = ?",
                     [&](Stmt& q) { return q.bind(1, grant_id); });
 }
 
-Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_lease(std::string_view lease_id, bool unsettled_only) {
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_lease(std::string_view lease_id,
+                                                                bool unsettled_only) {
   return query_uses(*db_, unsettled_only ? "lease_id = ? AND settled = 0" : "lease_id = ?",
                     [&](Stmt& q) { return q.bind(1, lease_id); });
 }

@@ -20,7 +20,9 @@ namespace {
 
 constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 
-Error bad_param(std::string what) { return Error{Errc::rpc_invalid_params, std::move(what)}; }
+Error bad_param(std::string what) {
+  return Error{Errc::rpc_invalid_params, std::move(what)};
+}
 
 Result<void> only_keys(json::object const& p, std::initializer_list<std::string_view> allowed) {
   for (auto const& kv : p) {
@@ -78,18 +80,25 @@ Result<Launch> parse_launch(json::object const& p) {
   };
   auto const* id = p.if_contains("identity");
   auto const* plan = p.if_contains("plan");
-  if (id == nullptr) diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
+  if (id == nullptr)
+    diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
   if (plan == nullptr) diags.push_back({Errc::plan_missing_field, "/plan", "plan is required"});
   if (id != nullptr) {
-    if (auto r = core::parse_identity(*id, "/identity")) out.request.identity = std::move(*r);
-    else collect(r.error(), "/identity");
+    if (auto r = core::parse_identity(*id, "/identity"))
+      out.request.identity = std::move(*r);
+    else
+      collect(r.error(), "/identity");
   }
   if (plan != nullptr) {
-    if (auto r = core::parse_plan(*plan, "/plan")) out.request.plan = std::move(*r);
-    else collect(r.error(), "/plan");
+    if (auto r = core::parse_plan(*plan, "/plan"))
+      out.request.plan = std::move(*r);
+    else
+      collect(r.error(), "/plan");
   }
-  if (auto c = gateway::authority_from_json(p.if_contains("authority"))) out.claim = std::move(*c);
-  else collect(c.error(), "/authority");
+  if (auto c = gateway::authority_from_json(p.if_contains("authority")))
+    out.claim = std::move(*c);
+  else
+    collect(c.error(), "/authority");
   if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
   return out;
 }
@@ -101,18 +110,21 @@ void owner_or_admin(Dispatcher& d, gateway::ExecutionGateway& gw, std::string co
   if (orig == nullptr) return;
   Handler inner = *orig;  // copied before add() replaces the entry it lives in
   d.add(name, Access::any,
-        [&d, &gw, inner, name](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw, inner, name](std::shared_ptr<Session> const& s, json::object const& p,
+                               Reply reply) {
           auto caller = caller_of(d, gw, s);
           if (!caller) return reply(caller.error());
           if (!caller->admin) {
             auto const* id = p.if_contains("execution_id");
             if (id == nullptr || !id->is_string()) {
-              return reply(Error{Errc::auth_denied, name + ": only admins, or the caller that started the execution"});
+              return reply(Error{Errc::auth_denied,
+                                 name + ": only admins, or the caller that started the execution"});
             }
             auto may = gw.may_access(*caller, std::string{id->get_string()});
             if (!may) return reply(may.error());
             if (!*may) {
-              return reply(Error{Errc::auth_denied, name + ": only admins, or the caller that started the execution"});
+              return reply(Error{Errc::auth_denied,
+                                 name + ": only admins, or the caller that started the execution"});
             }
           }
           inner(s, p, std::move(reply));
@@ -129,10 +141,12 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           // A caller with no authority at all learns nothing about its plan: without a grant
           // only admins may start (their implicit authority), whatever the plan says.
           auto const* a = p.if_contains("authority");
-          bool const names_grant = a != nullptr && a->is_object() && a->get_object().contains("grant_id") &&
+          bool const names_grant = a != nullptr && a->is_object() &&
+                                   a->get_object().contains("grant_id") &&
                                    a->get_object().at("grant_id").is_string();
           if (!caller->admin && !names_grant) {
-            return reply(Error{Errc::auth_denied, "exec.start: no grant named; only admins start without one"});
+            return reply(Error{Errc::auth_denied,
+                               "exec.start: no grant named; only admins start without one"});
           }
           auto launch = parse_launch(p);
           if (!launch) return reply(launch.error());
@@ -142,7 +156,8 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           reply(json::value(r->to_json()));
         });
 
-  for (char const* name : {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {
+  for (char const* name :
+       {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {
     owner_or_admin(d, gw, name);
   }
   // Subscriptions belong to one connection; exec.check has no effect at all.
@@ -155,7 +170,8 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
 
   d.add("exec.input", Access::any,
         [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k) return reply(k.error());
+          if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k)
+            return reply(k.error());
           auto id = required_string(p, "execution_id");
           if (!id) return reply(id.error());
           auto eof = optional_bool(p, "eof");
@@ -165,13 +181,16 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           // A runner feeds only the executions it started itself.
           auto may = gw.may_access(*caller, *id);
           if (!may) return reply(may.error());
-          if (!*may) return reply(Error{Errc::auth_denied, "exec.input: " + *id + " was not started by this caller"});
+          if (!*may)
+            return reply(
+                Error{Errc::auth_denied, "exec.input: " + *id + " was not started by this caller"});
           std::vector<std::uint8_t> data;
           if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
             auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
             if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
             if (decoded->size() > kMaxInputChunk) {
-              return reply(bad_param("data_b64 carries more than " + std::to_string(kMaxInputChunk) + " bytes"));
+              return reply(bad_param("data_b64 carries more than " +
+                                     std::to_string(kMaxInputChunk) + " bytes"));
             }
             data = std::move(*decoded);
           }
@@ -184,14 +203,16 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
           auto caller = caller_of(d, gw, s);
           if (!caller) return reply(caller.error());
-          if (!caller->admin) return reply(Error{Errc::auth_denied, "authority.grant is for admins only"});
+          if (!caller->admin)
+            return reply(Error{Errc::auth_denied, "authority.grant is for admins only"});
           auto spec = gateway::grant_from_json(json::value(p));
           if (!spec) return reply(spec.error());
           auto g = gw.grant(*caller, std::move(*spec));
           if (!g) return reply(g.error());
           auto epoch = gw.epoch();
           if (!epoch) return reply(epoch.error());
-          reply(json::value(json::object{{"grant", gateway::grant_to_json(*g, {})}, {"epoch", *epoch}}));
+          reply(json::value(
+              json::object{{"grant", gateway::grant_to_json(*g, {})}, {"epoch", *epoch}}));
         });
 
   d.add("authority.revoke", Access::any,
@@ -224,8 +245,9 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           }
           std::optional<gateway::Principal> only_principal;
           if (auto const* v = p.if_contains("principal"); v != nullptr && !v->is_null()) {
-            auto pr = v->is_string() ? gateway::Principal::parse(v->get_string())
-                                     : Result<gateway::Principal>{Error{Errc::plan_wrong_type, "principal"}};
+            auto pr = v->is_string()
+                          ? gateway::Principal::parse(v->get_string())
+                          : Result<gateway::Principal>{Error{Errc::plan_wrong_type, "principal"}};
             if (!pr) return reply(bad_param("principal must be uid:N or gid:N"));
             only_principal = *pr;
           }
@@ -244,7 +266,8 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
 
   d.add("lease.acquire", Access::any,
         [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"workspace_id", "holder_session"}); !k) return reply(k.error());
+          if (auto k = only_keys(p, {"workspace_id", "holder_session"}); !k)
+            return reply(k.error());
           auto ws = required_string(p, "workspace_id");
           if (!ws) return reply(ws.error());
           auto holder = required_string(p, "holder_session");
@@ -298,7 +321,8 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
 
   d.add("holder.quiescence", Access::any,
         [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"session_id", "generation", "actor"}); !k) return reply(k.error());
+          if (auto k = only_keys(p, {"session_id", "generation", "actor"}); !k)
+            return reply(k.error());
           auto session = required_string(p, "session_id");
           if (!session) return reply(session.error());
           auto const* g = p.if_contains("generation");

@@ -31,6 +31,8 @@ void register_introspection(Dispatcher& d) {
         });
 }
 
-std::vector<std::string> deferred_methods() { return {}; }
+std::vector<std::string> deferred_methods() {
+  return {};
+}
 
 }  // namespace custos::rpc

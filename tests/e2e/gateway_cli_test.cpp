@@ -17,9 +17,26 @@ class GatewayCli : public ::testing::Test {
 
 TEST_F(GatewayCli, GrantLeaseQuiescenceAndRunUnderThem) {
   std::string const me = "uid:" + std::to_string(::geteuid());
-  auto add = cli({"grant", "add", "--id", "g-cli", "--principal", me, "--exe-prefix", "/bin",
-                  "--exe-prefix", "/usr/bin", "--workspace", "wcli=/tmp:writable", "--environment-id",
-                  "cli", "--resource-id", "cli", "--inherit", "PATH", "--budget-executions", "2"});
+  auto add = cli({"grant",
+                  "add",
+                  "--id",
+                  "g-cli",
+                  "--principal",
+                  me,
+                  "--exe-prefix",
+                  "/bin",
+                  "--exe-prefix",
+                  "/usr/bin",
+                  "--workspace",
+                  "wcli=/tmp:writable",
+                  "--environment-id",
+                  "cli",
+                  "--resource-id",
+                  "cli",
+                  "--inherit",
+                  "PATH",
+                  "--budget-executions",
+                  "2"});
   ASSERT_EQ(add.status, 0) << add.err;
   auto list = cli({"grant", "list"});
   EXPECT_EQ(list.status, 0) << list.err;
@@ -29,17 +46,18 @@ TEST_F(GatewayCli, GrantLeaseQuiescenceAndRunUnderThem) {
   EXPECT_NE(show.out.find(me), std::string::npos) << show.out;
 
   // Writable under the grant needs the lease; with it, the run goes through.
-  auto nolease = cli({"run", "--grant", "g-cli", "--workspace", "/tmp", "--cwd", "/tmp", "--workspace-id", "wcli",
-                      "--clean-env", "--env", "PATH", "--", "/bin/true"});
+  auto nolease = cli({"run", "--grant", "g-cli", "--workspace", "/tmp", "--cwd", "/tmp",
+                      "--workspace-id", "wcli", "--clean-env", "--env", "PATH", "--", "/bin/true"});
   EXPECT_EQ(nolease.status, 65) << nolease.err;
   EXPECT_NE(nolease.err.find("auth.lease_required"), std::string::npos) << nolease.err;
   auto lease = cli({"--json", "lease", "acquire", "wcli", "--session", "s-cli"});
   ASSERT_EQ(lease.status, 0) << lease.err;
   auto lv = json::parse(lease.out);
   std::string const lease_id{lv.at("lease_id").as_string()};
-  auto run = cli({"run", "--grant", "g-cli", "--lease", lease_id, "--session", "s-cli", "--workspace",
-                  "/tmp", "--cwd", "/tmp", "--workspace-id", "wcli", "--clean-env", "--env", "PATH", "--", "/bin/sh",
-                  "-c", "exit 7"});
+  auto run = cli({"run",   "--grant",     "g-cli", "--lease", lease_id, "--session",
+                  "s-cli", "--workspace", "/tmp",  "--cwd",   "/tmp",   "--workspace-id",
+                  "wcli",  "--clean-env", "--env", "PATH",    "--",     "/bin/sh",
+                  "-c",    "exit 7"});
   EXPECT_EQ(run.status, 7) << run.err;
   auto leases = cli({"lease", "list"});
   EXPECT_NE(leases.out.find("s-cli"), std::string::npos) << leases.out;
@@ -55,8 +73,8 @@ TEST_F(GatewayCli, GrantLeaseQuiescenceAndRunUnderThem) {
   auto again = cli({"grant", "revoke", "g-cli"});
   EXPECT_EQ(again.status, 65) << again.err;
   EXPECT_NE(again.err.find("auth.unknown_grant"), std::string::npos) << again.err;
-  auto after = cli({"run", "--grant", "g-cli", "--workspace", "/tmp", "--cwd", "/tmp", "--workspace-id", "wcli",
-                    "--read-only", "--clean-env", "--", "/bin/true"});
+  auto after = cli({"run", "--grant", "g-cli", "--workspace", "/tmp", "--cwd", "/tmp",
+                    "--workspace-id", "wcli", "--read-only", "--clean-env", "--", "/bin/true"});
   EXPECT_EQ(after.status, 65) << after.err;
 }
 

@@ -1,11 +1,10 @@
 // The pure cross-check: one row per mismatch class, each asserting the exact code, plus the
 // accepted shapes (grant with and without a lease, the admin's implicit authority).
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
-
-#include <boost/json.hpp>
 
 #include "custos/core/plan_canonical.hpp"
 #include "custos/gateway/authority.hpp"
@@ -130,32 +129,35 @@ TEST_P(Mismatch, IsItsExactTypedError) {
       << GetParam().name << ": got " << r.error().message();
 }
 
-Lease other_lease() { return Lease{"l-2", "w1", "s2", 6, true, Principal{PrincipalKind::uid, 1001}, kNow}; }
+Lease other_lease() {
+  return Lease{"l-2", "w1", "s2", 6, true, Principal{PrincipalKind::uid, 1001}, kNow};
+}
 
 INSTANTIATE_TEST_SUITE_P(
     EveryClass, Mismatch,
     ::testing::Values(
         Row{"no_grant_non_admin", [](Fixture& f) { f.claim.grant_id.reset(); }, Errc::auth_denied},
         Row{"unknown_grant", [](Fixture& f) { f.cur.grant.reset(); }, Errc::auth_unknown_grant},
-        Row{"revoked_grant", [](Fixture& f) { f.cur.grant->revoked = true; }, Errc::auth_unknown_grant},
+        Row{"revoked_grant", [](Fixture& f) { f.cur.grant->revoked = true; },
+            Errc::auth_unknown_grant},
         Row{"other_principal",
-            [](Fixture& f) { f.cur.grant->principal = Principal{PrincipalKind::uid, 1001}; },
+            [](Fixture& f) {
+              f.cur.grant->principal = Principal{PrincipalKind::uid, 1001};
+            },
             Errc::auth_denied},
-        Row{"observer_role", [](Fixture& f) { f.cur.grant->role = Role::observer; }, Errc::auth_denied},
+        Row{"observer_role", [](Fixture& f) { f.cur.grant->role = Role::observer; },
+            Errc::auth_denied},
         Row{"stale_epoch", [](Fixture& f) { f.claim.epoch = 11; }, Errc::auth_stale_epoch},
-        Row{"stale_revision", [](Fixture& f) { f.claim.grant_revision = 3; }, Errc::auth_stale_revision},
+        Row{"stale_revision", [](Fixture& f) { f.claim.grant_revision = 3; },
+            Errc::auth_stale_revision},
         Row{"expired", [](Fixture& f) { f.cur.grant->expires_ns = kNow; }, Errc::auth_expired},
         Row{"digest", [](Fixture& f) { f.claim.plan_digest = "sha256:" + std::string(64, '0'); },
             Errc::auth_digest_mismatch},
         Row{"operation_class",
-            [](Fixture& f) {
-              f.plan.backend.kind = core::BackendKind::reference;
-            },
+            [](Fixture& f) { f.plan.backend.kind = core::BackendKind::reference; },
             Errc::auth_operation_class},
         Row{"executable_outside_prefix",
-            [](Fixture& f) {
-              f.plan.command.executable = "/usr/binx/make";
-            },
+            [](Fixture& f) { f.plan.command.executable = "/usr/binx/make"; },
             Errc::auth_executable},
         Row{"executable_exact_only",
             [](Fixture& f) {
@@ -164,17 +166,21 @@ INSTANTIATE_TEST_SUITE_P(
             },
             Errc::auth_executable},
         Row{"workspace_id", [](Fixture& f) { f.id.workspace_id = "w2"; }, Errc::auth_workspace},
-        Row{"workspace_root", [](Fixture& f) { f.plan.workspace.root = "/srv/w2"; }, Errc::auth_workspace},
+        Row{"workspace_root", [](Fixture& f) { f.plan.workspace.root = "/srv/w2"; },
+            Errc::auth_workspace},
         Row{"workspace_access",
             [](Fixture& f) {
               f.cur.grant->workspaces[0].max_access = core::WorkspaceAccess::read_only;
               f.make_writable();
             },
             Errc::auth_workspace},
-        Row{"environment", [](Fixture& f) { f.id.environment_id = "env2"; }, Errc::auth_environment},
+        Row{"environment", [](Fixture& f) { f.id.environment_id = "env2"; },
+            Errc::auth_environment},
         Row{"resource", [](Fixture& f) { f.id.resource_id = "res2"; }, Errc::auth_resource},
         Row{"env_inherit",
-            [](Fixture& f) { f.plan.env.push_back(core::EnvEntry{"HOME", std::nullopt}); },
+            [](Fixture& f) {
+              f.plan.env.push_back(core::EnvEntry{"HOME", std::nullopt});
+            },
             Errc::auth_env_inherit},
         Row{"env_literal_not_saved_by_inherit",
             [](Fixture& f) {
@@ -183,8 +189,13 @@ INSTANTIATE_TEST_SUITE_P(
               f.plan.env = {core::EnvEntry{"PATH", std::string{"/evil"}}};
             },
             Errc::auth_env_literal},
-        Row{"user", [](Fixture& f) { f.plan.user = core::UserSpec{0, 0, {}}; }, Errc::auth_user},
-        Row{"limit_ceiling", [](Fixture& f) { f.plan.limits.wall_ms = 600'001; }, Errc::auth_limit_ceiling},
+        Row{"user",
+            [](Fixture& f) {
+              f.plan.user = core::UserSpec{0, 0, {}};
+            },
+            Errc::auth_user},
+        Row{"limit_ceiling", [](Fixture& f) { f.plan.limits.wall_ms = 600'001; },
+            Errc::auth_limit_ceiling},
         Row{"limit_unlimited_under_ceiling", [](Fixture& f) { f.plan.limits.wall_ms.reset(); },
             Errc::auth_limit_ceiling},
         Row{"budget_executions", [](Fixture& f) { f.cur.budget_use.executions = 10; },

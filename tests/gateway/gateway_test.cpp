@@ -2,20 +2,20 @@
 // starts only through the gateway, every refusal has no effect, replay, revoke/release/expiry
 // fences (trigger lease_fence, stdin closed at the commit), revoke racing start, budgets,
 // holder quiescence (live, unconfirmed cleanup, all ended).
-#include <gtest/gtest.h>
+#include "custos/gateway/gateway.hpp"
 
-#include <time.h>
-#include <unistd.h>
+#include <boost/asio/post.hpp>
+#include <gtest/gtest.h>
 
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <time.h>
+#include <unistd.h>
 
-#include <boost/asio/post.hpp>
-
-#include "custos/gateway/gateway.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/registry_sink.hpp"
+
 #include "supervisor/harness.hpp"
 
 namespace custos::gateway {
@@ -43,7 +43,8 @@ class GatewayTest : public SupervisorTest {
     inner_ = std::make_unique<supervisor::RegistrySink>(*reg_);
     db_ = std::make_unique<RegistryDatabase>(*reg_);
     store_ = std::make_unique<AuthorityStore>(*db_);
-    gateway_ = std::make_unique<ExecutionGateway>(io_, *store_, GatewayOptions{reg_.get(), inner_.get()});
+    gateway_ =
+        std::make_unique<ExecutionGateway>(io_, *store_, GatewayOptions{reg_.get(), inner_.get()});
   }
   void TearDown() override {
     SupervisorTest::TearDown();  // stops every execution and destroys the manager first
@@ -54,14 +55,18 @@ class GatewayTest : public SupervisorTest {
     reg_.reset();
   }
 
-  supervisor::ExecutionManager& gw_manager(BoundaryPreference pref = BoundaryPreference::automatic) {
+  supervisor::ExecutionManager& gw_manager(
+      BoundaryPreference pref = BoundaryPreference::automatic) {
     auto& m = manager(pref, [this](supervisor::ManagerConfig& c) { c.sink = &gateway_->sink(); });
     gateway_->attach(m);
     return m;
   }
 
   Caller runner() const {
-    return Caller{static_cast<std::uint32_t>(::geteuid()), static_cast<std::uint32_t>(::getegid()), {}, false};
+    return Caller{static_cast<std::uint32_t>(::geteuid()),
+                  static_cast<std::uint32_t>(::getegid()),
+                  {},
+                  false};
   }
 
   Grant spec(std::string id) {
@@ -106,7 +111,8 @@ class GatewayTest : public SupervisorTest {
                      if (!v) return v.error();
                      n = v->value_or(-1);
                      return ok();
-                   }).has_value());
+                   })
+                    .has_value());
     return n;
   }
 
@@ -168,18 +174,22 @@ TEST_F(GatewayTest, EveryRefusalHasNoEffect) {
   std::vector<NoEffectRow> const rows = {
       {"stale_epoch", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim& c) { c.epoch += 1; },
        Errc::auth_stale_epoch},
-      {"unknown_grant", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim& c) { c.grant_id = "nope"; },
+      {"unknown_grant",
+       [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim& c) { c.grant_id = "nope"; },
        Errc::auth_unknown_grant},
-      {"stale_revision", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim& c) { c.grant_revision = 9; },
+      {"stale_revision",
+       [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim& c) { c.grant_revision = 9; },
        Errc::auth_stale_revision},
       {"executable",
        [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) {
          p.command.executable = "/sbin/true-not";
        },
        Errc::auth_executable},
-      {"workspace", [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) { p.workspace.root = "/tmp"; },
+      {"workspace",
+       [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) { p.workspace.root = "/tmp"; },
        Errc::auth_workspace},
-      {"env_literal", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim&) {}, Errc::auth_env_literal},
+      {"env_literal", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim&) {},
+       Errc::auth_env_literal},
       {"env_inherit",
        [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) {
          p.env = {core::EnvEntry{"HOME", std::nullopt}};
@@ -468,13 +478,15 @@ TEST_F(GatewayTest, QuiescenceIsBlockedByAnUnconfirmedCleanup) {
   Caller admin = runner();
   admin.admin = true;
   supervisor::testing::Collected c;
-  auto st = gw_start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; exit 0"),
-                     claim("g1"));
+  auto st =
+      gw_start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; exit 0"),
+               claim("g1"));
   ASSERT_TRUE(st.has_value()) << st.error().message();
-  auto sub = manager_->subscribe(st->execution_id, std::uint64_t{1}, [&c](supervisor::Event const& e) {
-    c.events.push_back(e);
-    return true;
-  });
+  auto sub =
+      manager_->subscribe(st->execution_id, std::uint64_t{1}, [&c](supervisor::Event const& e) {
+        c.events.push_back(e);
+        return true;
+      });
   ASSERT_TRUE(sub.has_value());
   subscriptions_.push_back(*sub);
   auto rec = terminal(st->execution_id);
@@ -541,8 +553,10 @@ TEST_F(GatewayTest, RecoverySettlesBudgetsADeadDaemonLeftReserved) {
   ASSERT_TRUE(db_->write([&](registry::sql::Db& db) -> Result<void> {
                    CUSTOS_TRYV(db.exec("UPDATE authority_uses SET settled = 0"));
                    return db.exec(
-                       "UPDATE budgets SET wall_ms_reserved = 20000, wall_ms_used = 0 WHERE grant_id = 'g1'");
-                 }).has_value());
+                       "UPDATE budgets SET wall_ms_reserved = 20000, wall_ms_used = 0 WHERE "
+                       "grant_id = 'g1'");
+                 })
+                  .has_value());
   ExecutionGateway restarted(io_, *store_, GatewayOptions{reg_.get(), inner_.get()});
   auto n = restarted.settle_recovered();
   ASSERT_TRUE(n.has_value()) << n.error().message();

@@ -3,10 +3,9 @@
 // a fresh registry's, the epoch at 0, and the gateway working on it.
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <map>
+#include <stdlib.h>
 #include <string>
 
 #include "custos/core/plan_canonical.hpp"
@@ -75,7 +74,8 @@ std::map<std::string, std::string> authority_shape(registry::Registry& reg) {
                      out[q->text(0)] = q->text(1);
                    }
                    return ok();
-                 }).has_value());
+                 })
+                  .has_value());
   return out;
 }
 

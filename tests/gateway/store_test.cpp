@@ -1,16 +1,16 @@
 // The authority store against a real SQLite file: every mutation bumps revision/epoch in its
 // own transaction; a refused authorization leaves claims, budgets, leases and uses untouched;
 // replay, budget exhaustion and settlement, lease contention.
-#include <gtest/gtest.h>
+#include "custos/gateway/store.hpp"
 
-#include <stdlib.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <memory>
+#include <stdlib.h>
 #include <string>
 
 #include "custos/core/plan_canonical.hpp"
-#include "custos/gateway/store.hpp"
 #include "custos/registry/registry.hpp"
 
 namespace custos::gateway {
@@ -149,13 +149,15 @@ TEST_F(StoreTest, LeaseContentionAllowsOneActiveLeasePerWorkspace) {
   auto b = store_->acquire_lease("w1", "s2", Principal{PrincipalKind::uid, 1001}, kNow);
   ASSERT_FALSE(b.has_value());
   EXPECT_EQ(b.error().code, Errc::lease_conflict);
-  EXPECT_TRUE(store_->acquire_lease("w2", "s2", Principal{PrincipalKind::uid, 1001}, kNow).has_value());
+  EXPECT_TRUE(
+      store_->acquire_lease("w2", "s2", Principal{PrincipalKind::uid, 1001}, kNow).has_value());
   auto ended = store_->end_lease(a->id);
   ASSERT_TRUE(ended.has_value());
   auto gone = store_->end_lease(a->id);
   ASSERT_FALSE(gone.has_value());
   EXPECT_EQ(gone.error().code, Errc::lease_not_found);
-  EXPECT_TRUE(store_->acquire_lease("w1", "s2", Principal{PrincipalKind::uid, 1001}, kNow).has_value());
+  EXPECT_TRUE(
+      store_->acquire_lease("w1", "s2", Principal{PrincipalKind::uid, 1001}, kNow).has_value());
   auto active = store_->list_leases(true);
   ASSERT_TRUE(active.has_value());
   EXPECT_EQ(active->size(), 2U);

@@ -7,14 +7,14 @@
 // consumed.
 #pragma once
 
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/object.hpp>
-#include <boost/json/value.hpp>
 
 #include "custos/core/identity.hpp"
 #include "custos/core/plan.hpp"
@@ -58,7 +58,12 @@ struct Caller {
 
 // ------------------------------------------------------------------------------ grants
 
-enum class OperationClass : std::uint8_t { exec_native = 1, exec_reference, exec_docker, exec_podman };
+enum class OperationClass : std::uint8_t {
+  exec_native = 1,
+  exec_reference,
+  exec_docker,
+  exec_podman
+};
 [[nodiscard]] std::string_view operation_wire(OperationClass c) noexcept;  // "exec.native" ...
 [[nodiscard]] std::optional<OperationClass> operation_from_wire(std::string_view w) noexcept;
 [[nodiscard]] OperationClass operation_of(core::BackendKind k) noexcept;
@@ -103,10 +108,10 @@ struct BudgetUse {
 };
 
 struct Grant {
-  std::string id;                 // [A-Za-z0-9_.-]{1,64}
-  std::uint64_t revision = 1;     // bumped by every mutation, in the same transaction
+  std::string id;              // [A-Za-z0-9_.-]{1,64}
+  std::uint64_t revision = 1;  // bumped by every mutation, in the same transaction
   Principal principal;
-  Role role = Role::runner;       // runner or observer (admins are configured, not granted)
+  Role role = Role::runner;  // runner or observer (admins are configured, not granted)
   std::vector<OperationClass> operations;
   std::vector<ExecutableRule> executables;
   std::vector<WorkspaceRule> workspaces;
@@ -144,9 +149,9 @@ struct Lease {
   std::string id;
   std::string workspace_id;
   std::string holder_session;
-  std::uint64_t epoch = 0;   // the workspace's lease epoch when acquired (monotonic per workspace)
+  std::uint64_t epoch = 0;  // the workspace's lease epoch when acquired (monotonic per workspace)
   bool active = true;
-  Principal holder;          // who acquired it
+  Principal holder;  // who acquired it
   std::int64_t acquired_ns = 0;
   friend bool operator==(Lease const&, Lease const&) = default;
 };
@@ -171,10 +176,10 @@ struct AuthorityClaim {
 
 // The current authority as loaded inside the consuming transaction.
 struct AuthoritySnapshot {
-  std::uint64_t epoch = 0;                  // the authority epoch
-  std::optional<Grant> grant;               // the named grant (empty: not found / none named)
-  BudgetUse budget_use;                     // of that grant
-  std::optional<Lease> lease;               // the named lease (empty: not found / none named)
+  std::uint64_t epoch = 0;     // the authority epoch
+  std::optional<Grant> grant;  // the named grant (empty: not found / none named)
+  BudgetUse budget_use;        // of that grant
+  std::optional<Lease> lease;  // the named lease (empty: not found / none named)
   // The active writable lease on the identity's workspace, if any (whoever holds it).
   std::optional<Lease> workspace_lease;
 };
@@ -183,7 +188,7 @@ struct CheckInput {
   Caller caller;
   core::ExecutionIdentity const* identity = nullptr;
   core::ExecutionPlan const* plan = nullptr;
-  std::string plan_digest;                  // computed by the gateway from identity + plan
+  std::string plan_digest;  // computed by the gateway from identity + plan
   AuthorityClaim const* claim = nullptr;
   AuthoritySnapshot const* current = nullptr;
   std::int64_t now_ns = 0;
@@ -191,10 +196,10 @@ struct CheckInput {
 
 // What a successful cross-check commits to: the budget reservation and the lease use.
 struct CheckOutcome {
-  bool implicit_admin = false;              // no grant: the admin's self-authority
+  bool implicit_admin = false;  // no grant: the admin's self-authority
   std::uint64_t cpu_ms_reserve = 0;
   std::uint64_t wall_ms_reserve = 0;
-  std::optional<std::string> lease_id;      // the lease used (writable access)
+  std::optional<std::string> lease_id;  // the lease used (writable access)
 };
 
 // Compares the claim with the current authority, in a fixed order (docs/authority.md "Order of

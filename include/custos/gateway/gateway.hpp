@@ -14,6 +14,10 @@
 // Threading: everything runs on the daemon's single event-loop thread (like the manager).
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/object.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -24,10 +28,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/json/object.hpp>
 
 #include "custos/core/result.hpp"
 #include "custos/gateway/authority.hpp"
@@ -188,7 +188,8 @@ class ExecutionGateway {
 
   Result<void> on_record_authorized(std::string const& execution_id,
                                     core::ExecutionIdentity const& identity,
-                                    core::ExecutionPlan const& plan, std::string const& plan_digest);
+                                    core::ExecutionPlan const& plan,
+                                    std::string const& plan_digest);
   // Creates the registry record; takes the permit by value so it is spent exactly once.
   Result<void> create_record(LaunchPermit permit, core::ExecutionIdentity const& identity,
                              core::ExecutionPlan const& plan);

@@ -69,8 +69,8 @@ struct AuthorityUse {
   std::string process_id;
   std::string session_id;
   std::uint64_t generation = 0;
-  std::string actor;                   // the caller, "uid:N"
-  std::optional<std::string> grant_id; // empty: the admin's implicit authority
+  std::string actor;                    // the caller, "uid:N"
+  std::optional<std::string> grant_id;  // empty: the admin's implicit authority
   std::optional<std::string> lease_id;
   std::uint64_t cpu_ms_reserved = 0;
   std::uint64_t wall_ms_reserved = 0;
@@ -109,7 +109,8 @@ class AuthorityStore {
   // Marks the grant revoked, bumps its revision and the epoch. Errors: auth.unknown_grant
   // (absent or already revoked).
   [[nodiscard]] Result<Grant> revoke_grant(std::string_view grant_id);
-  [[nodiscard]] Result<std::optional<std::pair<Grant, BudgetUse>>> get_grant(std::string_view grant_id);
+  [[nodiscard]] Result<std::optional<std::pair<Grant, BudgetUse>>> get_grant(
+      std::string_view grant_id);
   // Every grant (revoked ones too) with its budget use, ordered by id; `principal` filters.
   [[nodiscard]] Result<std::vector<std::pair<Grant, BudgetUse>>> list_grants(
       std::optional<Principal> const& principal = std::nullopt);
@@ -141,8 +142,10 @@ class AuthorityStore {
   // ---- reads for fences and quiescence ----------------------------------------------------
   [[nodiscard]] Result<std::optional<AuthorityUse>> get_use(std::string_view execution_id);
   [[nodiscard]] Result<std::vector<AuthorityUse>> unsettled_uses();
-  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_grant(std::string_view grant_id, bool unsettled_only);
-  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_lease(std::string_view lease_id, bool unsettled_only);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_grant(std::string_view grant_id,
+                                                                bool unsettled_only);
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_lease(std::string_view lease_id,
+                                                                bool unsettled_only);
   [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_holder(std::string_view session_id,
                                                                  std::uint64_t generation);
 

@@ -1,11 +1,13 @@
 #include "custos/supervisor/manager.hpp"
 
 #include <signal.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -245,6 +247,62 @@ void ExecutionManager::on_terminal(std::string const& execution_id) {
       });
     }
   }
+}
+
+int ExecutionManager::watch_cgroup_events(std::string const& events_path,
+                                          std::weak_ptr<Supervisor> supervisor) {
+  if (!inotify_) {
+    int const fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) return -1;
+    inotify_.emplace(io_, fd);
+  }
+  int const wd = ::inotify_add_watch(inotify_->native_handle(), events_path.c_str(), IN_MODIFY);
+  if (wd < 0) return -1;
+  inotify_watches_[wd] = std::move(supervisor);
+  arm_inotify();
+  return wd;
+}
+
+void ExecutionManager::unwatch_cgroup_events(int wd) {
+  if (inotify_watches_.erase(wd) == 0 || !inotify_) return;
+  // Fails with EINVAL when the watch is already gone (the cgroup was removed): nothing to undo.
+  (void)::inotify_rm_watch(inotify_->native_handle(), wd);
+}
+
+void ExecutionManager::arm_inotify() {
+  if (!inotify_ || inotify_waiting_) return;
+  inotify_waiting_ = true;
+  inotify_->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                       [weak = std::weak_ptr<bool>(alive_), this](boost::system::error_code ec) {
+                         auto a = weak.lock();
+                         if (!a || !*a) return;
+                         inotify_waiting_ = false;
+                         if (!ec) on_inotify();
+                       });
+}
+
+void ExecutionManager::on_inotify() {
+  // Collect first, notify after: a notified supervisor may unwatch (erase from the map).
+  std::vector<std::shared_ptr<Supervisor>> changed;
+  alignas(inotify_event) char buf[4096];
+  for (;;) {
+    ssize_t const n = ::read(inotify_->native_handle(), buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      inotify_event ev{};
+      std::memcpy(&ev, buf + off, sizeof ev);
+      off += static_cast<ssize_t>(sizeof ev + ev.len);
+      auto it = inotify_watches_.find(ev.wd);
+      if (it == inotify_watches_.end()) continue;
+      if ((ev.mask & IN_IGNORED) != 0) {
+        inotify_watches_.erase(it);  // the kernel dropped the watch (cgroup removed)
+        continue;
+      }
+      if (auto sup = it->second.lock()) changed.push_back(std::move(sup));
+    }
+  }
+  if (!inotify_watches_.empty()) arm_inotify();
+  for (auto const& sup : changed) sup->on_cgroup_events();
 }
 
 void ExecutionManager::schedule_reap() {

@@ -15,7 +15,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -945,7 +944,7 @@ void Supervisor::on_poll() {
       final_stage();
       return;
     }
-    arm_poll(cgroup_events_sd_ ? kKillPollWatched : kKillPoll);
+    arm_poll(events_wd_ >= 0 ? kKillPollWatched : kKillPoll);
   }
 }
 
@@ -1022,34 +1021,21 @@ void Supervisor::kill_stage() {
 }
 
 void Supervisor::watch_cgroup_events() {
-  if (!cgroup_ || cgroup_events_sd_ || detached_) return;
-  int const fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) return;  // polling alone still finds the empty tree
-  sys::UniqueFd guard(fd);
-  std::string const path = cgroup_->path() + "/cgroup.events";
-  if (::inotify_add_watch(fd, path.c_str(), IN_MODIFY) < 0) return;
-  cgroup_events_sd_.emplace(io_, guard.release());
-  wait_cgroup_events();
+  if (!cgroup_ || events_wd_ >= 0 || detached_ || manager_ == nullptr) return;
+  // -1 when inotify is unavailable: polling alone still finds the empty tree.
+  events_wd_ = manager_->watch_cgroup_events(cgroup_->path() + "/cgroup.events", weak_from_this());
 }
 
-void Supervisor::wait_cgroup_events() {
-  if (!cgroup_events_sd_ || detached_) return;
-  ++pending_;
-  cgroup_events_sd_->async_wait(
-      asio::posix::descriptor_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-        --self->pending_;
-        if (!ec && !self->detached_ && self->cgroup_events_sd_) {
-          // Drain the notifications; their content does not matter, cgroup.events is re-read.
-          alignas(inotify_event) char buf[4096];
-          while (::read(self->cgroup_events_sd_->native_handle(), buf, sizeof buf) > 0) {
-          }
-          if (self->stage_ == Stage::killing) {
-            self->on_poll();
-            self->wait_cgroup_events();
-          }
-        }
-        self->maybe_close();
-      });
+void Supervisor::unwatch_cgroup_events() {
+  if (events_wd_ < 0) return;
+  if (manager_ != nullptr) manager_->unwatch_cgroup_events(events_wd_);
+  events_wd_ = -1;
+}
+
+void Supervisor::on_cgroup_events() {
+  if (detached_ || events_wd_ < 0) return;
+  if (stage_ == Stage::killing) on_poll();
+  maybe_close();
 }
 
 void Supervisor::collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const {
@@ -1097,7 +1083,7 @@ void Supervisor::final_stage() {
   stage_ = Stage::done;
   poll_timer_.cancel();
   sampler_timer_.cancel();
-  cgroup_events_sd_.reset();  // the tree-empty wait is over
+  unwatch_cgroup_events();  // the tree-empty wait is over
   // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
   // left the cgroup (root without nsdelegate) but kept its environment. It reads every process
   // that started after the root (older ones are skipped by start time before any environ
@@ -1196,7 +1182,7 @@ void Supervisor::maybe_close() {
     sampler_timer_.cancel();
     reader_timer_.cancel();
     exit_retry_timer_.cancel();
-    cgroup_events_sd_.reset();
+    unwatch_cgroup_events();
     close_writer("closed");
   }
   if (pending_ > 0) return;  // the cancelled tasks have not completed yet
@@ -1461,7 +1447,7 @@ void Supervisor::detach() {
   writer_.sd.reset();
   writer_.queue.clear();
   exit_sd_.reset();
-  cgroup_events_sd_.reset();
+  unwatch_cgroup_events();
   events_.clear_subscribers();
   for (auto& w : waiters_) {
     if (w->fired) continue;

@@ -74,6 +74,8 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   // Stops observing without signalling anything: every descriptor and timer is released.
   void detach();
   [[nodiscard]] std::string const& cgroup_rel() const noexcept { return cgroup_rel_; }
+  // The manager's inotify reported a change of this execution's cgroup.events.
+  void on_cgroup_events();
   void count_orphan() noexcept { ++orphans_reaped_; }
   // Removes the spool directory (history eviction).
   void discard_spool();
@@ -131,7 +133,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   void on_poll();
   void kill_stage();
   void watch_cgroup_events();
-  void wait_cgroup_events();
+  void unwatch_cgroup_events();
   void final_stage();
   struct FinalScan;
   void finish_final_stage(FinalScan const& scan);
@@ -190,9 +192,9 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   std::vector<Reader> readers_;
   Writer writer_;
   std::optional<boost::asio::posix::stream_descriptor> exit_sd_;
-  // inotify on the cgroup's cgroup.events during the kill stage: the tree-empty wait wakes on the
-  // kernel's change notification instead of polling.
-  std::optional<boost::asio::posix::stream_descriptor> cgroup_events_sd_;
+  // Watch descriptor of this cgroup's cgroup.events in the manager's inotify instance during the
+  // kill stage (-1: none): the tree-empty wait wakes on the kernel's change notification.
+  int events_wd_ = -1;
   boost::asio::steady_timer deadline_;
   boost::asio::steady_timer stage_timer_;   // grace, then the kill bound
   boost::asio::steady_timer poll_timer_;    // tree-empty polling during teardown

@@ -108,6 +108,14 @@ class ExecutionManager {
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;
   [[nodiscard]] std::map<std::int32_t, std::string> attribute_zombies() const;
+  // One inotify instance for every execution's tree-empty wait (created on first use): closing an
+  // inotify instance waits for an SRCU grace period (milliseconds), so one per execution would
+  // cost more than the polling it replaces. Returns the watch descriptor, -1 when unavailable.
+  [[nodiscard]] int watch_cgroup_events(std::string const& events_path,
+                                        std::weak_ptr<Supervisor> supervisor);
+  void unwatch_cgroup_events(int wd);
+  void arm_inotify();
+  void on_inotify();
   // The execution whose cgroup holds `pid` (read from /proc/<pid>/cgroup), if any.
   [[nodiscard]] std::optional<std::string> owner_by_cgroup(std::int32_t pid) const;
 
@@ -123,6 +131,9 @@ class ExecutionManager {
   std::string cgroup_mount_;                // the cgroup2 mount point (for relative paths)
   std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
   std::map<std::int32_t, std::string> roots_;         // root pid of a live execution -> its id
+  std::optional<boost::asio::posix::stream_descriptor> inotify_;
+  std::map<int, std::weak_ptr<Supervisor>> inotify_watches_;
+  bool inotify_waiting_ = false;
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;               // guards callbacks against a destroyed manager

@@ -18,6 +18,7 @@ struct DaemonFlags {
   std::string shutdown = "cancel";
   std::string log_target = "auto";
   std::uint64_t shutdown_timeout_ms = 10000;
+  std::uint64_t idle_timeout_ms = 60000;
   bool no_socket_activation = false;
 };
 
@@ -65,6 +66,12 @@ void add_daemon(CLI::App& app, Globals& g) {
   sub->add_option("--write-queue-bytes", c.write_queue_bytes,
                   "Per-connection queued bytes above which the client's requests stop being read")
       ->capture_default_str();
+  sub->add_option("--max-batch-entries", c.max_batch_entries,
+                  "Entries per JSON-RPC batch; a larger batch gets one -32600 error")
+      ->capture_default_str();
+  sub->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
+                  "Close connections idle this long (nothing in flight, no subscription); 0: never")
+      ->capture_default_str();
   sub->callback([flags, &g] {
     auto& cfg = flags->config;
     cfg.state_dir = flags->state_dir;
@@ -73,6 +80,7 @@ void add_daemon(CLI::App& app, Globals& g) {
     cfg.log_file = flags->log_file;
     cfg.socket_activation = !flags->no_socket_activation;
     cfg.shutdown_timeout = std::chrono::milliseconds{flags->shutdown_timeout_ms};
+    cfg.idle_timeout = std::chrono::milliseconds{flags->idle_timeout_ms};
     try {
       cfg.socket_mode = static_cast<unsigned>(std::stoul(flags->socket_mode, nullptr, 8));
     } catch (std::exception const&) {

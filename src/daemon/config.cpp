@@ -37,7 +37,8 @@ Result<DaemonConfig> resolve(DaemonConfig c, std::uint32_t euid, fs::path const&
     return Error{Errc::daemon_config_invalid, "log-target file needs log-file"};
   }
   if (c.max_line_bytes < 1024 || c.max_connections == 0 || c.max_subscriptions == 0 ||
-      c.event_queue_bytes == 0 || c.write_queue_bytes < c.max_line_bytes) {
+      c.event_queue_bytes == 0 || c.write_queue_bytes < c.max_line_bytes ||
+      c.max_batch_entries == 0 || c.idle_timeout.count() < 0) {
     return Error{Errc::daemon_config_invalid,
                  "limits: max-line-bytes >= 1024, write-queue-bytes >= max-line-bytes, others > 0"};
   }

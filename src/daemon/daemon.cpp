@@ -11,6 +11,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <exception>
 #include <grp.h>
 #include <memory>
 #include <optional>
@@ -83,7 +84,21 @@ class Daemon {
   }
 
   int serve() {
-    io_.run();
+    // Handlers catch their own errors; anything that still escapes one completion is logged and
+    // the loop resumes (run() may be re-entered after an exception without restart()), so one
+    // bad completion never takes the daemon and every other client down.
+    for (;;) {
+      try {
+        io_.run();
+        break;
+      } catch (std::exception const& ex) {
+        spdlog::error("a completion handler threw (the loop keeps serving): {}", ex.what());
+      } catch (...) {
+        spdlog::error(
+            "a completion handler threw a non-standard exception (the loop keeps "
+            "serving)");
+      }
+    }
     finish();
     return exit_code_;
   }
@@ -290,6 +305,8 @@ class Daemon {
     limits.max_subscriptions_per_connection = config_.max_subscriptions;
     limits.event_queue_bytes = config_.event_queue_bytes;
     limits.max_write_queue_bytes = config_.write_queue_bytes;
+    limits.idle_timeout = config_.idle_timeout;
+    dispatcher_->set_max_batch_entries(config_.max_batch_entries);
     server_.emplace(io_, *dispatcher_, limits);
     if (config_.socket_activation) {
       int const n = ::sd_listen_fds(1);

@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include "custos/core/plan_json.hpp"
+
 namespace custos::rpc {
 
 namespace json = boost::json;
@@ -35,7 +37,8 @@ bool valid_id(json::value const& id) {
 
 // Joins the completions of a batch: the response array is emitted when the last call finishes.
 struct BatchState {
-  std::vector<json::value> slots;
+  // Each finished entry is kept serialized: far smaller than a json::value tree.
+  std::vector<std::string> slots;
   std::size_t pending = 0;
   std::function<void(std::string)> emit;
 };
@@ -116,10 +119,19 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
 
   // The handler may complete now or later; exactly one completion is forwarded.
   auto once = std::make_shared<bool>(false);
+  // Completions run later, from the manager's callbacks on the loop thread; an exception while
+  // building or forwarding the response (bad_alloc while serializing, a throwing continuation)
+  // becomes internal.error for this call instead of unwinding through io_context::run().
   Reply reply = [once, finish](Result<json::value> r) {
     if (*once) return;
     *once = true;
-    finish(std::move(r));
+    try {
+      finish(std::move(r));
+    } catch (std::exception const& ex) {
+      finish(Error{Errc::internal, std::string{"completion failed: "} + ex.what()});
+    } catch (...) {
+      finish(Error{Errc::internal, "completion failed"});
+    }
   };
   try {
     it->second.handler(session, p, reply);
@@ -133,15 +145,32 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
 
 void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::string_view line,
                              std::function<void(std::string)> emit) {
-  boost::system::error_code ec;
-  json::value msg = json::parse(line, ec);
-  if (ec) {
+  handle_line(session, line, std::move(emit), [](std::size_t) {});
+}
+
+void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::string_view line,
+                             std::function<void(std::string)> emit,
+                             std::function<void(std::size_t)> const& admitted) {
+  // The strict parser: a member name repeated within one object is refused with its pointer
+  // (Boost.JSON alone keeps the last one, so a client and the daemon could read different
+  // requests from the same bytes). docs/api.md: -32700 with data.diagnostics.
+  auto parsed = core::parse_json_text(line);
+  if (!parsed) {
     ++stats_.errors;
-    emit(json::serialize(error_response(
-        json::value{}, Error{Errc::rpc_parse_error, "not valid JSON: " + ec.message()})));
+    std::string const& why = parsed.error().context;
+    Error e{Errc::rpc_parse_error, "not valid JSON: " + why};
+    constexpr std::string_view kDuplicate = "duplicate member ";
+    if (why.rfind(kDuplicate, 0) == 0) {
+      std::string pointer = why.substr(kDuplicate.size());
+      e.diagnostics.push_back(
+          Diagnostic{Errc::rpc_parse_error, pointer, "member name repeated within one object"});
+    }
+    emit(json::serialize(error_response(json::value{}, e)));
     return;
   }
+  json::value msg = std::move(*parsed);
   if (!msg.is_array()) {
+    admitted(1);
     handle_one(session, msg, [emit](json::value response) {
       emit(response.is_null() ? std::string{} : json::serialize(response));
     });
@@ -154,20 +183,36 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
         error_response(json::value{}, Error{Errc::rpc_invalid_request, "empty batch"})));
     return;
   }
+  if (batch.size() > max_batch_entries_) {
+    // Refused whole, before any entry runs: a single line must not be able to start thousands
+    // of calls and assemble a reply hundreds of times its own size.
+    ++stats_.errors;
+    emit(json::serialize(error_response(
+        json::value{}, Error{Errc::rpc_invalid_request,
+                             "a batch holds at most " + std::to_string(max_batch_entries_) +
+                                 " entries (this one " + std::to_string(batch.size()) + ")"})));
+    return;
+  }
+  // Every entry counts against the connection's in-flight budget until the batch is answered.
+  admitted(batch.size());
   auto state = std::make_shared<BatchState>();
   state->slots.resize(batch.size());
   state->pending = batch.size();
   state->emit = std::move(emit);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     handle_one(session, batch[i], [state, i](json::value response) {
-      state->slots[i] = std::move(response);
+      if (!response.is_null()) state->slots[i] = json::serialize(response);
       if (--state->pending != 0) return;
-      json::array out;
-      for (auto& slot : state->slots) {
-        if (!slot.is_null()) out.push_back(std::move(slot));
+      std::string out;
+      for (auto const& slot : state->slots) {
+        if (slot.empty()) continue;
+        out += out.empty() ? "[" : ",";
+        out += slot;
       }
+      state->slots.clear();
       // A batch of notifications only owes nothing (JSON-RPC 2.0 §6).
-      state->emit(out.empty() ? std::string{} : json::serialize(out));
+      if (!out.empty()) out += "]";
+      state->emit(std::move(out));
     });
   }
 }

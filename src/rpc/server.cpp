@@ -3,8 +3,10 @@
 #include "custos/rpc/server.hpp"
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <deque>
@@ -117,7 +119,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 class Connection final : public Session, public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<Server::Impl> server, stream::socket socket, PeerCredentials peer)
-      : server_(std::move(server)), socket_(std::move(socket)), peer_(std::move(peer)) {}
+      : server_(std::move(server)),
+        socket_(std::move(socket)),
+        peer_(std::move(peer)),
+        idle_timer_(server_->io) {}
 
   [[nodiscard]] PeerCredentials const& peer() const noexcept override { return peer_; }
   [[nodiscard]] bool closed() const noexcept override { return closed_; }
@@ -154,15 +159,21 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     }
     auto fn = std::move(it->second);
     subscriptions_.erase(it);
+    last_activity_ = std::chrono::steady_clock::now();
     if (fn) fn();
     return ok();
   }
 
-  void start() { read_more(); }
+  void start() {
+    last_activity_ = std::chrono::steady_clock::now();
+    arm_idle_timer(server_->limits.idle_timeout);
+    read_more();
+  }
 
   void close() {
     if (closed_) return;
     closed_ = true;
+    idle_timer_.cancel();
     boost::system::error_code ec;
     socket_.shutdown(stream::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -233,13 +244,21 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
       scan_from_ = 0;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank keep-alive
-      ++inflight_;
-      server_->dispatcher.handle_line(shared_from_this(), line,
-                                      [weak = weak_from_this()](std::string response) {
-                                        auto self = weak.lock();
-                                        if (!self) return;
-                                        self->on_reply(std::move(response));
-                                      });
+      last_activity_ = std::chrono::steady_clock::now();
+      // Every call the line starts (each batch entry) holds in-flight budget until the line is
+      // answered; `admitted` runs before any of them, the reply may come synchronously.
+      auto cost = std::make_shared<std::size_t>(0);
+      server_->dispatcher.handle_line(
+          shared_from_this(), line,
+          [weak = weak_from_this(), cost](std::string response) {
+            auto self = weak.lock();
+            if (!self) return;
+            self->on_reply(std::move(response), *cost);
+          },
+          [this, cost](std::size_t n) {
+            *cost = n;
+            inflight_ += n;
+          });
     }
     if (!closed_ && !closing_) {
       if (read_eof_)
@@ -250,10 +269,11 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   }
 
   // The dispatcher calls this exactly once per line, with an empty string when nothing is owed.
-  void on_reply(std::string response) {
+  void on_reply(std::string response, std::size_t cost) {
     if (closed_) return;
+    last_activity_ = std::chrono::steady_clock::now();
     bool const was_full = inflight_ >= server_->limits.max_inflight_per_connection;
-    if (inflight_ > 0) --inflight_;
+    inflight_ -= std::min(inflight_, cost);
     if (!response.empty()) enqueue(std::move(response));
     if (closing_ || closed_) return;
     if (was_full) {
@@ -308,6 +328,31 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
         "a line is longer than " + std::to_string(server_->limits.max_line_bytes) + " bytes"});
   }
 
+  // One timer per connection, re-armed to the remaining time instead of on every request.
+  void arm_idle_timer(std::chrono::steady_clock::duration after) {
+    if (server_->limits.idle_timeout.count() <= 0 || closed_) return;
+    idle_timer_.expires_after(after);
+    idle_timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (!self || ec || self->closed_) return;
+      self->on_idle_timer();
+    });
+  }
+
+  void on_idle_timer() {
+    auto const timeout = server_->limits.idle_timeout;
+    auto const idle_for = std::chrono::steady_clock::now() - last_activity_;
+    // A pending call (an exec.wait can take hours), a subscription or unsent bytes mean the
+    // client is being served, not idle.
+    bool const busy = inflight_ > 0 || !subscriptions_.empty() || !write_queue_.empty();
+    if (!busy && idle_for >= timeout) {
+      ++server_->stats.idle_closed;
+      close();
+      return;
+    }
+    arm_idle_timer(busy ? std::chrono::steady_clock::duration{timeout} : timeout - idle_for);
+  }
+
   void maybe_finish() {
     if (closed_ || !read_eof_) return;
     if (inflight_ == 0 && write_queue_.empty() && subscriptions_.empty()) close();
@@ -329,6 +374,8 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   bool closed_ = false;
   std::map<std::string, std::function<void()>> subscriptions_;
   std::uint64_t next_subscription_ = 0;
+  asio::steady_timer idle_timer_;
+  std::chrono::steady_clock::time_point last_activity_{};
 };
 
 void Server::Impl::start_accept() {

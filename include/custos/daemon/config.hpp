@@ -39,6 +39,10 @@ struct DaemonConfig {
   std::size_t max_subscriptions = 64;
   std::size_t event_queue_bytes = std::size_t{1} << 20;
   std::size_t write_queue_bytes = std::size_t{8} << 20;
+  std::size_t max_batch_entries = 128;  // entries per JSON-RPC batch; more → one -32600
+  // Connections with nothing in flight, no subscription and no request for this long are
+  // closed; zero disables it.
+  std::chrono::milliseconds idle_timeout{60000};
 };
 
 // Fills the defaults: as root without --state-dir, /var/lib/custos and /run/custos/custos.sock;

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -65,6 +66,17 @@ class Dispatcher {
   // nothing is owed (notifications only). Completion may be synchronous or later.
   void handle_line(std::shared_ptr<Session> const& session, std::string_view line,
                    std::function<void(std::string)> emit);
+  // As above; `admitted(n)` is called synchronously, before any call runs, with the number of
+  // calls the line starts (1 for a single request, the entry count for a batch; not called when
+  // the line is refused outright). The transport counts them against its in-flight budget until
+  // `emit` runs.
+  void handle_line(std::shared_ptr<Session> const& session, std::string_view line,
+                   std::function<void(std::string)> emit,
+                   std::function<void(std::size_t)> const& admitted);
+
+  // Entries per batch; a larger batch is answered with one -32600 error and none of it runs.
+  void set_max_batch_entries(std::size_t n) noexcept { max_batch_entries_ = n == 0 ? 1 : n; }
+  [[nodiscard]] std::size_t max_batch_entries() const noexcept { return max_batch_entries_; }
 
  private:
   struct Entry {
@@ -78,6 +90,7 @@ class Dispatcher {
   AuthPolicy auth_;
   std::map<std::string, Entry, std::less<>> methods_;
   DispatchStats stats_;
+  std::size_t max_batch_entries_ = 128;
 };
 
 }  // namespace custos::rpc

@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,10 @@ struct ServerLimits {
   std::size_t max_write_queue_bytes = std::size_t{8} << 20;  // responses: stop reading above
   std::size_t event_queue_bytes = std::size_t{1} << 20;      // events: dropped above
   std::size_t max_subscriptions_per_connection = 64;
+  // A connection with nothing in flight (no call, no exec.wait), no subscription and nothing
+  // left to write is closed after this long without a request; zero disables the timeout.
+  // Without it a silent client holds one of max_connections slots forever.
+  std::chrono::milliseconds idle_timeout{60000};
 };
 
 struct ServerStats {
@@ -35,6 +40,7 @@ struct ServerStats {
   std::uint64_t events_sent = 0;
   std::uint64_t events_dropped = 0;
   std::uint64_t lines_too_long = 0;
+  std::uint64_t idle_closed = 0;  // closed by idle_timeout
 };
 
 class Server {

@@ -3,7 +3,9 @@
 // Until the gateway issue lands, `authority` is accepted as given (it must be an object when
 // present) and not checked: authorization is the admin rule of AuthPolicy (docs/api.md).
 #include <algorithm>
+#include <charconv>
 #include <limits>
+#include <system_error>
 
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
@@ -165,6 +167,74 @@ Result<json::object> record_view(registry::Registry* reg, std::string const& id)
   return out;
 }
 
+// next_cursor values are plain decimal u64 strings. std::stoull would accept "-1" (wrapping to
+// 2^64-1), leading blanks and a "+", and throw on garbage; here only 1..20 ASCII digits that fit
+// in 64 bits are accepted.
+Result<std::uint64_t> parse_cursor(std::string_view text) {
+  std::uint64_t value = 0;
+  auto const* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value, 10);
+  if (text.empty() || text.front() < '0' || text.front() > '9' || ec != std::errc{} || ptr != end) {
+    Error e = bad_param("cursor must be a decimal string from next_cursor");
+    e.diagnostics.push_back(
+        Diagnostic{Errc::rpc_invalid_params, "/cursor", "not an unsigned decimal 64-bit integer"});
+    return e;
+  }
+  return value;
+}
+
+// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto const b = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((b & 0xE0U) == 0xC0U) {
+      len = 2;
+      cp = b & 0x1FU;
+    } else if ((b & 0xF0U) == 0xE0U) {
+      len = 3;
+      cp = b & 0x0FU;
+    } else if ((b & 0xF8U) == 0xF0U) {
+      len = 4;
+      cp = b & 0x07U;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      auto const c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0U) != 0x80U) return false;
+      cp = (cp << 6U) | (c & 0x3FU);
+    }
+    constexpr std::uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// A cancel reason is kept to 1024 bytes, cut at a code point boundary so that the stored and
+// reported reason stays valid UTF-8; a reason that is not UTF-8 at all is refused.
+Result<std::string> bounded_reason(std::string_view text) {
+  constexpr std::size_t kMaxReason = 1024;
+  if (!valid_utf8(text)) {
+    Error e = bad_param("reason must be valid UTF-8");
+    e.diagnostics.push_back(Diagnostic{Errc::rpc_invalid_params, "/reason", "not valid UTF-8"});
+    return e;
+  }
+  if (text.size() <= kMaxReason) return std::string{text};
+  std::size_t cut = kMaxReason;
+  // Back off over continuation bytes (10xxxxxx) to the start of the split code point.
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0U) == 0x80U) --cut;
+  return std::string{text.substr(0, cut)};
+}
+
 }  // namespace
 
 void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registry* reg) {
@@ -240,11 +310,9 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
             if (!c->is_string())
               return reply(bad_param("cursor must be a string from next_cursor"));
-            try {
-              offset = std::stoull(std::string{c->get_string()});
-            } catch (std::exception const&) {
-              return reply(bad_param("cursor must be a string from next_cursor"));
-            }
+            auto parsed = parse_cursor(c->get_string());
+            if (!parsed) return reply(parsed.error());
+            offset = *parsed;
           }
           filter.limit = static_cast<std::size_t>(offset + page + 1);
           auto all = m.list(filter);
@@ -297,7 +365,9 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           std::string reason = "exec.cancel";
           if (auto const* r = p.if_contains("reason"); r != nullptr && !r->is_null()) {
             if (!r->is_string()) return reply(bad_param("reason must be a string"));
-            reason = std::string{r->get_string()}.substr(0, 1024);
+            auto cut = bounded_reason(r->get_string());
+            if (!cut) return reply(cut.error());
+            reason = std::move(*cut);
           }
           auto r = m.cancel(*id, core::Trigger::user, std::move(reason));
           if (!r) return reply(r.error());

@@ -16,6 +16,7 @@ struct DaemonFlags {
   std::string socket_mode = "0660";
   std::string boundary = "auto";
   std::string shutdown = "cancel";
+  std::string restart_policy = "cancel";
   std::string log_target = "auto";
   std::uint64_t shutdown_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 60000;
@@ -43,6 +44,9 @@ void add_daemon(CLI::App& app, Globals& g) {
       "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
   sub->add_option("--boundary", flags->boundary, "auto | cgroup | marker")->capture_default_str();
   sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
+      ->capture_default_str();
+  sub->add_option("--restart-policy", flags->restart_policy,
+                  "At start, executions a previous daemon left running: cancel | keep_running")
       ->capture_default_str();
   sub->add_option("--shutdown-timeout-ms", flags->shutdown_timeout_ms,
                   "Bound on waiting for cancelled executions at shutdown")
@@ -91,6 +95,9 @@ void add_daemon(CLI::App& app, Globals& g) {
     auto target = daemon::parse_log_target(flags->log_target);
     if (!boundary) throw CLI::ValidationError("--boundary", "auto, cgroup or marker");
     if (!shutdown) throw CLI::ValidationError("--shutdown", "cancel or detach");
+    auto restart = daemon::parse_restart_policy(flags->restart_policy);
+    if (!restart) throw CLI::ValidationError("--restart-policy", "cancel or keep_running");
+    cfg.restart_policy = *restart;
     if (!target) throw CLI::ValidationError("--log-target", "auto, journal, console or file");
     cfg.boundary = *boundary;
     cfg.shutdown = *shutdown;

@@ -52,6 +52,41 @@ void print_table(json::object const& caps) {
   }
 }
 
+// Registry findings of the daemon's start-up recovery: records it will not act on by itself.
+void print_registry(json::object const& reg) {
+  auto list = [&](char const* key) -> json::array const* {
+    auto const* v = reg.if_contains(key);
+    return v != nullptr && v->is_array() ? &v->get_array() : nullptr;
+  };
+  auto const* q = list("quarantined");
+  auto const* o = list("orphan_claims");
+  auto const* k = list("kept_running");
+  fmt::print("\nregistry: {} quarantined record(s), {} orphan claim(s), {} kept running\n",
+             q != nullptr ? q->size() : 0, o != nullptr ? o->size() : 0,
+             k != nullptr ? k->size() : 0);
+  if (q != nullptr) {
+    for (auto const& r : *q) {
+      if (!r.is_object()) continue;
+      auto const& x = r.get_object();
+      fmt::print("  quarantined {}  {}  {}\n", str_field(x, "execution_id"), str_field(x, "code"),
+                 str_field(x, "reason"));
+    }
+  }
+  if (o != nullptr) {
+    for (auto const& r : *o) {
+      if (!r.is_object()) continue;
+      auto const& x = r.get_object();
+      fmt::print("  orphan claim action {} process {} (execution {})\n", str_field(x, "action_id"),
+                 str_field(x, "process_id"), str_field(x, "execution_id"));
+    }
+  }
+  if (k != nullptr) {
+    for (auto const& r : *k) {
+      if (r.is_string()) fmt::print("  kept running, unsupervised: {}\n", r.get_string().c_str());
+    }
+  }
+}
+
 }  // namespace
 
 void add_doctor(CLI::App& app, Globals& g) {
@@ -94,6 +129,8 @@ void add_doctor(CLI::App& app, Globals& g) {
     }
     auto const* caps = info.if_contains("capabilities");
     if (caps != nullptr && caps->is_object()) print_table(caps->get_object());
+    if (auto const* reg = info.if_contains("registry"); reg != nullptr && reg->is_object())
+      print_registry(reg->get_object());
     g.exit_code = kExitOk;
   });
 }

@@ -66,4 +66,10 @@ std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+std::optional<registry::RestartPolicy> parse_restart_policy(std::string_view s) noexcept {
+  if (s == "cancel") return registry::RestartPolicy::cancel_and_reap;
+  if (s == "keep_running") return registry::RestartPolicy::keep_running;
+  return std::nullopt;
+}
+
 }  // namespace custos::daemon

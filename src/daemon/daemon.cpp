@@ -143,9 +143,10 @@ class Daemon {
   // stop means "recovered and then cancelled by identity at this start" (docs/operations.md).
   Result<void> recover() {
     registry::RecoveryOptions options;
-    options.policy = registry::RestartPolicy::cancel_and_reap;
+    options.policy = config_.restart_policy;
     auto report = CUSTOS_TRY(registry::recover(*registry_, options));
     CUSTOS_TRYV(registry::apply_restart_policy(*registry_, report, options));
+    recovery_view_ = recovery_json(report);
     std::size_t live = 0, absent = 0, indeterminate = 0;
     for (auto const& e : report.executions) {
       switch (e.classification) {
@@ -270,6 +271,34 @@ class Daemon {
     return ok();
   }
 
+  // What start-up recovery found and kept for an operator: quarantined records (never acted on)
+  // and orphan claims (never re-usable), plus executions left running by keep_running. It is a
+  // snapshot of this start, shown by host.info and `custos doctor`.
+  static json::object recovery_json(registry::RecoveryReport const& report) {
+    json::array quarantined;
+    for (auto const& q : report.quarantined) {
+      quarantined.push_back(json::object{{"execution_id", q.execution_id},
+                                         {"code", q.code},
+                                         {"reason", q.reason},
+                                         {"detected_ns", q.detected_ns}});
+    }
+    json::array orphans;
+    for (auto const& c : report.orphan_claims) {
+      orphans.push_back(json::object{{"action_id", c.action_id},
+                                     {"process_id", c.process_id},
+                                     {"execution_id", c.execution_id},
+                                     {"consumed_ns", c.consumed_ns}});
+    }
+    json::array kept;
+    for (auto const& e : report.executions) {
+      if (e.classification == core::RecoveryPath::live_owned && !e.terminal_written)
+        kept.emplace_back(e.execution_id);
+    }
+    return json::object{{"quarantined", std::move(quarantined)},
+                        {"orphan_claims", std::move(orphans)},
+                        {"kept_running", std::move(kept)}};
+  }
+
   // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),
   // so it is built once; a call copies it instead of re-encoding every capability.
   Result<json::object> describe_host() {
@@ -285,6 +314,9 @@ class Daemon {
     }
     if (subtree_) out["cgroup_subtree"] = subtree_->path();
     out["shutdown_policy"] = config_.shutdown == ShutdownMode::cancel ? "cancel" : "detach";
+    out["restart_policy"] =
+        config_.restart_policy == registry::RestartPolicy::keep_running ? "keep_running" : "cancel";
+    out["registry"] = recovery_view_;
     host_info_ = out;
     return out;
   }
@@ -434,6 +466,9 @@ class Daemon {
   bool subtree_created_ = false;
   Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
   json::object host_info_;
+  json::object recovery_view_{{"quarantined", json::array{}},
+                              {"orphan_claims", json::array{}},
+                              {"kept_running", json::array{}}};
   std::string boot_id_;
   bool shutting_down_ = false;
   int exit_code_ = 0;

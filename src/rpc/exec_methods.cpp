@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <set>
 #include <system_error>
 
 #include "custos/core/plan_canonical.hpp"
@@ -138,8 +139,49 @@ struct SubState {
   bool removed = false;
 };
 
-// The durable record of an execution the manager does not hold, in the shape of exec.get.
-// Errors: exec.not_found when the registry has no such record either.
+// The durable record of an execution the manager does not hold, in the shape of exec.get:
+// identity decoded from the stored canonical plan, accounting from the stored stream progress,
+// the terminal record decoded from its stored canonical bytes.
+Result<json::object> record_json(registry::ExecutionRecord const& rec) {
+  auto request = CUSTOS_TRY(core::decode_execution(rec.plan_canonical));
+  bool const pty = request.plan.io.mode == core::IoMode::pty;
+  auto stream_json = [](core::StreamAccounting const& a) {
+    return json::object{{"observed", a.observed},
+                        {"retained", a.retained},
+                        {"dropped", a.dropped},
+                        {"complete", a.complete}};
+  };
+  json::object accounting;
+  if (pty) {
+    accounting["pty"] = stream_json(rec.out.accounting);
+  } else {
+    accounting["stdout"] = stream_json(rec.out.accounting);
+    accounting["stderr"] = stream_json(rec.err.accounting);
+  }
+  json::object out{{"execution_id", rec.execution_id},
+                   {"identity", core::to_json(request.identity)},
+                   {"plan_digest", rec.plan_digest},
+                   {"phase", core::phase_wire(rec.phase)},
+                   {"boundary", registry::boundary_kind_wire(rec.boundary.kind)},
+                   {"session_id", rec.session_id},
+                   {"action_id", rec.action_id},
+                   {"process_id", rec.process_id},
+                   {"backend", rec.backend},
+                   {"accounting", std::move(accounting)},
+                   {"source", "registry"}};
+  if (rec.trigger)
+    out["trigger"] = core::trigger_wire(*rec.trigger);
+  else
+    out["trigger"] = nullptr;
+  if (rec.terminal) {
+    auto t = CUSTOS_TRY(registry::decode_terminal(*rec.terminal));
+    out["terminal"] = CUSTOS_TRY(core::to_json(t));
+  }
+  return out;
+}
+
+// Errors: exec.not_found when the registry has no such record either; registry.corrupt_record
+// for a quarantined record (passed through typed, with the quarantine reason).
 Result<json::object> record_view(registry::Registry* reg, std::string const& id) {
   if (reg == nullptr) return Error{Errc::exec_not_found, "no execution " + id};
   auto rec = reg->get(id);
@@ -148,23 +190,7 @@ Result<json::object> record_view(registry::Registry* reg, std::string const& id)
       return Error{Errc::exec_not_found, "no execution " + id};
     return rec.error();
   }
-  json::object out{{"execution_id", rec->execution_id},
-                   {"plan_digest", rec->plan_digest},
-                   {"phase", core::phase_wire(rec->phase)},
-                   {"boundary", registry::boundary_kind_wire(rec->boundary.kind)},
-                   {"session_id", rec->session_id},
-                   {"action_id", rec->action_id},
-                   {"process_id", rec->process_id},
-                   {"backend", rec->backend},
-                   {"source", "registry"}};
-  if (rec->terminal) {
-    auto t = registry::decode_terminal(*rec->terminal);
-    if (!t) return t.error();
-    auto j = core::to_json(*t);
-    if (!j) return j.error();
-    out["terminal"] = std::move(*j);
-  }
-  return out;
+  return record_json(*rec);
 }
 
 // next_cursor values are plain decimal u64 strings. std::stoull would accept "-1" (wrapping to
@@ -289,23 +315,28 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.list", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
           if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k)
             return reply(k.error());
           supervisor::ListFilter filter;
+          registry::ListFilter rfilter;
           if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
             auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
             if (!phase) return reply(bad_param("phase must be a phase name"));
             filter.phase = phase;
+            rfilter.phase = phase;
           }
           if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
             if (!se->is_string()) return reply(bad_param("session_id must be a string"));
             filter.session_id = std::string{se->get_string()};
+            rfilter.session_id = filter.session_id;
           }
           auto limit = optional_u64(p, "limit", 1000);
           if (!limit) return reply(limit.error());
           std::uint64_t const page = limit->value_or(100);
-          // The cursor is the number of executions already returned (newest first).
+          // The cursor is the number of executions already returned: first the ones this daemon
+          // supervises (newest first), then the registry's records it does not hold (terminal
+          // ones and those a previous daemon left), in id order.
           std::uint64_t offset = 0;
           if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
             if (!c->is_string())
@@ -314,15 +345,40 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
             if (!parsed) return reply(parsed.error());
             offset = *parsed;
           }
-          filter.limit = static_cast<std::size_t>(offset + page + 1);
-          auto all = m.list(filter);
+          // One more than the page shows whether a next page exists. Saturating: a cursor near
+          // 2^64 must not wrap to a small window.
+          constexpr std::uint64_t kWindowCap = std::uint64_t{1} << 32;
+          std::uint64_t const want = offset >= kWindowCap ? kWindowCap : offset + page + 1;
+          filter.limit = static_cast<std::size_t>(want);
+          auto live = m.list(filter);
+          std::vector<json::object> all;
+          all.reserve(live.size());
+          std::set<std::string> held;
+          for (auto const& v : live) {
+            held.insert(v.execution_id);
+            all.push_back(v.to_json());
+          }
+          if (reg != nullptr && all.size() < want) {
+            // Only the registry's records beyond the held ones are needed; the held ones may
+            // appear among them too, so ask for that many more.
+            rfilter.limit = static_cast<std::size_t>(want - all.size() + held.size());
+            auto recs = reg->list(rfilter);
+            if (!recs) return reply(recs.error());
+            for (auto const& rec : *recs) {
+              if (all.size() >= want) break;
+              if (held.count(rec.execution_id) != 0) continue;
+              auto j = record_json(rec);
+              if (!j) return reply(j.error());
+              all.push_back(std::move(*j));
+            }
+          }
           json::array out;
-          for (std::size_t i = static_cast<std::size_t>(offset);
-               i < all.size() && out.size() < page; ++i) {
-            out.push_back(all[i].to_json());
+          for (std::uint64_t i = offset; i < all.size() && out.size() < page; ++i) {
+            out.push_back(std::move(all[static_cast<std::size_t>(i)]));
           }
           json::value next = nullptr;
-          if (all.size() > offset + page) next = std::to_string(offset + page);
+          if (offset < kWindowCap && all.size() > offset + page)
+            next = std::to_string(offset + page);
           reply(json::value(
               json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
         });

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "custos/core/result.hpp"
+#include "custos/registry/recovery.hpp"
 
 namespace custos::daemon {
 
@@ -28,6 +29,11 @@ struct DaemonConfig {
   std::filesystem::path cgroup_subtree;
   BoundaryMode boundary = BoundaryMode::automatic;
   ShutdownMode shutdown = ShutdownMode::cancel;
+  // What start-up recovery does with executions a previous daemon left running and that are
+  // provably still ours: cancel (kill, reap, terminal record) or keep_running (left running and
+  // non-terminal; this build cannot supervise them again, so they stay unsupervised until they
+  // exit and the next start's recovery classifies them).
+  registry::RestartPolicy restart_policy = registry::RestartPolicy::cancel_and_reap;
   std::chrono::milliseconds shutdown_timeout{10000};
   std::string log_level = "info";
   LogTarget log_target = LogTarget::automatic;
@@ -55,5 +61,8 @@ struct DaemonConfig {
 [[nodiscard]] std::optional<LogTarget> parse_log_target(std::string_view s) noexcept;
 [[nodiscard]] std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept;
 [[nodiscard]] std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept;
+// "cancel" or "keep_running" (the config key restart-policy).
+[[nodiscard]] std::optional<registry::RestartPolicy> parse_restart_policy(
+    std::string_view s) noexcept;
 
 }  // namespace custos::daemon

@@ -3,9 +3,9 @@
 // The targets are those of issue 3 ("Benchmarks"). A row that cannot be measured returns
 // unmeasured(...) with the reason: the table then shows the target and the floor with no value
 // and `meets: false`, so a missing measurement can never read as a pass.
-#include "bench.hpp"
-
 #include "custos/registry/bench.hpp"
+
+#include "bench.hpp"
 
 namespace custos::bench {
 
@@ -31,12 +31,22 @@ std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
   // (docs/durability.md "Benchmark row").
   std::size_t const n = env.quick ? 50 : 400;
   auto r = registry::bench_durable_overhead(env.work_dir, n, 16);
-  Row seq{"registry: durable writes per execution, sequential (claim FULL + 7 NORMAL)", "us",
-          std::nullopt, "one SQLite WAL synchronous=FULL commit (same run)", std::nullopt, 1.5,
-          Better::lower, ""};
-  Row par{"registry: durable writes per execution, 16 concurrent launchers (group commit)", "us",
-          std::nullopt, "one SQLite WAL synchronous=FULL commit (same run)", std::nullopt,
-          std::nullopt, Better::lower, ""};
+  Row seq{"registry: durable writes per execution, sequential (claim FULL + 7 NORMAL)",
+          "us",
+          std::nullopt,
+          "one SQLite WAL synchronous=FULL commit (same run)",
+          std::nullopt,
+          1.5,
+          Better::lower,
+          ""};
+  Row par{"registry: durable writes per execution, 16 concurrent launchers (group commit)",
+          "us",
+          std::nullopt,
+          "one SQLite WAL synchronous=FULL commit (same run)",
+          std::nullopt,
+          std::nullopt,
+          Better::lower,
+          ""};
   if (!r) {
     seq.note = par.note = r.error().message();
     return {seq, par};

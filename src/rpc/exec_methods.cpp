@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -402,14 +403,24 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
               return reply(std::move(*rec_terminal));
             return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
           }
+          // The manager keeps this waiter until the execution ends or the timeout fires, which
+          // can be days. What it holds for the client (the reply chain: the connection's
+          // completion and, inside a batch, the batch's collected replies) is dropped as soon as
+          // the connection closes; only this small closure stays with the manager.
+          auto slot = std::make_shared<std::optional<Reply>>(std::move(reply));
+          auto hook = std::make_shared<std::uint64_t>(0);
+          *hook = s->add_close_hook([slot] { slot->reset(); });
+          if (*hook == 0) return;  // already closed: nobody to answer
           std::weak_ptr<Session> weak = s;
-          m.wait(*id, timeout, [reply, weak](Result<core::TerminalRecord> r) {
-            // A client that went away does not need its answer.
-            if (weak.expired()) return;
-            if (!r) return reply(r.error());
+          m.wait(*id, timeout, [slot, hook, weak](Result<core::TerminalRecord> r) {
+            if (!slot->has_value()) return;  // the client went away
+            auto answer = std::move(**slot);
+            slot->reset();
+            if (auto session = weak.lock()) session->remove_close_hook(*hook);
+            if (!r) return answer(r.error());
             auto j = core::to_json(*r);
-            if (!j) return reply(j.error());
-            reply(std::move(*j));
+            if (!j) return answer(j.error());
+            answer(std::move(*j));
           });
         });
 

@@ -164,6 +164,15 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     return ok();
   }
 
+  std::uint64_t add_close_hook(std::function<void()> fn) override {
+    if (closed_) return 0;
+    auto const id = ++next_close_hook_;
+    close_hooks_.emplace(id, std::move(fn));
+    return id;
+  }
+
+  void remove_close_hook(std::uint64_t handle) override { close_hooks_.erase(handle); }
+
   void start() {
     last_activity_ = std::chrono::steady_clock::now();
     arm_idle_timer(server_->limits.idle_timeout);
@@ -184,6 +193,11 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     }
     write_queue_.clear();
     queued_bytes_ = 0;
+    auto hooks = std::move(close_hooks_);
+    close_hooks_.clear();
+    for (auto& [id, fn] : hooks) {
+      if (fn) fn();
+    }
     server_->on_closed(this);
   }
 
@@ -203,6 +217,12 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
       self->reading_ = false;
       if (self->closed_) return;
       if (ec == asio::error::eof) {
+        if (self->peer_gone()) {
+          // Closed, not half-closed: no reply can be delivered any more, and pending calls
+          // (an exec.wait can last days) must not keep the slot and what they hold.
+          self->close();
+          return;
+        }
         // A half-closed client still gets the replies to what it sent.
         self->read_eof_ = true;
         self->process_lines();
@@ -215,6 +235,13 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
       self->inbuf_.append(self->chunk_.data(), n);
       self->process_lines();
     });
+  }
+
+  // After EOF on reading: POLLHUP means the peer shut down both directions (closed its socket),
+  // as opposed to shutdown(SHUT_WR) where it still reads our replies.
+  [[nodiscard]] bool peer_gone() {
+    pollfd p{socket_.native_handle(), POLLOUT, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
   }
 
   [[nodiscard]] bool paused() const {
@@ -374,6 +401,8 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   bool closed_ = false;
   std::map<std::string, std::function<void()>> subscriptions_;
   std::uint64_t next_subscription_ = 0;
+  std::map<std::uint64_t, std::function<void()>> close_hooks_;
+  std::uint64_t next_close_hook_ = 0;
   asio::steady_timer idle_timer_;
   std::chrono::steady_clock::time_point last_activity_{};
 };

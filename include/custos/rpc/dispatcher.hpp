@@ -32,6 +32,14 @@ class Session {
   // remove_subscription or when the connection closes. Fails with rpc.subscription_limit.
   [[nodiscard]] virtual Result<std::string> add_subscription(std::function<void()> on_remove) = 0;
   [[nodiscard]] virtual Result<void> remove_subscription(std::string const& id) = 0;
+  // Runs `fn` once when the connection closes (not counted as a subscription). Returns a handle
+  // for remove_close_hook, or 0 when the connection is already closed (`fn` is not kept). Lets a
+  // long-pending call (exec.wait) drop what it holds for a client that went away.
+  virtual std::uint64_t add_close_hook(std::function<void()> fn) {
+    (void)fn;
+    return 0;
+  }
+  virtual void remove_close_hook(std::uint64_t handle) { (void)handle; }
 };
 
 // Completes one call. Must be invoked exactly once, on the io_context thread; a completion for a

@@ -171,5 +171,53 @@ TEST_F(DispatcherRules, HandlerExceptionBecomesInternalError) {
   EXPECT_EQ(json::parse(r[0]).at("error").at("data").at("code").as_string(), "internal.error");
 }
 
+// A completion that runs later, outside the handler call, and whose forwarding throws: the
+// exception must not unwind into the caller of the completion (io_context::run() in the
+// daemon); the call is answered with internal.error instead.
+TEST_F(DispatcherRules, LateCompletionThatThrowsBecomesInternalError) {
+  std::vector<std::string> out;
+  int calls = 0;
+  d_.handle_line(admin_, R"({"jsonrpc":"2.0","method":"admin.later","id":9})", [&](std::string r) {
+    if (++calls == 1) throw std::runtime_error("transport refused the reply");
+    out.push_back(std::move(r));
+  });
+  ASSERT_EQ(later_.size(), 1U);
+  EXPECT_NO_THROW(later_[0](json::value("done")));
+  ASSERT_EQ(out.size(), 1U);
+  auto o = json::parse(out[0]).as_object();
+  EXPECT_EQ(o.at("id").as_int64(), 9);
+  EXPECT_EQ(o.at("error").at("data").at("code").as_string(), "internal.error");
+}
+
+TEST_F(DispatcherRules, BatchCapAndAdmittedCount) {
+  d_.set_max_batch_entries(3);
+  std::string const one = R"({"jsonrpc":"2.0","method":"open.echo","id":1})";
+  std::vector<std::size_t> admitted;
+  std::vector<std::string> out;
+  auto send = [&](std::string const& line) {
+    d_.handle_line(
+        admin_, line, [&](std::string r) { out.push_back(std::move(r)); },
+        [&](std::size_t n) { admitted.push_back(n); });
+  };
+  send("[" + one + "," + one + "," + one + "]");
+  send("[" + one + "," + one + "," + one + "," + one + "]");
+  send(one);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_TRUE(json::parse(out[0]).is_array());
+  auto refused = json::parse(out[1]);
+  ASSERT_TRUE(refused.is_object());
+  EXPECT_EQ(refused.at("error").at("code").as_int64(), -32600);
+  EXPECT_EQ(admitted, (std::vector<std::size_t>{3, 1}));  // the refused batch admitted nothing
+}
+
+TEST_F(DispatcherRules, DuplicateMemberIsParseErrorWithPointer) {
+  auto r = run(admin_, R"({"jsonrpc":"2.0","method":"open.echo","params":{"a":1,"a":2},"id":1})");
+  ASSERT_EQ(r.size(), 1U);
+  auto o = json::parse(r[0]).as_object();
+  EXPECT_EQ(o.at("error").at("code").as_int64(), -32700);
+  EXPECT_EQ(o.at("error").at("data").at("detail").at("diagnostics").at(0).at("pointer").as_string(),
+            "/params/a");
+}
+
 }  // namespace
 }  // namespace custos::rpc

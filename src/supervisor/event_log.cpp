@@ -74,6 +74,8 @@ EventLog::Subscribed EventLog::subscribe(std::optional<std::uint64_t> from_seq, 
   return out;
 }
 
-bool EventLog::unsubscribe(std::uint64_t id) { return subscribers_.erase(id) > 0; }
+bool EventLog::unsubscribe(std::uint64_t id) {
+  return subscribers_.erase(id) > 0;
+}
 
 }  // namespace custos::supervisor

@@ -1,21 +1,21 @@
 #include "custos/supervisor/manager.hpp"
 
-#include <signal.h>
-#include <sys/inotify.h>
-#include <unistd.h>
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <signal.h>
 #include <string_view>
+#include <sys/inotify.h>
 #include <system_error>
-
-#include <boost/asio/post.hpp>
+#include <unistd.h>
 
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/subreaper.hpp"
+
 #include "plan_view.hpp"
 #include "supervisor.hpp"
 
@@ -112,9 +112,9 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request) {
   if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
   auto const& plan = request.plan;
   if (plan.backend.kind != core::BackendKind::native) {
-    return Error(Errc::sys_unsupported,
-                 std::string{"backend "} + std::string{core::to_string(plan.backend.kind)} +
-                     " is not served by the native supervisor");
+    return Error(Errc::sys_unsupported, std::string{"backend "} +
+                                            std::string{core::to_string(plan.backend.kind)} +
+                                            " is not served by the native supervisor");
   }
   // Only root callers may name other credentials until the gateway checks authority for it.
   if (plan.user && request.caller.uid != 0 &&
@@ -138,7 +138,8 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request) {
                                           std::move(*digest));
   std::size_t const live = live_count();
   executions_.emplace(*id, sup);
-  auto res = sup->launch(boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_, live);
+  auto res =
+      sup->launch(boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_, live);
   if (!res) {
     executions_.erase(*id);
     return res.error();

@@ -3,12 +3,12 @@
 // rest of the supervisor does not depend on how core lays out its plan.
 #pragma once
 
+#include <boost/json/value.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "custos/core/identity.hpp"
 #include "custos/core/plan.hpp"

@@ -13,22 +13,21 @@
 // and post their result back to the loop; each counts in pending_ like any other async task.
 #include "supervisor.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
+#include <boost/asio/post.hpp>
+#include <boost/json/value_from.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <limits>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <system_error>
+#include <unistd.h>
 #include <utility>
-
-#include <boost/asio/post.hpp>
-#include <boost/json/value_from.hpp>
 
 #include "custos/sys/openat2.hpp"
 #include "custos/sys/pty.hpp"
@@ -56,10 +55,13 @@ constexpr int kReadsPerWake = 16;
 // exec.output returns at most this much per call.
 constexpr std::uint64_t kMaxSliceBytes = 16ULL << 20U;
 
-std::uint64_t sat_sub(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+std::uint64_t sat_sub(std::uint64_t a, std::uint64_t b) {
+  return a > b ? a - b : 0;
+}
 std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
-  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max()
-                                                            : a + b;
+  return a > std::numeric_limits<std::uint64_t>::max() - b
+             ? std::numeric_limits<std::uint64_t>::max()
+             : a + b;
 }
 
 std::string signal_wire(int sig) {
@@ -70,8 +72,14 @@ std::string signal_wire(int sig) {
 
 boost::json::object exit_json(core::ExitStatus const& e) {
   boost::json::object o;
-  if (e.code) o["code"] = *e.code; else o["code"] = nullptr;
-  if (e.signal) o["signal"] = *e.signal; else o["signal"] = nullptr;
+  if (e.code)
+    o["code"] = *e.code;
+  else
+    o["code"] = nullptr;
+  if (e.signal)
+    o["signal"] = *e.signal;
+  else
+    o["signal"] = nullptr;
   return o;
 }
 
@@ -221,7 +229,8 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
       }
       // Kernel limits where this host has the controllers; elsewhere the sampler enforces them
       // (fidelity sampled) — sys.unsupported here is expected, not an error.
-      if (plan_.memory_bytes) memory_hard_ = cgroup_->set_memory_max(*plan_.memory_bytes).has_value();
+      if (plan_.memory_bytes)
+        memory_hard_ = cgroup_->set_memory_max(*plan_.memory_bytes).has_value();
       if (plan_.processes) pids_hard_ = cgroup_->set_pids_max(*plan_.processes).has_value();
     } else if (cfg.boundary == BoundaryPreference::cgroup) {
       return failed(failure_from("cgroup", cg.error()));
@@ -280,9 +289,9 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   root_pid_ = staged->pid();
   root_start_ticks_ = staged->identity().start_time_ticks;
   if (cfg.sink != nullptr) {
-    auto r = cfg.sink->record_staged(id_, staged->identity(), boundary_,
-                                     cgroup_ ? cgroup_->path() : std::string{},
-                                     marker_->env_value());
+    auto r =
+        cfg.sink->record_staged(id_, staged->identity(), boundary_,
+                                cgroup_ ? cgroup_->path() : std::string{}, marker_->env_value());
     if (!r) {
       // Dropping the staged child kills and reaps it at its barrier: no user code ran.
       { auto discard = std::move(*staged); }
@@ -379,9 +388,9 @@ void Supervisor::fail_spawn(core::SpawnFailure failure) {
   }
   record.output = accounting();
   record.resources = resource_report();
-  record.tree = core::TreeReport{boundary_, cleanup_,
-                                 kernel_enforced_ ? core::Containment::kernel_enforced
-                                                  : core::Containment::escapable};
+  record.tree = core::TreeReport{
+      boundary_, cleanup_,
+      kernel_enforced_ ? core::Containment::kernel_enforced : core::Containment::escapable};
   record.escalation = core::EscalationReport{false, false};
   finish_terminal(std::move(record));
 }
@@ -571,7 +580,8 @@ void Supervisor::force_close_readers() {
     r.spool.reset();
     readers_forced_ = true;
     cleanup_ = core::Cleanup::unconfirmed;
-    cleanup_detail_ += std::string(cleanup_detail_.empty() ? "" : "; ") + "a process outside the tree still held " +
+    cleanup_detail_ += std::string(cleanup_detail_.empty() ? "" : "; ") +
+                       "a process outside the tree still held " +
                        std::string{core::stream_wire(r.stream)} + " after reader_close_bound";
   }
 }
@@ -583,8 +593,8 @@ Result<std::uint64_t> Supervisor::input(std::span<std::uint8_t const> data, bool
   if (writer_.closed || writer_.eof_requested) return Error(Errc::exec_input_closed, id_);
   if (plan_.stdin_bytes && sat_add(writer_.accepted, data.size()) > *plan_.stdin_bytes) {
     return Error(Errc::exec_input_limit,
-                 "limits.stdin_bytes=" + std::to_string(*plan_.stdin_bytes) + ", already accepted " +
-                     std::to_string(writer_.accepted));
+                 "limits.stdin_bytes=" + std::to_string(*plan_.stdin_bytes) +
+                     ", already accepted " + std::to_string(writer_.accepted));
   }
   std::size_t const bound = manager_->config_.stdin_queue_bytes;
   std::size_t const room = bound > writer_.queued ? bound - writer_.queued : 0;
@@ -606,8 +616,8 @@ void Supervisor::kick_writer() {
   int const fd = writer_.sd->native_handle();
   while (!writer_.queue.empty()) {
     auto& front = writer_.queue.front();
-    ssize_t const n = ::write(fd, front.data() + writer_.front_offset,
-                              front.size() - writer_.front_offset);
+    ssize_t const n =
+        ::write(fd, front.data() + writer_.front_offset, front.size() - writer_.front_offset);
     if (n > 0) {
       writer_.front_offset += static_cast<std::size_t>(n);
       writer_.queued -= static_cast<std::size_t>(n);
@@ -810,10 +820,14 @@ void Supervisor::sample() {
     return v && lim && *v > *lim;
   };
   std::string why;
-  if (over(cpu_ms_, plan_.cpu_ms)) why = "cpu_ms " + std::to_string(*cpu_ms_);
-  else if (over(rss_peak_, plan_.memory_bytes)) why = "memory_bytes " + std::to_string(*rss_peak_);
-  else if (over(procs_peak_, plan_.processes)) why = "processes " + std::to_string(*procs_peak_);
-  else if (over(disk_growth_peak_, plan_.disk_bytes)) why = "disk_bytes " + std::to_string(*disk_growth_peak_);
+  if (over(cpu_ms_, plan_.cpu_ms))
+    why = "cpu_ms " + std::to_string(*cpu_ms_);
+  else if (over(rss_peak_, plan_.memory_bytes))
+    why = "memory_bytes " + std::to_string(*rss_peak_);
+  else if (over(procs_peak_, plan_.processes))
+    why = "processes " + std::to_string(*procs_peak_);
+  else if (over(disk_growth_peak_, plan_.disk_bytes))
+    why = "disk_bytes " + std::to_string(*disk_growth_peak_);
   if (!why.empty()) {
     boost::json::object f;
     f["limit"] = why.substr(0, why.find(' '));
@@ -1095,26 +1109,26 @@ void Supervisor::final_stage() {
   bool const check_orphans = boundary_ == Boundary::marker;
   if (check_orphans) collect_orphan_candidates(*orphans, looked);
   ++pending_;
-  asio::post(manager_->workers_, [self = shared_from_this(), marker, opts, orphans, looked,
-                                  check_orphans]() {
-    auto scan = std::make_shared<FinalScan>();
-    if (marker) scan->sweep = sys::marker_sweep(*marker, opts);
-    if (check_orphans) {
-      // Processes still in the middle of dying from the kill get a short bounded moment.
-      auto const until = Clock::now() + kOrphanSettle;
-      while (!orphans->empty()) {
-        std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
-        if (orphans->empty() || Clock::now() >= until) break;
-        ::usleep(2000);  // the worker's own time: the loop is not blocked
-      }
-      scan->orphans_alive = !looked || !orphans->empty();
-    }
-    asio::post(self->io_, [self, scan]() {
-      --self->pending_;
-      if (!self->detached_) self->finish_final_stage(*scan);
-      self->maybe_close();
-    });
-  });
+  asio::post(manager_->workers_,
+             [self = shared_from_this(), marker, opts, orphans, looked, check_orphans]() {
+               auto scan = std::make_shared<FinalScan>();
+               if (marker) scan->sweep = sys::marker_sweep(*marker, opts);
+               if (check_orphans) {
+                 // Processes still in the middle of dying from the kill get a short bounded moment.
+                 auto const until = Clock::now() + kOrphanSettle;
+                 while (!orphans->empty()) {
+                   std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
+                   if (orphans->empty() || Clock::now() >= until) break;
+                   ::usleep(2000);  // the worker's own time: the loop is not blocked
+                 }
+                 scan->orphans_alive = !looked || !orphans->empty();
+               }
+               asio::post(self->io_, [self, scan]() {
+                 --self->pending_;
+                 if (!self->detached_) self->finish_final_stage(*scan);
+                 self->maybe_close();
+               });
+             });
 }
 
 void Supervisor::finish_final_stage(FinalScan const& scan) {
@@ -1128,8 +1142,9 @@ void Supervisor::finish_final_stage(FinalScan const& scan) {
       if (!swr.confirmed) {
         std::string pids;
         for (auto pid : swr.unreadable_pids) pids += " " + std::to_string(pid);
-        why.push_back("marker sweep unconfirmed: " + std::to_string(swr.remaining) + " marked left, " +
-                      std::to_string(swr.unreadable) + " unreadable" + (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
+        why.push_back("marker sweep unconfirmed: " + std::to_string(swr.remaining) +
+                      " marked left, " + std::to_string(swr.unreadable) + " unreadable" +
+                      (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
       }
       if (swr.signalled > 0) {
         forced_ = true;
@@ -1151,7 +1166,9 @@ void Supervisor::finish_final_stage(FinalScan const& scan) {
   }
   if (!root_gone()) why.push_back("root process still alive after kill_after_ms");
   if (scan.orphans_alive) {
-    why.push_back("unattributed live orphans reparented to the daemon (a process may have dropped its marker)");
+    why.push_back(
+        "unattributed live orphans reparented to the daemon (a process may have dropped its "
+        "marker)");
   }
   cleanup_ = why.empty() ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
   for (auto const& w : why) cleanup_detail_ += (cleanup_detail_.empty() ? "" : "; ") + w;
@@ -1213,9 +1230,9 @@ void Supervisor::close_and_record() {
   }
   record.output = accounting();
   record.resources = resource_report();
-  record.tree = core::TreeReport{boundary_, cleanup_,
-                                 kernel_enforced_ ? core::Containment::kernel_enforced
-                                                  : core::Containment::escapable};
+  record.tree = core::TreeReport{
+      boundary_, cleanup_,
+      kernel_enforced_ ? core::Containment::kernel_enforced : core::Containment::escapable};
   record.escalation = core::EscalationReport{graceful_sent_, forced_};
   if (cgroup_) {
     // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for recovery.
@@ -1230,9 +1247,11 @@ void Supervisor::finish_terminal(core::TerminalRecord record) {
   auto const& cfg = manager_->config_;
   if (cfg.sink != nullptr) {
     for (auto const& [stream, acc] : record.output) {
-      if (auto r = cfg.sink->record_output(id_, stream, acc); !r) sink_error("record_output", r.error());
+      if (auto r = cfg.sink->record_output(id_, stream, acc); !r)
+        sink_error("record_output", r.error());
     }
-    if (auto r = cfg.sink->record_terminal(id_, record); !r) sink_error("record_terminal", r.error());
+    if (auto r = cfg.sink->record_terminal(id_, record); !r)
+      sink_error("record_terminal", r.error());
   }
   advance(core::event::TerminalRecorded{record.classification, core::RecoveryPath::observed});
   (void)cancel_.seal();
@@ -1270,11 +1289,13 @@ void Supervisor::advance(core::LifecycleEvent const& ev) {
   // Only phase changes are recorded (a spawn failure stays in `starting` until terminal), and
   // terminal is recorded by record_terminal itself.
   if (cfg.sink != nullptr && moved && life_.phase != core::Phase::terminal) {
-    if (auto r = cfg.sink->record_phase(id_, life_.phase); !r) sink_error("record_phase", r.error());
+    if (auto r = cfg.sink->record_phase(id_, life_.phase); !r)
+      sink_error("record_phase", r.error());
   }
 }
 
-void Supervisor::emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data) {
+void Supervisor::emit(std::string kind, boost::json::object fields,
+                      std::vector<std::uint8_t> data) {
   auto dropped = events_.append(std::move(kind), std::move(fields), std::move(data));
   if (manager_ != nullptr) manager_->stats_.dropped_subscribers += dropped.size();
 }
@@ -1297,8 +1318,8 @@ core::OutputAccounting Supervisor::accounting() const {
 
 core::ResourceReport Supervisor::resource_report() const {
   core::ResourceReport rep;
-  auto set = [&](core::ResourceDim d, std::optional<std::uint64_t> v, std::optional<std::uint64_t> lim,
-                 core::Fidelity fid) {
+  auto set = [&](core::ResourceDim d, std::optional<std::uint64_t> v,
+                 std::optional<std::uint64_t> lim, core::Fidelity fid) {
     auto& o = rep.at(d);
     o.value = v;
     o.limit = lim;
@@ -1319,8 +1340,9 @@ core::ResourceReport Supervisor::resource_report() const {
   std::uint64_t observed = 0;
   for (auto const& r : readers_) observed = sat_add(observed, r.acc.observed);
   // Every output byte is counted as it is read: exact, and the limit applies byte-exactly.
-  set(core::ResourceDim::output, root_pid_ > 0 ? std::optional<std::uint64_t>(observed) : std::nullopt,
-      plan_.output_bytes, core::Fidelity::hard);
+  set(core::ResourceDim::output,
+      root_pid_ > 0 ? std::optional<std::uint64_t>(observed) : std::nullopt, plan_.output_bytes,
+      core::Fidelity::hard);
   // limits.open_files is RLIMIT_NOFILE of every process (kernel-enforced per process, hence
   // hard); the value is the sampled peak of descriptors open over the whole tree.
   set(core::ResourceDim::descriptors, fds_peak_, plan_.open_files,
@@ -1388,21 +1410,25 @@ Result<SubscriptionHandle> Supervisor::subscribe(std::optional<std::uint64_t> fr
   return SubscriptionHandle{id_, s.id, s.replay_from};
 }
 
-void Supervisor::unsubscribe(std::uint64_t id) { (void)events_.unsubscribe(id); }
+void Supervisor::unsubscribe(std::uint64_t id) {
+  (void)events_.unsubscribe(id);
+}
 
 Result<OutputSlice> Supervisor::output(StreamId stream, std::uint64_t offset,
                                        std::uint64_t max_bytes) const {
   Reader const* r = reader_for(stream);
   // A terminal has one stream; a client asking for stdout of a PTY execution gets it.
-  if (r == nullptr && plan_.pty && stream == core::Stream::stdout_stream) r = reader_for(core::Stream::pty);
+  if (r == nullptr && plan_.pty && stream == core::Stream::stdout_stream)
+    r = reader_for(core::Stream::pty);
   OutputSlice slice;
   if (r == nullptr) {
     if (spawn_failure_) {
       slice.eof = true;  // nothing ever ran: an empty, complete, ended stream
       return slice;
     }
-    return Error(Errc::plan_invalid_value,
-                 std::string{"no stream "} + std::string{core::stream_wire(stream)} + " in this execution");
+    return Error(
+        Errc::plan_invalid_value,
+        std::string{"no stream "} + std::string{core::stream_wire(stream)} + " in this execution");
   }
   slice.complete = r->acc.complete;
   std::uint64_t const size = r->spool_size;
@@ -1414,8 +1440,8 @@ Result<OutputSlice> Supervisor::output(StreamId stream, std::uint64_t offset,
     slice.data.resize(want);
     std::uint64_t got = 0;
     while (got < want) {
-      ssize_t const n = ::pread(fd.get(), slice.data.data() + got, want - got,
-                                static_cast<off_t>(offset + got));
+      ssize_t const n =
+          ::pread(fd.get(), slice.data.data() + got, want - got, static_cast<off_t>(offset + got));
       if (n > 0) {
         got += static_cast<std::uint64_t>(n);
       } else if (n < 0 && errno == EINTR) {

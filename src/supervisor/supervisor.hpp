@@ -13,8 +13,6 @@
 #include <vector>
 
 // Asio through manager.hpp first: it silences a GCC 12 -O2 false positive inside Asio.
-#include "custos/supervisor/manager.hpp"
-
 #include "custos/core/accounting.hpp"
 #include "custos/core/cancellation.hpp"
 #include "custos/core/lifecycle.hpp"
@@ -28,6 +26,7 @@
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/pty.hpp"
 #include "custos/sys/unique_fd.hpp"
+
 #include "plan_view.hpp"
 
 namespace custos::supervisor {
@@ -196,11 +195,11 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   // kill stage (-1: none): the tree-empty wait wakes on the kernel's change notification.
   int events_wd_ = -1;
   boost::asio::steady_timer deadline_;
-  boost::asio::steady_timer stage_timer_;   // grace, then the kill bound
-  boost::asio::steady_timer poll_timer_;    // tree-empty polling during teardown
-  boost::asio::steady_timer drain_timer_;   // root exited, readers still open
+  boost::asio::steady_timer stage_timer_;  // grace, then the kill bound
+  boost::asio::steady_timer poll_timer_;   // tree-empty polling during teardown
+  boost::asio::steady_timer drain_timer_;  // root exited, readers still open
   boost::asio::steady_timer sampler_timer_;
-  boost::asio::steady_timer reader_timer_;  // readers still open after the tree is gone
+  boost::asio::steady_timer reader_timer_;      // readers still open after the tree is gone
   boost::asio::steady_timer exit_retry_timer_;  // exit ready but not yet waitable (ptrace)
   std::vector<std::shared_ptr<Waiter>> waiters_;
 

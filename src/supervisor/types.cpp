@@ -38,10 +38,12 @@ boost::json::object ExecutionView::to_json() const {
   o["containment"] = kernel_enforced ? "kernel_enforced" : "escapable";
   o["pid"] = pid;
   o["executable"] = executable;
-  o["started_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           started_at.time_since_epoch())
-                           .count();
-  if (trigger) o["trigger"] = core::trigger_wire(*trigger); else o["trigger"] = nullptr;
+  o["started_at_ms"] =
+      std::chrono::duration_cast<std::chrono::milliseconds>(started_at.time_since_epoch()).count();
+  if (trigger)
+    o["trigger"] = core::trigger_wire(*trigger);
+  else
+    o["trigger"] = nullptr;
   boost::json::object acc;
   for (auto const& [stream, a] : output) {
     boost::json::object s;
@@ -55,7 +57,10 @@ boost::json::object ExecutionView::to_json() const {
   o["events"] = events;
   if (terminal) {
     auto j = core::to_json(*terminal);
-    if (j) o["terminal"] = std::move(*j); else o["terminal"] = nullptr;
+    if (j)
+      o["terminal"] = std::move(*j);
+    else
+      o["terminal"] = nullptr;
   }
   if (sink_error) o["sink_error"] = *sink_error;
   o["orphans_reaped"] = orphans_reaped;

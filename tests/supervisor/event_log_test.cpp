@@ -1,16 +1,19 @@
 // EventLog and base64: pure pieces of the supervisor, tested without processes.
+#include "custos/supervisor/event_log.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "../../src/supervisor/base64.hpp"
-#include "custos/supervisor/event_log.hpp"
 
 namespace custos::supervisor {
 namespace {
 
-std::vector<std::uint8_t> bytes(std::string const& s) { return {s.begin(), s.end()}; }
+std::vector<std::uint8_t> bytes(std::string const& s) {
+  return {s.begin(), s.end()};
+}
 
 TEST(EventLog, SeqStartsAtOneAndHasNoGaps) {
   EventLog log("ex-1", "sha256:aa", 100, 1 << 20);

@@ -1,9 +1,8 @@
 // An idle execution must cost the daemon at most 32 KiB: buffers are allocated when data flows,
 // not up front. Measured as live heap bytes (the allocator's own count), which is what grows the
 // daemon's RSS per execution; pipe buffers live in the kernel, not in the daemon.
-#include <malloc.h>
-
 #include <cstddef>
+#include <malloc.h>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -3,26 +3,24 @@
 // (`<mount>/custos-test-<pid>-<n>`) that each test removes at its end.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
-
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <fcntl.h>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <signal.h>
 #include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "custos/core/plan.hpp"
 #include "custos/supervisor/manager.hpp"
@@ -125,9 +123,7 @@ class SupervisorTest : public ::testing::Test {
     p.escalation.kill_after_ms = 3000;
     return p;
   }
-  core::ExecutionPlan sh(std::string const& script) {
-    return plan({"/bin/sh", "-c", script});
-  }
+  core::ExecutionPlan sh(std::string const& script) { return plan({"/bin/sh", "-c", script}); }
 
   LaunchRequest request(core::ExecutionPlan p) {
     LaunchRequest r;

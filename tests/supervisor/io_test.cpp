@@ -104,7 +104,8 @@ TEST_F(SupervisorTest, ChunkAndMaxEventsBounds) {
   }
   EXPECT_TRUE(reported);
   // The spool still holds everything: suppressed events drop nothing.
-  EXPECT_EQ(rec->output.at(core::Stream::stdout_stream), (core::StreamAccounting{50000, 50000, 0, true}));
+  EXPECT_EQ(rec->output.at(core::Stream::stdout_stream),
+            (core::StreamAccounting{50000, 50000, 0, true}));
   auto out = manager_->output(st.execution_id, core::Stream::stdout_stream, 49000, 5000);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->data.size(), 1000U);
@@ -252,7 +253,9 @@ TEST_F(SupervisorTest, PtyInputReachesTheTerminal) {
   Collected c;
   auto st = start(pty_plan(sh("read line; echo got:$line"), false), &c);
   std::string const msg = "hello\n";
-  auto r = manager_->input(st.execution_id, std::span(reinterpret_cast<std::uint8_t const*>(msg.data()), msg.size()), false);
+  auto r = manager_->input(st.execution_id,
+                           std::span(reinterpret_cast<std::uint8_t const*>(msg.data()), msg.size()),
+                           false);
   ASSERT_TRUE(r);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);

@@ -1,9 +1,8 @@
 // Launch, output, exit, spawn failure, deadline, cancellation races: real processes on a real
 // io_context, with the cgroup boundary where the host gives us one.
-#include <sys/ptrace.h>
-
 #include <algorithm>
 #include <set>
+#include <sys/ptrace.h>
 
 #include "../../src/supervisor/base64.hpp"
 #include "harness.hpp"
@@ -30,10 +29,8 @@ TEST_F(SupervisorTest, ExitCodeOutputAndNumberedEvents) {
   EXPECT_EQ(rec->exit.code, 3);
   EXPECT_FALSE(rec->trigger.has_value());
   EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
-  EXPECT_EQ(acc(*rec, core::Stream::stdout_stream),
-            (core::StreamAccounting{5, 5, 0, true}));
-  EXPECT_EQ(acc(*rec, core::Stream::stderr_stream),
-            (core::StreamAccounting{4, 4, 0, true}));
+  EXPECT_EQ(acc(*rec, core::Stream::stdout_stream), (core::StreamAccounting{5, 5, 0, true}));
+  EXPECT_EQ(acc(*rec, core::Stream::stderr_stream), (core::StreamAccounting{4, 4, 0, true}));
   EXPECT_TRUE(core::validate(*rec).has_value());
 
   // Events: 1..n without gaps, the plan digest on each, ending with closed then terminal.
@@ -121,8 +118,8 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyThePlanPlusMarker) {
   // A variable of this process that no plan entry names must not reach the child.
   ::setenv("CUSTOS_TEST_DAEMON_ONLY", "leak", 1);
   manager(BoundaryPreference::automatic, [](ManagerConfig& cfg) {
-    cfg.inherit_source = std::map<std::string, std::string>{
-        {"FROM_DAEMON", "daemon-value"}, {"NOT_NAMED", "must-not-appear"}};
+    cfg.inherit_source = std::map<std::string, std::string>{{"FROM_DAEMON", "daemon-value"},
+                                                            {"NOT_NAMED", "must-not-appear"}};
   });
   Collected c;
   auto p = plan({"/usr/bin/env"});
@@ -143,8 +140,9 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyThePlanPlusMarker) {
   ASSERT_EQ(lines.size(), 3U) << text;
   EXPECT_TRUE(lines.count("LITERAL=a b=c"));
   EXPECT_TRUE(lines.count("FROM_DAEMON=daemon-value"));
-  auto marker = std::find_if(lines.begin(), lines.end(),
-                             [](std::string const& l) { return l.rfind("CUSTOS_MARKER=", 0) == 0; });
+  auto marker = std::find_if(lines.begin(), lines.end(), [](std::string const& l) {
+    return l.rfind("CUSTOS_MARKER=", 0) == 0;
+  });
   ASSERT_NE(marker, lines.end());
   EXPECT_EQ(marker->size(), std::string("CUSTOS_MARKER=").size() + 32);
   ::unsetenv("CUSTOS_TEST_DAEMON_ONLY");
@@ -314,7 +312,8 @@ TEST_F(SupervisorTest, WaitTimesOutWithTypedError) {
   manager();
   auto st = start(plan({"/bin/sleep", "100"}));
   std::optional<Result<core::TerminalRecord>> got;
-  manager_->wait(st.execution_id, 50ms, [&](Result<core::TerminalRecord> r) { got = std::move(r); });
+  manager_->wait(st.execution_id, 50ms,
+                 [&](Result<core::TerminalRecord> r) { got = std::move(r); });
   ASSERT_TRUE(drive([&] { return got.has_value(); }, 5s));
   ASSERT_FALSE(*got);
   EXPECT_EQ(got->error().code, Errc::exec_wait_timeout);

@@ -1,9 +1,11 @@
 // The supervisor writing through the real SQLite registry: every launch step is durable in
 // order, the one-use claim refuses a second launch, and the stored terminal record is the one
 // the waiters got.
+#include "custos/supervisor/registry_sink.hpp"
+
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
-#include "custos/supervisor/registry_sink.hpp"
+
 #include "harness.hpp"
 
 namespace custos::supervisor::testing {
@@ -24,7 +26,8 @@ class RegistrySinkTest : public SupervisorTest {
     registry_.reset();
   }
   ExecutionManager& managed() {
-    return manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = sink_.get(); });
+    return manager(BoundaryPreference::automatic,
+                   [this](ManagerConfig& c) { c.sink = sink_.get(); });
   }
 
   std::unique_ptr<registry::Registry> registry_;

@@ -141,7 +141,8 @@ TEST_F(SupervisorTest, ShutdownDetachLeavesProcessesRunning) {
     std::error_code ec;
     for (auto const& e : std::filesystem::directory_iterator(cgroup_path_, ec)) {
       if (e.is_directory()) {
-        for (int i = 0; i < 100 && ::rmdir(e.path().c_str()) != 0; ++i) std::this_thread::sleep_for(10ms);
+        for (int i = 0; i < 100 && ::rmdir(e.path().c_str()) != 0; ++i)
+          std::this_thread::sleep_for(10ms);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "custos/sys/identity.hpp"
+
 #include "harness.hpp"
 
 namespace custos::supervisor::testing {

@@ -1,17 +1,18 @@
 // Owning the whole tree: setsid and double-forked descendants, TERM-ignoring trees, a fork
 // storm, descendants holding stdout, stopped and ptraced processes — with the cgroup boundary
 // and again with the marker boundary forced on. Every test checks the processes it saw are gone.
+#include <algorithm>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
-
-#include <algorithm>
 
 #include "harness.hpp"
 
 namespace custos::supervisor::testing {
 namespace {
 
-std::size_t lines(std::string const& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+std::size_t lines(std::string const& s) {
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
 class TreeTest : public SupervisorTest, public ::testing::WithParamInterface<BoundaryPreference> {
  protected:
@@ -52,11 +53,13 @@ TEST_P(TreeTest, SetsidAndDoubleForkedDescendantsAreKilled) {
 
 TEST_P(TreeTest, TermIgnoringTreeIsForced) {
   Collected c;
-  auto p = sh("trap '' TERM; sleep 100 & echo $!; setsid sleep 100 & echo $!; "
-              "echo ready; while :; do sleep 1; done");
+  auto p =
+      sh("trap '' TERM; sleep 100 & echo $!; setsid sleep 100 & echo $!; "
+         "echo ready; while :; do sleep 1; done");
   p.escalation.grace_ms = 200;
   auto st = start(p, &c);
-  ASSERT_TRUE(drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 10s));
+  ASSERT_TRUE(
+      drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 10s));
   auto fds = pidfds_from(c.stream_text("stdout"));
   ASSERT_EQ(fds.size(), 2U);
   auto t0 = std::chrono::steady_clock::now();
@@ -78,7 +81,8 @@ TEST_P(TreeTest, ForkStormOf500IsReaped) {
   p.limits.processes = 1024;
   p.escalation.grace_ms = 100;
   auto st = start(p, &c);
-  ASSERT_TRUE(drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 60s));
+  ASSERT_TRUE(
+      drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 60s));
   ASSERT_TRUE(manager_->cancel(st.execution_id, core::Trigger::user, "storm over")->accepted);
   auto rec = terminal(st.execution_id, 60s);
   ASSERT_TRUE(rec);
@@ -113,7 +117,8 @@ TEST_P(TreeTest, StoppedProcessIsKilled) {
   auto p = sh("echo ready; kill -STOP $$; sleep 100");
   p.escalation.grace_ms = 100;
   auto st = start(p, &c);
-  ASSERT_TRUE(drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 10s));
+  ASSERT_TRUE(
+      drive([&] { return c.stream_text("stdout").find("ready") != std::string::npos; }, 10s));
   drive([] { return false; }, 50ms);
   ASSERT_TRUE(manager_->cancel(st.execution_id, core::Trigger::user, "stop")->accepted);
   auto rec = terminal(st.execution_id);
@@ -170,7 +175,9 @@ TEST_F(SupervisorTest, MarkerBoundaryProcessThatScrubsItsEnvironmentIsUnconfirme
   Collected c;
   // The pause lets `env` exec sleep without the marker before the root's exit starts teardown
   // (a process still marked at sweep time is rightly killed).
-  auto st = start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"), &c);
+  auto st = start(
+      sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"),
+      &c);
   EXPECT_EQ(st.boundary, Boundary::marker);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);
@@ -191,7 +198,9 @@ TEST_F(SupervisorTest, CgroupBoundaryCatchesEnvironmentScrubber) {
   if (!have_cgroup()) GTEST_SKIP() << "no writable cgroup v2 directory";
   manager(BoundaryPreference::cgroup);
   Collected c;
-  auto st = start(sh("env -u CUSTOS_MARKER setsid sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"), &c);
+  auto st = start(sh("env -u CUSTOS_MARKER setsid sleep 100 </dev/null >/dev/null 2>&1 & echo $!; "
+                     "sleep 0.3; exit 0"),
+                  &c);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);
   auto fds = pidfds_from(c.stream_text("stdout"));
@@ -207,7 +216,8 @@ TEST_F(SupervisorTest, RootProcessLeavingItsCgroupIsCaughtByTheFinalMarkerSweep)
   ASSERT_EQ(::mkdir(escape.c_str(), 0755), 0);
   manager(BoundaryPreference::cgroup);
   Collected c;
-  auto st = start(sh("sh -c 'echo $$ > " + escape + "/cgroup.procs; echo $$; exec sleep 100' & "
+  auto st = start(sh("sh -c 'echo $$ > " + escape +
+                     "/cgroup.procs; echo $$; exec sleep 100' & "
                      "sleep 100"),
                   &c);
   ASSERT_TRUE(drive([&] { return lines(c.stream_text("stdout")) >= 1; }, 10s));

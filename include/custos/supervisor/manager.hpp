@@ -127,16 +127,16 @@ class ExecutionManager {
   std::vector<std::uint8_t> scratch_;        // shared read buffer (one loop thread)
   boost::asio::steady_timer reap_timer_;
   boost::asio::steady_timer shutdown_timer_;
-  std::optional<sys::CgroupDir> subtree_;   // where per-execution cgroups are created
-  std::string cgroup_mount_;                // the cgroup2 mount point (for relative paths)
+  std::optional<sys::CgroupDir> subtree_;            // where per-execution cgroups are created
+  std::string cgroup_mount_;                         // the cgroup2 mount point (for relative paths)
   std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
-  std::map<std::int32_t, std::string> roots_;         // root pid of a live execution -> its id
+  std::map<std::int32_t, std::string> roots_;        // root pid of a live execution -> its id
   std::optional<boost::asio::posix::stream_descriptor> inotify_;
   std::map<int, std::weak_ptr<Supervisor>> inotify_watches_;
   bool inotify_waiting_ = false;
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
-  std::shared_ptr<bool> alive_;               // guards callbacks against a destroyed manager
+  std::shared_ptr<bool> alive_;  // guards callbacks against a destroyed manager
   // Blocking scans (the final /proc marker sweep, the orphan settle wait, workspace disk walks)
   // run here, never on the loop thread; their completions are posted back to io_. One thread:
   // the loop keeps the other core of a small host. Declared last so it is joined first.

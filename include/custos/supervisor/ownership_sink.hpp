@@ -56,8 +56,7 @@ class OwnershipSink {
   }
 
   // Final output accounting of one stream, called at close before record_terminal.
-  [[nodiscard]] virtual Result<> record_output(std::string const& execution_id,
-                                               StreamId stream,
+  [[nodiscard]] virtual Result<> record_output(std::string const& execution_id, StreamId stream,
                                                core::StreamAccounting const& accounting) = 0;
 
   // The one terminal record (with its digest). Called exactly once per execution.

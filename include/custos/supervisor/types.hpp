@@ -2,6 +2,8 @@
 // back from the ExecutionManager. Everything here is plain data; no I/O.
 #pragma once
 
+#include <boost/json/object.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -11,8 +13,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/object.hpp>
 
 #include "custos/core/accounting.hpp"
 #include "custos/core/cancellation.hpp"
@@ -54,11 +54,11 @@ using StreamId = core::Stream;
 // cancel_requested, signal_sent, exited, closed, terminal.
 struct Event {
   std::string execution_id;
-  std::uint64_t seq = 0;            // strictly increasing per execution from 1, no gaps
+  std::uint64_t seq = 0;  // strictly increasing per execution from 1, no gaps
   std::string plan_digest;
   std::string kind;
-  boost::json::object fields;       // kind-specific fields (stream, offset, trigger, exit, ...)
-  std::vector<std::uint8_t> data;   // raw bytes of an `output` event (base64 only in to_json)
+  boost::json::object fields;      // kind-specific fields (stream, offset, trigger, exit, ...)
+  std::vector<std::uint8_t> data;  // raw bytes of an `output` event (base64 only in to_json)
 
   // The `exec.event` params minus `subscription`: execution_id, seq, plan_digest, kind, the
   // fields, and `data_b64` for output events.
@@ -81,16 +81,16 @@ struct ExecutionView {
   std::string plan_digest;
   core::Phase phase = core::Phase::authorized;
   Boundary boundary = Boundary::marker;
-  bool kernel_enforced = false;         // containment: cgroup boundary the process cannot leave
+  bool kernel_enforced = false;  // containment: cgroup boundary the process cannot leave
   std::int32_t pid = 0;
   std::string executable;
   std::chrono::system_clock::time_point started_at{};
   std::optional<core::Trigger> trigger;  // the first accepted trigger
-  core::OutputAccounting output;          // per stream of this execution's mode
+  core::OutputAccounting output;         // per stream of this execution's mode
   std::uint64_t events = 0;              // events emitted so far (= last seq)
   std::optional<core::TerminalRecord> terminal;
-  std::optional<std::string> sink_error;  // a durable write after launch failed (see sink)
-  std::uint64_t orphans_reaped = 0;        // reparented descendants reaped and attributed here
+  std::optional<std::string> sink_error;      // a durable write after launch failed (see sink)
+  std::uint64_t orphans_reaped = 0;           // reparented descendants reaped and attributed here
   std::optional<std::string> cleanup_detail;  // why cleanup is unconfirmed, when it is
 
   [[nodiscard]] boost::json::object to_json() const;
@@ -109,8 +109,8 @@ struct CancelResult {
 
 struct OutputSlice {
   std::vector<std::uint8_t> data;
-  bool eof = false;       // offset+data reached the end of what the stream will ever hold
-  bool complete = true;   // false if anything of this stream was dropped
+  bool eof = false;      // offset+data reached the end of what the stream will ever hold
+  bool complete = true;  // false if anything of this stream was dropped
 };
 
 struct SubscriptionHandle {
@@ -138,19 +138,19 @@ struct ManagerConfig {
   // Become PR_SET_CHILD_SUBREAPER at construction so orphans reparent to this process.
   bool become_subreaper = true;
 
-  std::chrono::milliseconds sample_interval{250};   // resource sampler cadence
+  std::chrono::milliseconds sample_interval{250};  // resource sampler cadence
   std::chrono::milliseconds disk_sample_interval{2000};
   std::uint64_t disk_walk_max_entries = 100000;
-  std::chrono::milliseconds reap_interval{1000};    // periodic orphan reaping
+  std::chrono::milliseconds reap_interval{1000};  // periodic orphan reaping
   // After the root exits while descendants still hold its output pipes: how long the readers
   // may drain before the tree is killed.
   std::chrono::milliseconds exit_drain{1000};
   // After the tree was killed: how long the readers may still take to reach EOF before they
   // are closed and the stream (and the cleanup) is recorded incomplete/unconfirmed.
   std::chrono::milliseconds reader_close_bound{2000};
-  std::size_t stdin_queue_bytes = 256 * 1024;        // in-memory stdin queue bound
-  std::size_t retained_event_count = 4096;           // replay buffer bound in events
-  std::size_t terminal_history = 4096;               // terminal executions kept for get/wait
+  std::size_t stdin_queue_bytes = 256 * 1024;  // in-memory stdin queue bound
+  std::size_t retained_event_count = 4096;     // replay buffer bound in events
+  std::size_t terminal_history = 4096;         // terminal executions kept for get/wait
   std::uint32_t marker_sweep_rounds = 64;
   // Where `inherit: true` plan entries take their values: the daemon's environment as it was at
   // daemon start. nullopt: the manager snapshots its own process environment when constructed
@@ -166,9 +166,9 @@ struct ManagerStats {
   std::uint64_t started = 0;
   std::uint64_t spawn_failed = 0;
   std::uint64_t terminal = 0;
-  std::uint64_t dropped_subscribers = 0;   // sinks that returned false (the rpc tells clients)
+  std::uint64_t dropped_subscribers = 0;  // sinks that returned false (the rpc tells clients)
   std::uint64_t orphans_reaped = 0;
-  std::uint64_t orphans_attributed = 0;    // of those, attributed to a known execution
+  std::uint64_t orphans_attributed = 0;  // of those, attributed to a known execution
 };
 
 }  // namespace custos::supervisor

@@ -46,7 +46,7 @@ struct BatchState {
 }  // namespace
 
 void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value const& msg,
-                            std::function<void(json::value)> done) {
+                            std::function<void(json::value)> const& done) {
   json::value const null_id;
   if (!msg.is_object()) {
     ++stats_.errors;
@@ -171,7 +171,7 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   json::value msg = std::move(*parsed);
   if (!msg.is_array()) {
     admitted(1);
-    handle_one(session, msg, [emit](json::value response) {
+    handle_one(session, msg, [emit](json::value const& response) {
       emit(response.is_null() ? std::string{} : json::serialize(response));
     });
     return;
@@ -200,7 +200,7 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   state->pending = batch.size();
   state->emit = std::move(emit);
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    handle_one(session, batch[i], [state, i](json::value response) {
+    handle_one(session, batch[i], [state, i](json::value const& response) {
       if (!response.is_null()) state->slots[i] = json::serialize(response);
       if (--state->pending != 0) return;
       std::string out;

@@ -164,10 +164,10 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     return ok();
   }
 
-  std::uint64_t add_close_hook(std::function<void()> fn) override {
+  std::uint64_t add_close_hook(std::function<void()> const& fn) override {
     if (closed_) return 0;
     auto const id = ++next_close_hook_;
-    close_hooks_.emplace(id, std::move(fn));
+    close_hooks_.emplace(id, fn);
     return id;
   }
 

@@ -226,5 +226,22 @@ TEST(Robustness, AbandonedWaitsReleaseWhatTheyHeld) {
   ::close(pidfd);
 }
 
+// A pending exec.wait is work in flight, not idleness: the idle timeout must not cut it off.
+TEST(Robustness, IdleTimeoutSparesAPendingWait) {
+  DaemonOptions o;
+  o.extra_args = {"--idle-timeout-ms", "300"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto r = c.call(1, "exec.start", start_params({"/bin/sleep", "2"}));
+  ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
+  std::string const id{r->at("result").at("execution_id").as_string()};
+  auto w = c.call(2, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}}, 20000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "connection lost");
+  EXPECT_EQ(w->at("result").at("classification").as_string(), "exited");
+  // Idle again afterwards: closed.
+  EXPECT_TRUE(c.closed_by_peer(3000ms));
+}
+
 }  // namespace
 }  // namespace custos::e2e

@@ -35,11 +35,8 @@ class Session {
   // Runs `fn` once when the connection closes (not counted as a subscription). Returns a handle
   // for remove_close_hook, or 0 when the connection is already closed (`fn` is not kept). Lets a
   // long-pending call (exec.wait) drop what it holds for a client that went away.
-  virtual std::uint64_t add_close_hook(std::function<void()> fn) {
-    (void)fn;
-    return 0;
-  }
-  virtual void remove_close_hook(std::uint64_t handle) { (void)handle; }
+  virtual std::uint64_t add_close_hook(std::function<void()> const& /*fn*/) { return 0; }
+  virtual void remove_close_hook(std::uint64_t /*handle*/) {}
 };
 
 // Completes one call. Must be invoked exactly once, on the io_context thread; a completion for a
@@ -93,7 +90,7 @@ class Dispatcher {
   };
   // Runs one request object; `done` gets the response object, or null for a notification.
   void handle_one(std::shared_ptr<Session> const& session, boost::json::value const& msg,
-                  std::function<void(boost::json::value)> done);
+                  std::function<void(boost::json::value)> const& done);
 
   AuthPolicy auth_;
   std::map<std::string, Entry, std::less<>> methods_;

@@ -40,12 +40,14 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::plan_invalid_value, "plan.invalid_value", Recovery::caller_correction},
     {Errc::plan_invalid, "plan.invalid", Recovery::caller_correction},
     {Errc::canonical_malformed, "canonical.malformed", Recovery::caller_correction},
-    {Errc::canonical_unsupported_version, "canonical.unsupported_version", Recovery::caller_correction},
+    {Errc::canonical_unsupported_version, "canonical.unsupported_version",
+     Recovery::caller_correction},
     {Errc::canonical_trailing_bytes, "canonical.trailing_bytes", Recovery::caller_correction},
     {Errc::digest_failed, "digest.failed", Recovery::terminal},
     {Errc::lifecycle_illegal_transition, "lifecycle.illegal_transition", Recovery::terminal},
     {Errc::lifecycle_already_terminal, "lifecycle.already_terminal", Recovery::terminal},
-    {Errc::lifecycle_trigger_after_terminal, "lifecycle.trigger_after_terminal", Recovery::terminal},
+    {Errc::lifecycle_trigger_after_terminal, "lifecycle.trigger_after_terminal",
+     Recovery::terminal},
     {Errc::accounting_invariant, "accounting.invariant", Recovery::terminal},
     {Errc::exec_not_found, "exec.not_found", Recovery::caller_correction},
     {Errc::exec_wait_timeout, "exec.wait_timeout", Recovery::preparation_retry},
@@ -150,14 +152,22 @@ std::optional<Errc> errc_from_wire(std::string_view wire) noexcept {
 
 std::string_view recovery_wire(Recovery r) noexcept {
   switch (r) {
-    case Recovery::caller_correction: return "caller_correction";
-    case Recovery::reauthorize: return "reauthorize";
-    case Recovery::preparation_retry: return "preparation_retry";
-    case Recovery::cancel_reap: return "cancel_reap";
-    case Recovery::reopen_reconcile: return "reopen_reconcile";
-    case Recovery::quarantine: return "quarantine";
-    case Recovery::publication_retry: return "publication_retry";
-    case Recovery::terminal: return "terminal";
+    case Recovery::caller_correction:
+      return "caller_correction";
+    case Recovery::reauthorize:
+      return "reauthorize";
+    case Recovery::preparation_retry:
+      return "preparation_retry";
+    case Recovery::cancel_reap:
+      return "cancel_reap";
+    case Recovery::reopen_reconcile:
+      return "reopen_reconcile";
+    case Recovery::quarantine:
+      return "quarantine";
+    case Recovery::publication_retry:
+      return "publication_retry";
+    case Recovery::terminal:
+      return "terminal";
   }
   return "terminal";
 }
@@ -182,9 +192,13 @@ Error Error::from_diagnostics(std::vector<Diagnostic> diags) {
   return e;
 }
 
-std::string_view Error::wire() const noexcept { return errc_wire(code); }
+std::string_view Error::wire() const noexcept {
+  return errc_wire(code);
+}
 
-Recovery Error::recovery() const noexcept { return errc_recovery(code); }
+Recovery Error::recovery() const noexcept {
+  return errc_recovery(code);
+}
 
 std::string Error::message() const {
   std::string out{wire()};

@@ -1,15 +1,14 @@
 // The registry's benchmark row: durable overhead per execution vs one FULL commit.
 #include "custos/registry/bench.hpp"
 
-#include <unistd.h>
+#include <boost/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <unistd.h>
 #include <vector>
-
-#include <boost/json.hpp>
 
 #include "custos/core/plan_json.hpp"
 #include "custos/registry/ownership.hpp"
@@ -69,12 +68,11 @@ Ownership bench_owner(std::size_t i) {
 Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
                            TerminalBlob const& terminal) {
   // A real plan (core-encoded), so the record passes the same checks as a daemon's.
-  boost::json::object ident{{"project_id", "bench"}, {"session_id", "bench"},
-                            {"run_id", "r1"},        {"attempt_id", "a1"},
-                            {"turn_id", "t1"},       {"action_id", "act-" + id},
-                            {"process_id", "proc-1"}, {"workspace_id", "w1"},
-                            {"resource_id", "res1"}, {"environment_id", "env1"},
-                            {"generation", 1},       {"revision", 1}};
+  boost::json::object ident{
+      {"project_id", "bench"},    {"session_id", "bench"}, {"run_id", "r1"},
+      {"attempt_id", "a1"},       {"turn_id", "t1"},       {"action_id", "act-" + id},
+      {"process_id", "proc-1"},   {"workspace_id", "w1"},  {"resource_id", "res1"},
+      {"environment_id", "env1"}, {"generation", 1},       {"revision", 1}};
   boost::json::object plan{
       {"command", {{"executable", "/bin/true"}, {"argv", boost::json::array{"true", id}}}},
       {"workspace", {{"root", "/tmp"}, {"access", "read_only"}}},
@@ -85,7 +83,8 @@ Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
   auto const parsed = CUSTOS_TRY(core::parse_plan(plan));
   NewExecution const ex = CUSTOS_TRY(make_new_execution(id, identity, parsed));
   CUSTOS_TRYV(reg.record_authorized(ex));
-  CUSTOS_TRYV(reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
+  CUSTOS_TRYV(
+      reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
   CUSTOS_TRYV(reg.record_committed(id));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited));

@@ -46,7 +46,9 @@ BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_pa
   return b;
 }
 
-int stream_index(core::Stream s) noexcept { return s == core::Stream::stderr_stream ? 1 : 0; }
+int stream_index(core::Stream s) noexcept {
+  return s == core::Stream::stderr_stream ? 1 : 0;
+}
 
 Result<TerminalBlob> terminal_blob(core::TerminalRecord const& rec) {
   TerminalBlob t;

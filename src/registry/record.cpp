@@ -62,9 +62,12 @@ void write_stream(core::CanonicalWriter& w, core::Tag tag, StreamProgress const&
 
 std::string_view boundary_kind_wire(BoundaryKind k) noexcept {
   switch (k) {
-    case BoundaryKind::none: return "none";
-    case BoundaryKind::cgroup: return "cgroup";
-    case BoundaryKind::marker: return "marker";
+    case BoundaryKind::none:
+      return "none";
+    case BoundaryKind::cgroup:
+      return "cgroup";
+    case BoundaryKind::marker:
+      return "marker";
   }
   return "none";
 }
@@ -78,10 +81,14 @@ std::optional<BoundaryKind> boundary_kind_from_wire(std::string_view w) noexcept
 
 std::string_view ownership_state_wire(OwnershipState s) noexcept {
   switch (s) {
-    case OwnershipState::unassigned: return "unassigned";
-    case OwnershipState::staged: return "staged";
-    case OwnershipState::committed: return "committed";
-    case OwnershipState::legacy_unverified: return "legacy_unverified";
+    case OwnershipState::unassigned:
+      return "unassigned";
+    case OwnershipState::staged:
+      return "staged";
+    case OwnershipState::committed:
+      return "committed";
+    case OwnershipState::legacy_unverified:
+      return "legacy_unverified";
   }
   return "unassigned";
 }

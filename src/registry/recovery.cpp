@@ -1,11 +1,10 @@
 // Startup recovery: PidfsRecoveryMatch per record, terminal records, restart policy.
 #include "custos/registry/recovery.hpp"
 
-#include <poll.h>
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <csignal>
+#include <poll.h>
+#include <sys/stat.h>
 
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/cgroup.hpp"
@@ -16,8 +15,10 @@ namespace custos::registry {
 
 std::string_view restart_policy_wire(RestartPolicy p) noexcept {
   switch (p) {
-    case RestartPolicy::cancel_and_reap: return "cancel_and_reap";
-    case RestartPolicy::keep_running: return "keep_running";
+    case RestartPolicy::cancel_and_reap:
+      return "cancel_and_reap";
+    case RestartPolicy::keep_running:
+      return "keep_running";
   }
   return "cancel_and_reap";
 }
@@ -166,8 +167,8 @@ Result<void> finish_unobserved(Registry& reg, ExecutionRecord const& rec, Recove
 }
 
 // PidfsRecoveryMatch for one record with a pidfs identity (steps 1-4 of the header).
-void match(ExecutionRecord const& rec, std::string const& boot,
-           std::uint64_t pid_ns, RecoveryReport& report, RecoveredExecution& out) {
+void match(ExecutionRecord const& rec, std::string const& boot, std::uint64_t pid_ns,
+           RecoveryReport& report, RecoveredExecution& out) {
   auto const& o = rec.ownership;
   using RP = core::RecoveryPath;
   if (o.boot_id != boot) {
@@ -193,7 +194,7 @@ void match(ExecutionRecord const& rec, std::string const& boot,
     }
     return;
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(pidfd->fd().get(), &st) != 0) {
     out.classification = RP::indeterminate;
     out.detail = "fstat of the pidfd failed (errno " + std::to_string(errno) + ")";
@@ -270,13 +271,13 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
       // the execution's own cgroup, and (same boot) its marker.
       out.cleanup = core::Cleanup::confirmed;
       if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
-        out.cleanup = same_boot ? kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout,
-                                              out.detail)
-                                : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
+        out.cleanup = same_boot
+                          ? kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, out.detail)
+                          : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
       }
       if (same_boot && options.marker_sweep && !rec.boundary.marker_hex.empty()) {
-        if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns,
-                          rec.ownership.start_time_ticks, out.detail)) {
+        if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, rec.ownership.start_time_ticks,
+                          out.detail)) {
           out.cleanup = core::Cleanup::unconfirmed;
         }
       }
@@ -327,8 +328,9 @@ Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
       confirmed = false;
     }
     if (options.marker_sweep && !rec.boundary.marker_hex.empty()) {
-      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns,
-                          rec.ownership.start_time_ticks, e.detail)) confirmed = false;
+      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, rec.ownership.start_time_ticks,
+                        e.detail))
+        confirmed = false;
     }
     e.cleanup = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
 
@@ -342,7 +344,8 @@ Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
     if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
 
     core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
-    t.trigger = rec.trigger ? rec.trigger : std::optional<core::Trigger>{core::Trigger::supervisor_shutdown};
+    t.trigger = rec.trigger ? rec.trigger
+                            : std::optional<core::Trigger>{core::Trigger::supervisor_shutdown};
     t.escalation.forced = true;
     std::vector<core::Phase> steps;
     if (rec.ownership.state == OwnershipState::staged) {
@@ -387,8 +390,8 @@ Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
     if (!verdict) return verdict.error();
     t.classification = verdict->classification;
     TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
-    CUSTOS_TRYV(registry.record_recovered(rec.execution_id, steps, blob,
-                                          core::RecoveryPath::live_owned));
+    CUSTOS_TRYV(
+        registry.record_recovered(rec.execution_id, steps, blob, core::RecoveryPath::live_owned));
     e.terminal_written = true;
   }
   return ok();

@@ -1,15 +1,15 @@
 // Registry: open/lock/schema, group-committed writes, claims, records, quarantine.
 #include "custos/registry/registry.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include "custos/registry/failpoint.hpp"
+
 #include "schema.hpp"
 
 namespace custos::registry {
@@ -45,8 +45,8 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
       std::string const holder = read_holder(fd.get());
       return Error{Errc::registry_locked,
                    "state directory " + dir.string() + " is in use by another custos daemon" +
-                       (holder.empty() ? std::string{} : " (pid " + holder + ")") +
-                       "; lock file " + path.string(),
+                       (holder.empty() ? std::string{} : " (pid " + holder + ")") + "; lock file " +
+                       path.string(),
                    err};
     }
     return io_error("flock " + path.string(), err);
@@ -61,16 +61,15 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
 
 Result<int> read_version(sql::Db& db) {
   // A SQLite file without our meta table is someone else's database.
-  auto has_meta = CUSTOS_TRY(db.query_int(
-      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"));
+  auto has_meta = CUSTOS_TRY(
+      db.query_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"));
   if (!has_meta || *has_meta == 0) {
     return Error{Errc::registry_schema_unknown, "no meta table: not a custos registry"};
   }
   auto id = CUSTOS_TRY(db.query_text("SELECT value FROM meta WHERE key = 'schema_id'"));
   if (!id || *id != kSchemaId) {
-    return Error{Errc::registry_schema_unknown,
-                 "schema id '" + id.value_or("<none>") + "', expected '" + std::string{kSchemaId} +
-                     "'"};
+    return Error{Errc::registry_schema_unknown, "schema id '" + id.value_or("<none>") +
+                                                    "', expected '" + std::string{kSchemaId} + "'"};
   }
   auto ver = CUSTOS_TRY(db.query_text("SELECT value FROM meta WHERE key = 'schema_version'"));
   int v = 0;
@@ -99,7 +98,7 @@ Result<int> read_version(sql::Db& db) {
 }  // namespace
 
 std::uint64_t current_pid_ns_ino() noexcept {
-  struct stat st{};
+  struct stat st {};
   if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
   return static_cast<std::uint64_t>(st.st_ino);
 }
@@ -113,7 +112,9 @@ Registry::Registry(std::filesystem::path state_dir, OpenOptions options, sys::Un
 
 Registry::~Registry() = default;
 
-std::filesystem::path Registry::db_path() const { return state_dir_ / kDbName; }
+std::filesystem::path Registry::db_path() const {
+  return state_dir_ / kDbName;
+}
 
 Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& state_dir,
                                                  OpenOptions const& options) {
@@ -122,7 +123,7 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
       return io_error("mkdir " + state_dir.string(), errno);
     }
   }
-  struct stat dst{};
+  struct stat dst {};
   if (::stat(state_dir.c_str(), &dst) != 0) return io_error("stat " + state_dir.string(), errno);
   if (!S_ISDIR(dst.st_mode)) {
     return Error{Errc::registry_open_failed, state_dir.string() + " is not a directory"};
@@ -131,7 +132,7 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   sys::UniqueFd lock = CUSTOS_TRY(take_lock(state_dir));
 
   auto const db_file = state_dir / kDbName;
-  struct stat fst{};
+  struct stat fst {};
   bool const exists = ::stat(db_file.c_str(), &fst) == 0;
   if (exists && fst.st_size == 0) {
     // SQLite would treat an empty file as a new database. A registry that existed and lost its
@@ -154,8 +155,8 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   // WAL: readers never block the writer and a commit is an append (docs/durability.md).
   auto mode = CUSTOS_TRY(db.query_text("PRAGMA journal_mode = WAL"));
   if (!mode || *mode != "wal") {
-    return Error{Errc::registry_open_failed, "could not enable WAL (journal_mode " +
-                                                 mode.value_or("<none>") + ")"};
+    return Error{Errc::registry_open_failed,
+                 "could not enable WAL (journal_mode " + mode.value_or("<none>") + ")"};
   }
   // The flock makes this the only connection, so waiting on SQLite's own locks never helps.
   CUSTOS_TRYV(db.exec("PRAGMA busy_timeout = 0"));
@@ -291,8 +292,7 @@ WriteStats Registry::write_stats() const {
 namespace {
 
 Result<bool> is_quarantined(sql::Db& db, std::string_view id, std::string* reason) {
-  sql::StmtLease s =
-      CUSTOS_TRY(db.cached("SELECT reason FROM quarantine WHERE execution_id = ?"));
+  sql::StmtLease s = CUSTOS_TRY(db.cached("SELECT reason FROM quarantine WHERE execution_id = ?"));
   CUSTOS_TRYV(s->bind(1, id));
   bool const row = CUSTOS_TRY(s->step());
   if (row && reason != nullptr) *reason = s->text(0);
@@ -315,8 +315,7 @@ Result<std::optional<ExecutionRecord>> select_record(sql::Db& db, std::string_vi
 Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id) {
   std::string reason;
   if (CUSTOS_TRY(is_quarantined(db, id, &reason))) {
-    return Error{Errc::registry_corrupt_record,
-                 std::string{id} + " is quarantined: " + reason};
+    return Error{Errc::registry_corrupt_record, std::string{id} + " is quarantined: " + reason};
   }
   auto rec = CUSTOS_TRY(select_record(db, id));
   if (!rec) return Error{Errc::registry_not_found, "no execution " + std::string{id}};
@@ -359,24 +358,29 @@ Result<void> Registry::consume_claim(std::string_view action_id, std::string_vie
     return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
   }
   std::string const a{action_id}, p{process_id}, e{execution_id};
-  if (auto wr = write(Durability::full, [&](sql::Db& db) -> Result<void> {
-    sql::StmtLease q = CUSTOS_TRY(
-        db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-    CUSTOS_TRYV(q->bind(1, std::string_view{a}));
-    CUSTOS_TRYV(q->bind(2, std::string_view{p}));
-    if (CUSTOS_TRY(q->step())) {
-      return Error{Errc::registry_claim_consumed, "action " + a + " / process " + p +
-                                                      " was already consumed by execution " +
-                                                      q->text(0)};
-    }
-    sql::StmtLease ins = CUSTOS_TRY(db.cached(
-        "INSERT INTO claims (action_id, process_id, execution_id, consumed_ns) VALUES (?,?,?,?)"));
-    CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
-    CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
-    CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
-    CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
-    return ins->run();
-  }); !wr) return std::move(wr).error();
+  if (auto wr =
+          write(Durability::full,
+                [&](sql::Db& db) -> Result<void> {
+                  sql::StmtLease q = CUSTOS_TRY(db.cached(
+                      "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+                  CUSTOS_TRYV(q->bind(1, std::string_view{a}));
+                  CUSTOS_TRYV(q->bind(2, std::string_view{p}));
+                  if (CUSTOS_TRY(q->step())) {
+                    return Error{Errc::registry_claim_consumed,
+                                 "action " + a + " / process " + p +
+                                     " was already consumed by execution " + q->text(0)};
+                  }
+                  sql::StmtLease ins =
+                      CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
+                                           "execution_id, consumed_ns) VALUES (?,?,?,?)"));
+                  CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
+                  CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
+                  CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
+                  CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
+                  return ins->run();
+                });
+      !wr)
+    return std::move(wr).error();
   failpoint("after_claim");
   return ok();
 }
@@ -389,25 +393,30 @@ Result<void> Registry::consume_claim_with(std::string_view action_id, std::strin
   }
   std::string const a{action_id}, p{process_id}, e{execution_id};
   // One job: `also` and the claim share its savepoint, so a refusal by either undoes both.
-  if (auto wr = write(Durability::full, [&](sql::Db& db) -> Result<void> {
-    if (auto r = also(db); !r) return r;
-    sql::StmtLease q = CUSTOS_TRY(
-        db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-    CUSTOS_TRYV(q->bind(1, std::string_view{a}));
-    CUSTOS_TRYV(q->bind(2, std::string_view{p}));
-    if (CUSTOS_TRY(q->step())) {
-      return Error{Errc::registry_claim_consumed, "action " + a + " / process " + p +
-                                                      " was already consumed by execution " +
-                                                      q->text(0)};
-    }
-    sql::StmtLease ins = CUSTOS_TRY(db.cached(
-        "INSERT INTO claims (action_id, process_id, execution_id, consumed_ns) VALUES (?,?,?,?)"));
-    CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
-    CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
-    CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
-    CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
-    return ins->run();
-  }); !wr) return std::move(wr).error();
+  if (auto wr =
+          write(Durability::full,
+                [&](sql::Db& db) -> Result<void> {
+                  if (auto r = also(db); !r) return r;
+                  sql::StmtLease q = CUSTOS_TRY(db.cached(
+                      "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+                  CUSTOS_TRYV(q->bind(1, std::string_view{a}));
+                  CUSTOS_TRYV(q->bind(2, std::string_view{p}));
+                  if (CUSTOS_TRY(q->step())) {
+                    return Error{Errc::registry_claim_consumed,
+                                 "action " + a + " / process " + p +
+                                     " was already consumed by execution " + q->text(0)};
+                  }
+                  sql::StmtLease ins =
+                      CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
+                                           "execution_id, consumed_ns) VALUES (?,?,?,?)"));
+                  CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
+                  CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
+                  CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
+                  CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
+                  return ins->run();
+                });
+      !wr)
+    return std::move(wr).error();
   failpoint("after_claim");
   return ok();
 }
@@ -462,8 +471,8 @@ Result<void> Registry::create_execution(NewExecution const& ex) {
                                                    " / process " + ex.process_id};
       }
       if (q->text(0) != ex.execution_id) {
-        return Error{Errc::registry_claim_consumed, "the claim of action " + ex.action_id +
-                                                        " belongs to execution " + q->text(0)};
+        return Error{Errc::registry_claim_consumed,
+                     "the claim of action " + ex.action_id + " belongs to execution " + q->text(0)};
       }
     }
     if (auto existing = CUSTOS_TRY(select_record(db, ex.execution_id)); existing) {
@@ -489,12 +498,10 @@ Result<void> Registry::record_authorized(NewExecution const& ex) {
 
 namespace {
 Error illegal_step(ExecutionRecord const& rec, std::string what) {
-  return Error{Errc::registry_illegal_phase, rec.execution_id + " (phase " +
-                                                 std::string{core::phase_wire(rec.phase)} +
-                                                 ", ownership " +
-                                                 std::string{ownership_state_wire(
-                                                     rec.ownership.state)} +
-                                                 "): " + std::move(what)};
+  return Error{Errc::registry_illegal_phase,
+               rec.execution_id + " (phase " + std::string{core::phase_wire(rec.phase)} +
+                   ", ownership " + std::string{ownership_state_wire(rec.ownership.state)} +
+                   "): " + std::move(what)};
 }
 
 Result<void> step_phase(ExecutionRecord& rec, core::Phase to,
@@ -513,41 +520,46 @@ Result<void> Registry::record_staged(std::string_view execution_id, Ownership co
     return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
   }
   if (auto wr = modify(options_.ownership_durability, execution_id,
-                     [&](ExecutionRecord& rec) -> Result<void> {
-                       if (rec.ownership.state == OwnershipState::legacy_unverified) {
-                         return Error{Errc::registry_legacy_unverified,
-                                      rec.execution_id + ": legacy ownership is never replaced"};
-                       }
-                       if (rec.ownership.state != OwnershipState::unassigned) {
-                         return illegal_step(rec, "ownership already assigned");
-                       }
-                       if (rec.phase == core::Phase::authorized) {
-                         CUSTOS_TRYV(step_phase(rec, core::Phase::starting));
-                       } else if (rec.phase != core::Phase::starting) {
-                         return illegal_step(rec, "staging outside the starting phase");
-                       }
-                       rec.ownership = staged;
-                       rec.boundary = boundary;
-                       return ok();
-                     }); !wr) return std::move(wr).error();
+                       [&](ExecutionRecord& rec) -> Result<void> {
+                         if (rec.ownership.state == OwnershipState::legacy_unverified) {
+                           return Error{Errc::registry_legacy_unverified,
+                                        rec.execution_id + ": legacy ownership is never replaced"};
+                         }
+                         if (rec.ownership.state != OwnershipState::unassigned) {
+                           return illegal_step(rec, "ownership already assigned");
+                         }
+                         if (rec.phase == core::Phase::authorized) {
+                           CUSTOS_TRYV(step_phase(rec, core::Phase::starting));
+                         } else if (rec.phase != core::Phase::starting) {
+                           return illegal_step(rec, "staging outside the starting phase");
+                         }
+                         rec.ownership = staged;
+                         rec.boundary = boundary;
+                         return ok();
+                       });
+      !wr)
+    return std::move(wr).error();
   failpoint("after_staged");
   return ok();
 }
 
 Result<void> Registry::record_committed(std::string_view execution_id) {
   if (auto wr = modify(options_.ownership_durability, execution_id,
-                     [&](ExecutionRecord& rec) -> Result<void> {
-                       if (rec.ownership.state == OwnershipState::legacy_unverified) {
-                         return Error{Errc::registry_legacy_unverified,
-                                      rec.execution_id + ": legacy ownership cannot be committed"};
-                       }
-                       if (rec.ownership.state != OwnershipState::staged ||
-                           rec.phase != core::Phase::starting) {
-                         return illegal_step(rec, "commit needs staged ownership while starting");
-                       }
-                       rec.ownership.state = OwnershipState::committed;
-                       return ok();
-                     }); !wr) return std::move(wr).error();
+                       [&](ExecutionRecord& rec) -> Result<void> {
+                         if (rec.ownership.state == OwnershipState::legacy_unverified) {
+                           return Error{
+                               Errc::registry_legacy_unverified,
+                               rec.execution_id + ": legacy ownership cannot be committed"};
+                         }
+                         if (rec.ownership.state != OwnershipState::staged ||
+                             rec.phase != core::Phase::starting) {
+                           return illegal_step(rec, "commit needs staged ownership while starting");
+                         }
+                         rec.ownership.state = OwnershipState::committed;
+                         return ok();
+                       });
+      !wr)
+    return std::move(wr).error();
   failpoint("after_committed");
   return ok();
 }
@@ -557,32 +569,33 @@ Result<void> Registry::record_phase(std::string_view execution_id, core::Phase p
     return Error{Errc::registry_illegal_phase, "terminal is written by record_terminal only"};
   }
   if (auto wr = modify(options_.ownership_durability, execution_id,
-                     [&](ExecutionRecord& rec) -> Result<void> {
-                       if (phase == core::Phase::running &&
-                           rec.ownership.state != OwnershipState::committed) {
-                         return illegal_step(rec, "running needs committed pidfs ownership");
-                       }
-                       return step_phase(rec, phase);
-                     }); !wr) return std::move(wr).error();
+                       [&](ExecutionRecord& rec) -> Result<void> {
+                         if (phase == core::Phase::running &&
+                             rec.ownership.state != OwnershipState::committed) {
+                           return illegal_step(rec, "running needs committed pidfs ownership");
+                         }
+                         return step_phase(rec, phase);
+                       });
+      !wr)
+    return std::move(wr).error();
   if (phase == core::Phase::running) failpoint("while_running");
   if (phase == core::Phase::stopping) failpoint("while_stopping");
   return ok();
 }
 
 Result<void> Registry::record_trigger(std::string_view execution_id, core::Trigger trigger) {
-  return modify(options_.ownership_durability, execution_id,
-                [&](ExecutionRecord& rec) -> Result<void> {
-                  if (rec.phase == core::Phase::terminal) {
-                    return illegal_step(rec, "trigger after the terminal record");
-                  }
-                  if (rec.trigger && *rec.trigger != trigger) {
-                    return illegal_step(rec, "a different trigger was accepted first (" +
-                                                 std::string{core::trigger_wire(*rec.trigger)} +
-                                                 ")");
-                  }
-                  rec.trigger = trigger;
-                  return ok();
-                });
+  return modify(
+      options_.ownership_durability, execution_id, [&](ExecutionRecord& rec) -> Result<void> {
+        if (rec.phase == core::Phase::terminal) {
+          return illegal_step(rec, "trigger after the terminal record");
+        }
+        if (rec.trigger && *rec.trigger != trigger) {
+          return illegal_step(rec, "a different trigger was accepted first (" +
+                                       std::string{core::trigger_wire(*rec.trigger)} + ")");
+        }
+        rec.trigger = trigger;
+        return ok();
+      });
 }
 
 Result<void> Registry::record_output(std::string_view execution_id, int stream_index,
@@ -651,23 +664,22 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
     return Error{Errc::registry_corrupt_record,
                  std::string{execution_id} + ": terminal digest does not match its bytes"};
   }
-  return modify(options_.terminal_durability, execution_id,
-                [&](ExecutionRecord& rec) -> Result<void> {
-                  for (core::Phase const p : steps) {
-                    if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
-                    if (p == core::Phase::running &&
-                        rec.ownership.state != OwnershipState::committed) {
-                      return illegal_step(rec, "running needs committed pidfs ownership");
-                    }
-                    CUSTOS_TRYV(step_phase(rec, p));
-                  }
-                  if (rec.phase == core::Phase::terminal) {
-                    return illegal_step(rec, "a terminal record exists; exactly one is allowed");
-                  }
-                  CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
-                  rec.terminal = t;
-                  return ok();
-                });
+  return modify(
+      options_.terminal_durability, execution_id, [&](ExecutionRecord& rec) -> Result<void> {
+        for (core::Phase const p : steps) {
+          if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
+          if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed) {
+            return illegal_step(rec, "running needs committed pidfs ownership");
+          }
+          CUSTOS_TRYV(step_phase(rec, p));
+        }
+        if (rec.phase == core::Phase::terminal) {
+          return illegal_step(rec, "a terminal record exists; exactly one is allowed");
+        }
+        CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
+        rec.terminal = t;
+        return ok();
+      });
 }
 
 // ---- reads ------------------------------------------------------------------------------------
@@ -687,10 +699,11 @@ Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
       "q.execution_id = e.execution_id) ORDER BY execution_id LIMIT ?4";
   sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
   CUSTOS_TRYV(s.bind(1, std::string_view{filter.after_id}));
-  CUSTOS_TRYV(s.bind(2, filter.phase ? std::optional<std::string_view>{core::phase_wire(*filter.phase)}
-                                     : std::nullopt));
-  CUSTOS_TRYV(s.bind(3, filter.session_id ? std::optional<std::string_view>{*filter.session_id}
-                                          : std::nullopt));
+  CUSTOS_TRYV(s.bind(2, filter.phase
+                            ? std::optional<std::string_view>{core::phase_wire(*filter.phase)}
+                            : std::nullopt));
+  CUSTOS_TRYV(s.bind(
+      3, filter.session_id ? std::optional<std::string_view>{*filter.session_id} : std::nullopt));
   CUSTOS_TRYV(s.bind(4, static_cast<std::int64_t>(filter.limit)));
   std::vector<ExecutionRecord> out;
   while (CUSTOS_TRY(s.step())) {
@@ -740,37 +753,43 @@ Result<std::vector<QuarantinedRecord>> Registry::quarantined() {
 
 Result<std::size_t> Registry::revalidate() {
   std::size_t added = 0;
-  if (auto wr = write(Durability::full, [&](sql::Db& db) -> Result<void> {
-    std::string sql = "SELECT ";
-    sql += detail::record_columns();
-    sql +=
-        " FROM executions e WHERE NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.execution_id = "
-        "e.execution_id)";
-    std::vector<std::pair<std::string, Error>> bad;
-    {
-      sql::Stmt s = CUSTOS_TRY(db.prepare(sql));
-      while (CUSTOS_TRY(s.step())) {
-        auto rec = detail::decode_row(s);
-        if (!rec) {
-          bad.emplace_back(s.text(0), rec.error());
-          continue;
-        }
-        if (auto v = validate_record(*rec); !v) bad.emplace_back(rec->execution_id, v.error());
-      }
-    }
-    for (auto const& [id, err] : bad) {
-      sql::Stmt ins = CUSTOS_TRY(db.prepare(
-          "INSERT OR IGNORE INTO quarantine (execution_id, code, reason, detected_ns) "
-          "VALUES (?,?,?,?)"));
-      CUSTOS_TRYV(ins.bind(1, std::string_view{id}));
-      CUSTOS_TRYV(ins.bind(2, err.wire()));
-      CUSTOS_TRYV(ins.bind(3, std::string_view{err.context}));
-      CUSTOS_TRYV(ins.bind(4, detail::now_ns()));
-      CUSTOS_TRYV(ins.run());
-      ++added;
-    }
-    return ok();
-  }); !wr) return std::move(wr).error();
+  if (auto wr = write(
+          Durability::full,
+          [&](sql::Db& db) -> Result<void> {
+            std::string sql = "SELECT ";
+            sql += detail::record_columns();
+            sql +=
+                " FROM executions e WHERE NOT EXISTS (SELECT 1 FROM quarantine q WHERE "
+                "q.execution_id = "
+                "e.execution_id)";
+            std::vector<std::pair<std::string, Error>> bad;
+            {
+              sql::Stmt s = CUSTOS_TRY(db.prepare(sql));
+              while (CUSTOS_TRY(s.step())) {
+                auto rec = detail::decode_row(s);
+                if (!rec) {
+                  bad.emplace_back(s.text(0), rec.error());
+                  continue;
+                }
+                if (auto v = validate_record(*rec); !v)
+                  bad.emplace_back(rec->execution_id, v.error());
+              }
+            }
+            for (auto const& [id, err] : bad) {
+              sql::Stmt ins = CUSTOS_TRY(db.prepare(
+                  "INSERT OR IGNORE INTO quarantine (execution_id, code, reason, detected_ns) "
+                  "VALUES (?,?,?,?)"));
+              CUSTOS_TRYV(ins.bind(1, std::string_view{id}));
+              CUSTOS_TRYV(ins.bind(2, err.wire()));
+              CUSTOS_TRYV(ins.bind(3, std::string_view{err.context}));
+              CUSTOS_TRYV(ins.bind(4, detail::now_ns()));
+              CUSTOS_TRYV(ins.run());
+              ++added;
+            }
+            return ok();
+          });
+      !wr)
+    return std::move(wr).error();
   return added;
 }
 

@@ -1,10 +1,9 @@
 // The registry schema, its append-only migrations, and the row <-> record mapping.
 #include "schema.hpp"
 
-#include <time.h>
-
 #include <array>
 #include <string>
+#include <time.h>
 
 namespace custos::registry::detail {
 
@@ -174,13 +173,21 @@ constexpr std::string_view kColumns =
 constexpr int kColumnCount = 38;
 
 // u64 values are stored bit-for-bit in SQLite's signed 64-bit INTEGER.
-std::int64_t to_i64(std::uint64_t v) noexcept { return static_cast<std::int64_t>(v); }
-std::uint64_t to_u64(std::int64_t v) noexcept { return static_cast<std::uint64_t>(v); }
+std::int64_t to_i64(std::uint64_t v) noexcept {
+  return static_cast<std::int64_t>(v);
+}
+std::uint64_t to_u64(std::int64_t v) noexcept {
+  return static_cast<std::uint64_t>(v);
+}
 
 }  // namespace
 
-std::string_view schema_v1_ddl() noexcept { return kSchemaV1; }
-std::string_view record_columns() noexcept { return kColumns; }
+std::string_view schema_v1_ddl() noexcept {
+  return kSchemaV1;
+}
+std::string_view record_columns() noexcept {
+  return kColumns;
+}
 
 std::int64_t now_ns() noexcept {
   timespec ts{};
@@ -193,9 +200,8 @@ Result<void> migrate(sql::Db& db, int from) {
     auto const step = kMigrations[static_cast<std::size_t>(v - 1)];
     auto fail = [&](Error const& e) {
       (void)db.exec("ROLLBACK");
-      return Error{Errc::registry_migration_failed,
-                   "migration v" + std::to_string(v) + " -> v" + std::to_string(v + 1) + ": " +
-                       e.message()};
+      return Error{Errc::registry_migration_failed, "migration v" + std::to_string(v) + " -> v" +
+                                                        std::to_string(v + 1) + ": " + e.message()};
     };
     if (auto r = db.exec("BEGIN IMMEDIATE"); !r) return fail(r.error());
     if (auto r = db.exec(step); !r) return fail(r.error());
@@ -347,8 +353,8 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   CUSTOS_TRYV(s.bind(11, core::phase_wire(r.phase)));
   CUSTOS_TRYV(s.bind(12, opt_int(assigned, o.pid)));
   CUSTOS_TRYV(s.bind(13, opt_int(assigned, to_i64(o.start_time_ticks))));
-  CUSTOS_TRYV(s.bind(14, opt_str(r.trigger.has_value(),
-                                 r.trigger ? core::trigger_wire(*r.trigger) : "")));
+  CUSTOS_TRYV(
+      s.bind(14, opt_str(r.trigger.has_value(), r.trigger ? core::trigger_wire(*r.trigger) : "")));
   auto bind_stream = [&](int base, int pub_base, StreamProgress const& p) -> Result<void> {
     CUSTOS_TRYV(s.bind(base, to_i64(p.accounting.observed)));
     CUSTOS_TRYV(s.bind(base + 1, to_i64(p.accounting.retained)));

@@ -61,9 +61,9 @@ Result<void> Stmt::bind(int index, std::int64_t value) {
 }
 
 Result<void> Stmt::bind(int index, std::string_view text) {
-  return check_bind(sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT,
-                                        SQLITE_UTF8),
-                    db_);
+  return check_bind(
+      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
+      db_);
 }
 
 Result<void> Stmt::bind_blob(int index, std::span<std::uint8_t const> bytes) {
@@ -74,7 +74,9 @@ Result<void> Stmt::bind_blob(int index, std::span<std::uint8_t const> bytes) {
   return check_bind(sqlite3_bind_blob64(stmt_, index, data, bytes.size(), SQLITE_TRANSIENT), db_);
 }
 
-Result<void> Stmt::bind_null(int index) { return check_bind(sqlite3_bind_null(stmt_, index), db_); }
+Result<void> Stmt::bind_null(int index) {
+  return check_bind(sqlite3_bind_null(stmt_, index), db_);
+}
 
 Result<void> Stmt::bind(int index, std::optional<std::string_view> text) {
   if (!text) return bind_null(index);
@@ -105,9 +107,13 @@ void Stmt::reset() noexcept {
   (void)sqlite3_clear_bindings(stmt_);
 }
 
-bool Stmt::is_null(int col) const noexcept { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+bool Stmt::is_null(int col) const noexcept {
+  return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
+}
 
-std::int64_t Stmt::int64(int col) const noexcept { return sqlite3_column_int64(stmt_, col); }
+std::int64_t Stmt::int64(int col) const noexcept {
+  return sqlite3_column_int64(stmt_, col);
+}
 
 std::string Stmt::text(int col) const {
   auto const* p = sqlite3_column_text(stmt_, col);
@@ -133,7 +139,9 @@ std::optional<std::int64_t> Stmt::opt_int64(int col) const {
   return int64(col);
 }
 
-int Stmt::type(int col) const noexcept { return sqlite3_column_type(stmt_, col); }
+int Stmt::type(int col) const noexcept {
+  return sqlite3_column_type(stmt_, col);
+}
 
 // ---- Db ---------------------------------------------------------------------------------------
 
@@ -145,10 +153,13 @@ void Db::close() noexcept {
   db_ = nullptr;
 }
 
-Db::~Db() { close(); }
+Db::~Db() {
+  close();
+}
 
 Db::Db(Db&& other) noexcept
-    : cache_(std::exchange(other.cache_, std::make_unique<std::unordered_map<std::string, Stmt>>())),
+    : cache_(
+          std::exchange(other.cache_, std::make_unique<std::unordered_map<std::string, Stmt>>())),
       db_(std::exchange(other.db_, nullptr)) {}
 
 Db& Db::operator=(Db&& other) noexcept {
@@ -221,8 +232,12 @@ Result<std::optional<std::string>> Db::query_text(std::string_view sql) {
   return s.opt_text(0);
 }
 
-std::int64_t Db::changes() const noexcept { return sqlite3_changes64(db_); }
+std::int64_t Db::changes() const noexcept {
+  return sqlite3_changes64(db_);
+}
 
-bool Db::in_transaction() const noexcept { return sqlite3_get_autocommit(db_) == 0; }
+bool Db::in_transaction() const noexcept {
+  return sqlite3_get_autocommit(db_) == 0;
+}
 
 }  // namespace custos::registry::sql

@@ -1,15 +1,14 @@
 #include "custos/sys/identity.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <fcntl.h>
 #include <mutex>
 #include <string_view>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 namespace custos::sys {
 namespace {
@@ -58,7 +57,8 @@ Result<std::uint64_t> read_start_time(std::int32_t pid) {
   std::string const stat = CUSTOS_TRY(read_small_file(path, Errc::procfs_failed));
   // comm (field 2) may hold spaces and parentheses; it ends at the *last* ')'.
   auto const close = stat.rfind(')');
-  if (close == std::string::npos) return Error(Errc::procfs_failed, path + ": no comm field", EINVAL);
+  if (close == std::string::npos)
+    return Error(Errc::procfs_failed, path + ": no comm field", EINVAL);
   std::string_view rest(stat);
   rest.remove_prefix(close + 1);
   // After ')' come fields 3.. separated by single spaces; starttime is field 22.

@@ -1,11 +1,10 @@
 #include "custos/sys/openat2.hpp"
 
+#include <cerrno>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 namespace custos::sys {
 
@@ -36,7 +35,8 @@ Result<UniqueFd> open_beneath(int root_fd, std::string const& rel, bool director
     // is what the man page asks for.
     if (err == EINTR || err == EAGAIN) continue;
     if (err == EXDEV || err == ELOOP) {
-      return Error(Errc::workspace_escape, "'" + rel + "' resolves outside the workspace root", err);
+      return Error(Errc::workspace_escape, "'" + rel + "' resolves outside the workspace root",
+                   err);
     }
     if (err == ENOSYS) return Error(Errc::sys_unsupported, "openat2 is not available", err);
     return Error(Errc::sys_error, "openat2 '" + rel + "'", err);

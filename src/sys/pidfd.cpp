@@ -1,15 +1,14 @@
 #include "custos/sys/pidfd.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <poll.h>
 #include <signal.h>
+#include <string>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <string>
 
 namespace custos::sys {
 namespace {
@@ -68,7 +67,9 @@ Result<Pidfd> Pidfd::open(std::int32_t pid) {
   return Pidfd(UniqueFd(static_cast<int>(fd)), pid);
 }
 
-Pidfd Pidfd::adopt(UniqueFd fd, std::int32_t pid) noexcept { return Pidfd(std::move(fd), pid); }
+Pidfd Pidfd::adopt(UniqueFd fd, std::int32_t pid) noexcept {
+  return Pidfd(std::move(fd), pid);
+}
 
 Result<Pidfd> Pidfd::dup() const {
   UniqueFd copy = CUSTOS_TRY(fd_.dup());

@@ -1,13 +1,12 @@
 #include "custos/sys/pty.hpp"
 
+#include <array>
+#include <cerrno>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
-
-#include <array>
-#include <cerrno>
 
 namespace custos::sys {
 namespace {
@@ -17,7 +16,8 @@ namespace {
 #endif
 
 Result<void> set_winsize(int fd, std::uint16_t rows, std::uint16_t cols) {
-  if (rows == 0 || cols == 0) return Error(Errc::pty_failed, "window size must be at least 1x1", EINVAL);
+  if (rows == 0 || cols == 0)
+    return Error(Errc::pty_failed, "window size must be at least 1x1", EINVAL);
   struct winsize ws {};
   ws.ws_row = rows;
   ws.ws_col = cols;
@@ -28,7 +28,8 @@ Result<void> set_winsize(int fd, std::uint16_t rows, std::uint16_t cols) {
 Result<UniqueFd> open_slave(UniqueFd const& master) {
   int const fd = ::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (fd >= 0) return UniqueFd(fd);
-  if (errno != EINVAL && errno != ENOTTY) return Error(Errc::pty_failed, "ioctl(TIOCGPTPEER)", errno);
+  if (errno != EINVAL && errno != ENOTTY)
+    return Error(Errc::pty_failed, "ioctl(TIOCGPTPEER)", errno);
   // Kernels before 4.13: open the slave by name.
   std::array<char, 128> name{};
   if (::ptsname_r(master.get(), name.data(), name.size()) != 0) {
@@ -42,7 +43,8 @@ Result<UniqueFd> open_slave(UniqueFd const& master) {
 }  // namespace
 
 Result<Pty> Pty::open(std::uint16_t rows, std::uint16_t cols) {
-  if (rows == 0 || cols == 0) return Error(Errc::pty_failed, "window size must be at least 1x1", EINVAL);
+  if (rows == 0 || cols == 0)
+    return Error(Errc::pty_failed, "window size must be at least 1x1", EINVAL);
   UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
   if (!master.valid()) return Error(Errc::pty_failed, "posix_openpt", errno);
   if (::unlockpt(master.get()) != 0) return Error(Errc::pty_failed, "unlockpt", errno);
@@ -56,13 +58,15 @@ Result<Pty> Pty::open(std::uint16_t rows, std::uint16_t cols) {
 }
 
 Result<void> Pty::resize(std::uint16_t rows, std::uint16_t cols) {
-  if (!master_.valid()) return Error(Errc::pty_failed, "resize: the pty master was handed over", EBADF);
+  if (!master_.valid())
+    return Error(Errc::pty_failed, "resize: the pty master was handed over", EBADF);
   return set_winsize(master_.get(), rows, cols);
 }
 
 Result<WindowSize> Pty::size() const {
   struct winsize ws {};
-  if (::ioctl(master_.get(), TIOCGWINSZ, &ws) != 0) return Error(Errc::pty_failed, "ioctl(TIOCGWINSZ)", errno);
+  if (::ioctl(master_.get(), TIOCGWINSZ, &ws) != 0)
+    return Error(Errc::pty_failed, "ioctl(TIOCGWINSZ)", errno);
   return WindowSize{ws.ws_row, ws.ws_col};
 }
 

@@ -1,10 +1,9 @@
 #include "custos/sys/rlimits.hpp"
 
-#include <sys/resource.h>
-
 #include <array>
 #include <cerrno>
 #include <string>
+#include <sys/resource.h>
 #include <utility>
 
 namespace custos::sys {
@@ -32,9 +31,13 @@ Result<Rlimit> prlimit_get(pid_t pid, int resource) {
 
 }  // namespace
 
-Result<Rlimit> get_rlimit(int resource) { return prlimit_get(0, resource); }
+Result<Rlimit> get_rlimit(int resource) {
+  return prlimit_get(0, resource);
+}
 
-Result<Rlimit> get_rlimit(std::int32_t pid, int resource) { return prlimit_get(pid, resource); }
+Result<Rlimit> get_rlimit(std::int32_t pid, int resource) {
+  return prlimit_get(pid, resource);
+}
 
 Result<void> set_rlimit(Rlimit const& limit) {
   CUSTOS_TRYV(validate_rlimit(limit));
@@ -42,15 +45,16 @@ Result<void> set_rlimit(Rlimit const& limit) {
   want.rlim_cur = limit.soft;
   want.rlim_max = limit.hard;
   if (::prlimit64(0, static_cast<__rlimit_resource>(limit.resource), &want, nullptr) != 0) {
-    return Error(Errc::sys_error, "prlimit64 set resource " + std::to_string(limit.resource), errno);
+    return Error(Errc::sys_error, "prlimit64 set resource " + std::to_string(limit.resource),
+                 errno);
   }
   return ok();
 }
 
 Result<void> validate_rlimit(Rlimit const& limit) {
   if (limit.resource < 0 || limit.resource >= RLIMIT_NLIMITS) {
-    return Error(Errc::plan_invalid_limit, "unknown rlimit resource " + std::to_string(limit.resource),
-                 EINVAL);
+    return Error(Errc::plan_invalid_limit,
+                 "unknown rlimit resource " + std::to_string(limit.resource), EINVAL);
   }
   if (limit.soft > limit.hard) {
     return Error(Errc::plan_invalid_limit, "rlimit soft value exceeds hard value", EINVAL);

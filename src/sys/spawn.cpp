@@ -1,5 +1,9 @@
 #include "custos/sys/spawn.hpp"
 
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -8,11 +12,6 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstring>
 
 #include "custos/sys/openat2.hpp"
 
@@ -68,8 +67,8 @@ enum ChildStep : int {
 };
 
 constexpr std::array<char const*, kStepCount> kStepNames{
-    "signals", "setsid", "controlling_tty", "stdio", "close_range", "setrlimit",
-    "setgroups", "setresgid", "setresuid", "fchdir", "barrier", "execve", "ready"};
+    "signals",   "setsid",    "controlling_tty", "stdio",   "close_range", "setrlimit", "setgroups",
+    "setresgid", "setresuid", "fchdir",          "barrier", "execve",      "ready"};
 
 // What the child writes to the error pipe: fixed size, far below PIPE_BUF, so one write is atomic.
 struct ChildReport {
@@ -188,7 +187,8 @@ struct ChildPlan {
   }
 
   // 7. Working directory, resolved beneath the workspace root by the parent.
-  if (plan.cwd_fd >= 0 && ::syscall(SYS_fchdir, plan.cwd_fd) != 0) child_fail(plan, kStepChdir, errno);
+  if (plan.cwd_fd >= 0 && ::syscall(SYS_fchdir, plan.cwd_fd) != 0)
+    child_fail(plan, kStepChdir, errno);
 
   // 8. Barrier: tell the parent that setup is complete, then wait. Nothing of the target runs
   //    until the parent has recorded ownership. EOF means the parent gave up (or died): leave
@@ -212,13 +212,16 @@ struct ChildPlan {
 
 // --- parent side ------------------------------------------------------------------------------
 
-bool has_nul(std::string const& s) { return s.find('\0') != std::string::npos; }
+bool has_nul(std::string const& s) {
+  return s.find('\0') != std::string::npos;
+}
 
 Result<void> validate(SpawnSpec const& spec) {
   if (spec.executable.empty() || spec.executable.front() != '/') {
     return Error(Errc::plan_invalid_executable, "executable must be an absolute path", EINVAL);
   }
-  if (spec.argv.empty()) return Error(Errc::plan_empty_argv, "argv must hold at least argv[0]", EINVAL);
+  if (spec.argv.empty())
+    return Error(Errc::plan_empty_argv, "argv must hold at least argv[0]", EINVAL);
   if (has_nul(spec.executable)) return Error(Errc::plan_nul_byte, "NUL byte in executable", EINVAL);
   for (auto const& a : spec.argv) {
     if (has_nul(a)) return Error(Errc::plan_nul_byte, "NUL byte in argv", EINVAL);
@@ -340,7 +343,9 @@ StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
   return *this;
 }
 
-StagedChild::~StagedChild() { kill_and_reap(); }
+StagedChild::~StagedChild() {
+  kill_and_reap();
+}
 
 void StagedChild::kill_and_reap() noexcept {
   if (!pidfd_.valid() || pidfd_.reaped_status()) return;
@@ -374,8 +379,8 @@ Result<RunningChild> StagedChild::release() && {
   if (got == 0) {
     return RunningChild(std::move(self.pidfd_), std::move(self.identity_));
   }
-  std::string const context = std::string("step=") + spawn_step_name(report.step) +
-                              " executable=" + self.executable_;
+  std::string const context =
+      std::string("step=") + spawn_step_name(report.step) + " executable=" + self.executable_;
   if (got != sizeof report) {
     return Error(Errc::spawn_failed, context + " (truncated report)", EIO);  // dtor kills+reaps
   }
@@ -503,12 +508,13 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   ChildReport report{};
   std::size_t const got = CUSTOS_TRY(read_report(staged.error_, report, spec.setup_timeout));
   if (got != sizeof report || report.step != kStepReady) {
-    std::string context = "step=" + std::string(got == sizeof report ? spawn_step_name(report.step)
-                                                                      : "setup") +
-                          " executable=" + spec.executable;
+    std::string context =
+        "step=" + std::string(got == sizeof report ? spawn_step_name(report.step) : "setup") +
+        " executable=" + spec.executable;
     int const err = got == sizeof report ? report.err : ECHILD;
     if (got == 0) context += " (child exited during setup)";
-    if (got == sizeof report) static_cast<void>(staged.pidfd_.wait());  // reap; dtor is then a no-op
+    if (got == sizeof report)
+      static_cast<void>(staged.pidfd_.wait());  // reap; dtor is then a no-op
     return Error(Errc::spawn_failed, context, err);
   }
   staged.identity_ = CUSTOS_TRY(read_identity(staged.pidfd_));

@@ -1,9 +1,8 @@
 #include "custos/sys/unique_fd.hpp"
 
+#include <cerrno>
 #include <fcntl.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 namespace custos::sys {
 

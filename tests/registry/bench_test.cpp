@@ -1,8 +1,9 @@
 // The benchmark row runs, cleans up after itself and shows group commit at work. Ratios are not
 // asserted here (sanitizer build, noisy machine); scripts/bench reports them from a release build.
+#include "custos/registry/bench.hpp"
+
 #include <gtest/gtest.h>
 
-#include "custos/registry/bench.hpp"
 #include "helpers.hpp"
 
 namespace custos::registry::test {

@@ -3,17 +3,17 @@
 // with SIGKILL by a failpoint at one step. The test then reopens the registry, recovers, applies
 // the default restart policy, and checks the classification, exactly one terminal record, zero
 // surviving processes, and that the claim can never be consumed again.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <fcntl.h>
 #include <set>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/registry/failpoint.hpp"
 #include "custos/registry/ownership.hpp"
@@ -21,6 +21,7 @@
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/spawn.hpp"
+
 #include "helpers.hpp"
 
 namespace custos::registry::test {
@@ -245,7 +246,8 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   ASSERT_TRUE(rec) << rec.error().message();
   EXPECT_EQ(rec->phase, core::Phase::terminal);
   ASSERT_TRUE(rec->terminal);
-  EXPECT_TRUE(classifications.count(rec->terminal->classification)) << rec->terminal->classification;
+  EXPECT_TRUE(classifications.count(rec->terminal->classification))
+      << rec->terminal->classification;
   EXPECT_EQ(rec->terminal->recovery, core::recovery_path_wire(e.classification));
   auto decoded = decode_terminal(*rec->terminal);
   ASSERT_TRUE(decoded) << decoded.error().message();

@@ -1,14 +1,13 @@
 // Shared helpers of the registry tests: temp state dirs, fabricated executions, raw SQL.
 #pragma once
 
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <boost/json.hpp>
 
 #include "custos/core/plan_json.hpp"
 #include "custos/registry/ownership.hpp"
@@ -46,12 +45,11 @@ class TempDir {
 inline NewExecution make_execution(std::string const& id, std::string const& action,
                                    std::string const& process = "proc-1",
                                    std::string const& session = "s1", std::size_t pad = 0) {
-  boost::json::object ident{{"project_id", "p1"},     {"session_id", session},
-                            {"run_id", "r1"},         {"attempt_id", "a1"},
-                            {"turn_id", "t1"},        {"action_id", action},
-                            {"process_id", process},  {"workspace_id", "w1"},
-                            {"resource_id", "res1"},  {"environment_id", "env1"},
-                            {"generation", 3},        {"revision", 17}};
+  boost::json::object ident{
+      {"project_id", "p1"},       {"session_id", session}, {"run_id", "r1"},
+      {"attempt_id", "a1"},       {"turn_id", "t1"},       {"action_id", action},
+      {"process_id", process},    {"workspace_id", "w1"},  {"resource_id", "res1"},
+      {"environment_id", "env1"}, {"generation", 3},       {"revision", 17}};
   boost::json::array argv{"true", boost::json::string(id)};
   if (pad > 0) argv.emplace_back(boost::json::string(std::string(pad, 'x')));
   boost::json::object plan{{"command", {{"executable", "/bin/true"}, {"argv", argv}}},
@@ -99,17 +97,17 @@ inline void raw_exec(std::filesystem::path const& db_file, std::string const& sq
   ASSERT_TRUE(r) << r.error().message();
 }
 
-#define CUSTOS_ASSERT_OK(expr)                                   \
-  do {                                                           \
-    auto const& custos_assert_r_ = (expr);                       \
+#define CUSTOS_ASSERT_OK(expr)                                           \
+  do {                                                                   \
+    auto const& custos_assert_r_ = (expr);                               \
     ASSERT_TRUE(custos_assert_r_) << custos_assert_r_.error().message(); \
   } while (0)
 
-#define CUSTOS_EXPECT_ERRC(expr, errc)                                                     \
-  do {                                                                                     \
-    auto const& custos_expect_r_ = (expr);                                                 \
-    ASSERT_FALSE(custos_expect_r_) << "expected " << errc_wire(errc);                      \
-    EXPECT_EQ(custos_expect_r_.error().code, errc) << custos_expect_r_.error().message();  \
+#define CUSTOS_EXPECT_ERRC(expr, errc)                                                    \
+  do {                                                                                    \
+    auto const& custos_expect_r_ = (expr);                                                \
+    ASSERT_FALSE(custos_expect_r_) << "expected " << errc_wire(errc);                     \
+    EXPECT_EQ(custos_expect_r_.error().code, errc) << custos_expect_r_.error().message(); \
   } while (0)
 
 }  // namespace custos::registry::test

@@ -37,7 +37,9 @@ ALTER TABLE executions ADD COLUMN pid_ns_ino INTEGER;
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 )sql";
 
-std::string quote(std::string const& s) { return "'" + s + "'"; }
+std::string quote(std::string const& s) {
+  return "'" + s + "'";
+}
 std::string hex_blob(std::vector<std::uint8_t> const& b) {
   static char const* d = "0123456789ABCDEF";
   std::string out = "X'";
@@ -49,7 +51,8 @@ std::string hex_blob(std::vector<std::uint8_t> const& b) {
 }
 
 // The record a v1 row describes, as the current code sees it after migration.
-ExecutionRecord v1_record(std::string const& id, core::Phase phase, std::optional<std::int32_t> pid) {
+ExecutionRecord v1_record(std::string const& id, core::Phase phase,
+                          std::optional<std::int32_t> pid) {
   auto ex = make_execution(id, "act-" + id);
   ExecutionRecord r;
   r.execution_id = ex.execution_id;
@@ -79,13 +82,13 @@ std::string v1_insert(ExecutionRecord const& r, std::string checksum = {}) {
       "plan_digest, backend, boundary_kind, cgroup_path, marker, phase, pid, start_time, trigger, "
       "out_observed, out_retained, out_dropped, out_complete, err_observed, err_retained, "
       "err_dropped, err_complete, terminal, terminal_digest, classification, recovery, checksum, "
-      "created_ns, updated_ns) VALUES (" + quote(r.execution_id) + "," + quote(r.action_id) + "," +
-      quote(r.process_id) + "," + quote(r.session_id) + "," + hex_blob(r.plan_canonical) + "," +
-      quote(r.plan_digest) + "," + quote(r.backend) + ",'marker',''," + quote(r.boundary.marker_hex) +
-      "," + quote(std::string{core::phase_wire(r.phase)}) + "," +
+      "created_ns, updated_ns) VALUES (" +
+      quote(r.execution_id) + "," + quote(r.action_id) + "," + quote(r.process_id) + "," +
+      quote(r.session_id) + "," + hex_blob(r.plan_canonical) + "," + quote(r.plan_digest) + "," +
+      quote(r.backend) + ",'marker',''," + quote(r.boundary.marker_hex) + "," +
+      quote(std::string{core::phase_wire(r.phase)}) + "," +
       (has_pid ? std::to_string(r.ownership.pid) : "NULL") + "," +
-      (has_pid ? std::to_string(r.ownership.start_time_ticks) : "NULL") +
-      ",NULL,0,0,0,1,0,0,0,1,";
+      (has_pid ? std::to_string(r.ownership.start_time_ticks) : "NULL") + ",NULL,0,0,0,1,0,0,0,1,";
   if (r.terminal) {
     s += hex_blob(r.terminal->bytes) + "," + quote(r.terminal->digest) + "," +
          quote(r.terminal->classification) + "," + quote(r.terminal->recovery) + ",";
@@ -181,10 +184,10 @@ TEST(RegistryMigration, FromV2KeepsStagedPidfsOwnership) {
     ASSERT_TRUE(db->exec(kV2Additions));
     // A v2 writer stored the pidfs identity in the v2 columns.
     ASSERT_TRUE(db->exec(v1_insert(staged)));
-    ASSERT_TRUE(db->exec(
-        "UPDATE executions SET ownership='staged', boot_id='" + staged.ownership.boot_id +
-        "', pidfs_dev=15, pidfs_ino=8888, pid_ns_ino=4026531836, pid=555, start_time=1234 "
-        "WHERE execution_id='ex-staged'"));
+    ASSERT_TRUE(
+        db->exec("UPDATE executions SET ownership='staged', boot_id='" + staged.ownership.boot_id +
+                 "', pidfs_dev=15, pidfs_ino=8888, pid_ns_ino=4026531836, pid=555, start_time=1234 "
+                 "WHERE execution_id='ex-staged'"));
     ASSERT_TRUE(db->exec(v1_insert(legacy)));
     ASSERT_TRUE(db->exec(
         "UPDATE executions SET ownership='legacy_unverified' WHERE execution_id='ex-legacy'"));

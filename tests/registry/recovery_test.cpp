@@ -1,18 +1,20 @@
 // Recovery with real processes: PID reuse never signalled, boot fence before any lookup,
 // negative checks, live re-acquisition through the same pidfd, restart policy.
+#include "custos/registry/recovery.hpp"
+
 #include <gtest/gtest.h>
+
+#include <csignal>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include "custos/registry/ownership.hpp"
-#include "custos/registry/recovery.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/spawn.hpp"
+
 #include "helpers.hpp"
 
 namespace custos::registry::test {
@@ -64,7 +66,8 @@ void expect_one_terminal(Registry& reg, std::string const& id, std::string const
   // In-flight output is never reported complete after a crash.
   for (auto const& [stream, acc] : decoded->output) EXPECT_FALSE(acc.complete);
   // Exactly one: a second terminal write is refused.
-  CUSTOS_EXPECT_ERRC(reg.record_terminal(id, fake_terminal("exited")), Errc::registry_illegal_phase);
+  CUSTOS_EXPECT_ERRC(reg.record_terminal(id, fake_terminal("exited")),
+                     Errc::registry_illegal_phase);
 }
 
 TEST(RegistryRecovery, PidReusedByStrangerIsNeverSignalled) {

@@ -1,12 +1,12 @@
 // Registry: open, lock, schema identity, claims, phases, ownership, quarantine, group commit.
 #include <gtest/gtest.h>
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
+#include <fcntl.h>
 #include <fstream>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 #include "helpers.hpp"
 
@@ -22,7 +22,8 @@ std::unique_ptr<Registry> open_ok(TempDir const& t, OpenOptions const& o = {}) {
 // Walks one execution through the whole observed life.
 void full_life(Registry& reg, std::string const& id, std::string const& action) {
   CUSTOS_ASSERT_OK(reg.record_authorized(make_execution(id, action)));
-  CUSTOS_ASSERT_OK(reg.record_staged(id, fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(
+      reg.record_staged(id, fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
   CUSTOS_ASSERT_OK(reg.record_committed(id));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::running));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::exited));
@@ -184,7 +185,8 @@ TEST(RegistryClaims, ConsumedOnceForever) {
   {
     auto reg = open_ok(t);
     CUSTOS_ASSERT_OK(reg->consume_claim("act-1", "proc-1", "ex-1"));
-    CUSTOS_EXPECT_ERRC(reg->consume_claim("act-1", "proc-1", "ex-2"), Errc::registry_claim_consumed);
+    CUSTOS_EXPECT_ERRC(reg->consume_claim("act-1", "proc-1", "ex-2"),
+                       Errc::registry_claim_consumed);
     CUSTOS_ASSERT_OK(reg->consume_claim("act-1", "proc-2", "ex-3"));  // another process id
     auto c = reg->find_claim("act-1", "proc-1");
     ASSERT_TRUE(c && *c);
@@ -216,7 +218,8 @@ TEST(RegistryClaims, ClaimWithoutRecordIsListedOrphanNeverDropped) {
   ASSERT_EQ(orphans->size(), 1u);
   EXPECT_EQ((*orphans)[0].execution_id, "ex-o");
   EXPECT_EQ((*orphans)[0].action_id, "act-o");
-  CUSTOS_EXPECT_ERRC(reg->consume_claim("act-o", "proc-1", "ex-new"), Errc::registry_claim_consumed);
+  CUSTOS_EXPECT_ERRC(reg->consume_claim("act-o", "proc-1", "ex-new"),
+                     Errc::registry_claim_consumed);
   // Completing the record later turns the orphan into an ordinary claim.
   CUSTOS_ASSERT_OK(reg->create_execution(make_execution("ex-o", "act-o")));
   EXPECT_TRUE(reg->orphan_claims()->empty());
@@ -225,7 +228,8 @@ TEST(RegistryClaims, ClaimWithoutRecordIsListedOrphanNeverDropped) {
 TEST(RegistryClaims, RecordNeedsItsOwnClaim) {
   TempDir t;
   auto reg = open_ok(t);
-  CUSTOS_EXPECT_ERRC(reg->create_execution(make_execution("ex-1", "act-1")), Errc::registry_not_found);
+  CUSTOS_EXPECT_ERRC(reg->create_execution(make_execution("ex-1", "act-1")),
+                     Errc::registry_not_found);
   CUSTOS_ASSERT_OK(reg->consume_claim("act-1", "proc-1", "ex-1"));
   CUSTOS_EXPECT_ERRC(reg->create_execution(make_execution("ex-2", "act-1")),
                      Errc::registry_claim_consumed);
@@ -256,7 +260,8 @@ TEST(RegistryPhases, IllegalProgressionsAreRefused) {
   // authorized -> running skips starting and has no committed ownership.
   CUSTOS_EXPECT_ERRC(reg->record_phase("ex-1", core::Phase::running), Errc::registry_illegal_phase);
   CUSTOS_EXPECT_ERRC(reg->record_phase("ex-1", core::Phase::closed), Errc::registry_illegal_phase);
-  CUSTOS_EXPECT_ERRC(reg->record_phase("ex-1", core::Phase::terminal), Errc::registry_illegal_phase);
+  CUSTOS_EXPECT_ERRC(reg->record_phase("ex-1", core::Phase::terminal),
+                     Errc::registry_illegal_phase);
   CUSTOS_EXPECT_ERRC(reg->record_committed("ex-1"), Errc::registry_illegal_phase);
   CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::starting));
   // running needs committed ownership, not staged.
@@ -310,7 +315,8 @@ TEST(RegistryPhases, TriggerFirstOneStaysAndAccountingIsChecked) {
   CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
   CUSTOS_ASSERT_OK(reg->record_trigger("ex-1", core::Trigger::deadline));
   CUSTOS_ASSERT_OK(reg->record_trigger("ex-1", core::Trigger::deadline));
-  CUSTOS_EXPECT_ERRC(reg->record_trigger("ex-1", core::Trigger::user), Errc::registry_illegal_phase);
+  CUSTOS_EXPECT_ERRC(reg->record_trigger("ex-1", core::Trigger::user),
+                     Errc::registry_illegal_phase);
   core::StreamAccounting acc{100, 60, 40, false};
   CUSTOS_ASSERT_OK(reg->record_output("ex-1", 0, acc));
   core::StreamAccounting const lying{100, 60, 40, true};
@@ -432,9 +438,10 @@ TEST_F(RegistryQuarantine, PlanBytesThatDoNotDecodeDespiteMatchingDigests) {
   rec.plan_canonical = {'C', 'S', 'T', 'S', 0, 1, 0, 3, 0, 0, 0, 0, 9};
   rec.plan_digest = sha256_tagged(rec.plan_canonical);
   std::string const sum = record_checksum(rec);
-  raw_exec(t_.db(), "UPDATE executions SET plan_canonical=X'43535453000100030000000009', "
-                    "plan_digest='" + rec.plan_digest + "', checksum='" + sum +
-                        "' WHERE execution_id='ex-bad'");
+  raw_exec(t_.db(),
+           "UPDATE executions SET plan_canonical=X'43535453000100030000000009', "
+           "plan_digest='" +
+               rec.plan_digest + "', checksum='" + sum + "' WHERE execution_id='ex-bad'");
   expect_quarantined(Errc::registry_corrupt_record);
 }
 
@@ -460,7 +467,8 @@ TEST(RegistryGroupCommit, ConcurrentLaunchesShareTransactions) {
         std::string const id = "ex-" + std::to_string(th) + "-" + std::to_string(i);
         auto ex = make_execution(id, "act-" + id);
         if (!reg->record_authorized(ex)) ++failures;
-        if (!reg->record_staged(id, fake_staged(1000 + i, 1 + static_cast<std::uint64_t>(th * 100 + i)), {}))
+        if (!reg->record_staged(
+                id, fake_staged(1000 + i, 1 + static_cast<std::uint64_t>(th * 100 + i)), {}))
           ++failures;
         if (!reg->record_committed(id)) ++failures;
       }
@@ -474,7 +482,8 @@ TEST(RegistryGroupCommit, ConcurrentLaunchesShareTransactions) {
   EXPECT_EQ(writes, static_cast<std::uint64_t>(kThreads * kPerThread * 4));
   // Batching must have happened: fewer transactions than writes, and fewer fsyncs than claims.
   EXPECT_LT(txns, writes);
-  EXPECT_LT(after.full_commits - before.full_commits, static_cast<std::uint64_t>(kThreads * kPerThread));
+  EXPECT_LT(after.full_commits - before.full_commits,
+            static_cast<std::uint64_t>(kThreads * kPerThread));
   EXPECT_EQ(reg->non_terminal()->size(), static_cast<std::size_t>(kThreads * kPerThread));
 }
 
@@ -486,10 +495,13 @@ TEST(RegistryGroupCommit, OneFailingJobDoesNotUndoItsBatchNeighbours) {
   std::atomic<int> ok_count{0}, consumed{0};
   for (int th = 0; th < 8; ++th) {
     threads.emplace_back([&, th] {
-      auto r = (th % 2 == 0) ? reg->consume_claim("dup", "p", "ex-x" + std::to_string(th))
-                             : reg->consume_claim("a" + std::to_string(th), "p", "e" + std::to_string(th));
-      if (r) ++ok_count;
-      else if (r.error().code == Errc::registry_claim_consumed) ++consumed;
+      auto r = (th % 2 == 0)
+                   ? reg->consume_claim("dup", "p", "ex-x" + std::to_string(th))
+                   : reg->consume_claim("a" + std::to_string(th), "p", "e" + std::to_string(th));
+      if (r)
+        ++ok_count;
+      else if (r.error().code == Errc::registry_claim_consumed)
+        ++consumed;
     });
   }
   for (auto& th : threads) th.join();

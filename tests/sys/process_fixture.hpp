@@ -1,9 +1,9 @@
 // Shared fixture for the process tests: every test must leave the fd table as it found it.
 #pragma once
 
-#include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <set>
 #include <string>
 

@@ -1,11 +1,10 @@
 // Helpers for tests that launch real processes through spawn_staged.
 #pragma once
 
-#include <poll.h>
-#include <unistd.h>
-
 #include <chrono>
+#include <poll.h>
 #include <string>
+#include <unistd.h>
 
 #include "custos/sys/spawn.hpp"
 #include "custos/sys/unique_fd.hpp"

@@ -1,13 +1,13 @@
 #include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "custos/sys/identity.hpp"
 #include "custos/sys/openat2.hpp"
 #include "custos/sys/rlimits.hpp"
+
 #include "sys/process_fixture.hpp"
 
 namespace custos::sys {
@@ -48,7 +48,8 @@ TEST_F(Openat2Test, ResolvesInsideAndRefusesEscapes) {
   EXPECT_EQ(::fcntl(sub->get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
   auto via_link = open_beneath(*root, "a/rel_in", true);
   ASSERT_TRUE(via_link) << via_link.error().message();
-  struct stat s1 {}, s2 {};
+  struct stat s1 {
+  }, s2{};
   ASSERT_EQ(::fstat(sub->get(), &s1), 0);
   ASSERT_EQ(::fstat(via_link->get(), &s2), 0);
   EXPECT_EQ(s1.st_ino, s2.st_ino);
@@ -59,7 +60,8 @@ TEST_F(Openat2Test, ResolvesInsideAndRefusesEscapes) {
   char buf[16] = {};
   EXPECT_EQ(::read(file->get(), buf, sizeof buf), 7);
 
-  for (char const* escape : {"..", "a/../..", "abs_out", "a/rel_out", "/etc", "magic", "magic/etc"}) {
+  for (char const* escape :
+       {"..", "a/../..", "abs_out", "a/rel_out", "/etc", "magic", "magic/etc"}) {
     auto r = open_beneath(*root, escape, false);
     ASSERT_FALSE(r) << escape;
     EXPECT_EQ(r.error().code, Errc::workspace_escape) << escape << ": " << r.error().message();

@@ -1,13 +1,13 @@
+#include <chrono>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/sys/pidfd.hpp"
 #include "custos/sys/unique_fd.hpp"
+
 #include "sys/process_fixture.hpp"
 
 namespace custos::sys {
@@ -38,7 +38,8 @@ TEST_F(UniqueFdTest, ClosesOnDestructionAndMoves) {
     EXPECT_TRUE(p->first.valid());
     EXPECT_EQ(::fcntl(raw, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
     UniqueFd moved = std::move(p->first);
-    EXPECT_FALSE(p->first.valid());  // NOLINT(bugprone-use-after-move): checking the moved-from state
+    EXPECT_FALSE(
+        p->first.valid());  // NOLINT(bugprone-use-after-move): checking the moved-from state
     EXPECT_EQ(moved.get(), raw);
     UniqueFd assigned;
     assigned = std::move(moved);
@@ -103,7 +104,8 @@ TEST_F(PidfdTest, SignalThenTryWaitAndExitInfo) {
   ASSERT_TRUE(sent);
   EXPECT_TRUE(*sent);
   // Exit info is published only after reaping; a zombie has none.
-  for (int i = 0; i < 200 && pfd->alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && pfd->alive(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_FALSE(pfd->alive());
   auto zombie_info = pfd->get_exit_info();
   ASSERT_TRUE(zombie_info);

@@ -1,12 +1,12 @@
+#include <chrono>
 #include <fcntl.h>
 #include <poll.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <string>
+#include <unistd.h>
 
 #include "custos/sys/pty.hpp"
 #include "custos/sys/spawn.hpp"
+
 #include "sys/process_fixture.hpp"
 #include "sys/process_util.hpp"
 

@@ -1,22 +1,22 @@
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <poll.h>
 #include <random>
+#include <signal.h>
 #include <sstream>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/sys/identity.hpp"
 #include "custos/sys/openat2.hpp"
 #include "custos/sys/rlimits.hpp"
 #include "custos/sys/spawn.hpp"
+
 #include "sys/process_fixture.hpp"
 #include "sys/process_util.hpp"
 
@@ -89,7 +89,8 @@ TEST_F(SpawnTest, MissingExecutableIsSpawnFailedNot127) {
   ASSERT_FALSE(running);
   EXPECT_EQ(running.error().code, Errc::spawn_failed);
   EXPECT_EQ(running.error().sys_errno, ENOENT);
-  EXPECT_NE(running.error().context.find("step=execve"), std::string::npos) << running.error().context;
+  EXPECT_NE(running.error().context.find("step=execve"), std::string::npos)
+      << running.error().context;
   // The failed child was reaped: no zombie remains.
   EXPECT_FALSE(proc_exists(pid));
 }
@@ -155,7 +156,8 @@ TEST_F(SpawnTest, CwdIsResolvedBeneathTheWorkspace) {
     spec.cwd = cwd;
     auto escaped = spawn_staged(spec);
     ASSERT_FALSE(escaped) << cwd;
-    EXPECT_EQ(escaped.error().code, Errc::workspace_escape) << cwd << ": " << escaped.error().message();
+    EXPECT_EQ(escaped.error().code, Errc::workspace_escape)
+        << cwd << ": " << escaped.error().message();
   }
   spec.cwd = "missing";
   auto missing = spawn_staged(spec);
@@ -301,7 +303,8 @@ TEST_F(SpawnTest, SignalDispositionsAndMaskAreReset) {
   ign.sa_handler = SIG_IGN;
   struct sigaction old {};
   ASSERT_EQ(::sigaction(SIGUSR1, &ign, &old), 0);
-  auto r = run_capture(simple_spec("/bin/grep", {"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"}));
+  auto r =
+      run_capture(simple_spec("/bin/grep", {"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"}));
   ::sigaction(SIGUSR1, &old, nullptr);
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_EQ(r->out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
@@ -352,7 +355,8 @@ TEST_F(SpawnTest, CloneIntoCgroupWithNamespace) {
   std::random_device rd;
   fs::path const cg = fs::path(mount) / ("custos-test-spawn-" + std::to_string(::getpid()) + "-" +
                                          std::to_string(rd()));
-  if (::mkdir(cg.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create a test cgroup: " << std::strerror(errno);
+  if (::mkdir(cg.c_str(), 0755) != 0)
+    GTEST_SKIP() << "cannot create a test cgroup: " << std::strerror(errno);
   std::string const rel = "/" + cg.filename().string();
   {
     UniqueFd cgfd(::open(cg.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -432,8 +436,10 @@ TEST_F(SpawnTest, ConcurrentSpawnsFromSeveralThreads) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&ok_count, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "echo $0", std::to_string(t * 100 + i)}));
-        if (r && r->status == ExitStatus::exited(0) && r->out == std::to_string(t * 100 + i) + "\n") {
+        auto r = run_capture(
+            simple_spec("/bin/sh", {"sh", "-c", "echo $0", std::to_string(t * 100 + i)}));
+        if (r && r->status == ExitStatus::exited(0) &&
+            r->out == std::to_string(t * 100 + i) + "\n") {
           ++ok_count;
         }
       }

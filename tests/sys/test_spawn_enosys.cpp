@@ -2,12 +2,14 @@
 // makes clone3, pidfd_open and openat2 fail with ENOSYS (as on an old kernel or under a container
 // runtime's filter) and checks that each becomes a clean sys.unsupported.
 #include <seccomp.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "custos/sys/openat2.hpp"
 #include "custos/sys/pidfd.hpp"
 #include "custos/sys/spawn.hpp"
+
 #include "sys/process_fixture.hpp"
 #include "sys/process_util.hpp"
 

@@ -1,11 +1,11 @@
-#include <unistd.h>
-
 #include <chrono>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 #include "custos/sys/spawn.hpp"
 #include "custos/sys/subreaper.hpp"
+
 #include "sys/process_fixture.hpp"
 #include "sys/process_util.hpp"
 
@@ -37,8 +37,8 @@ struct Orphaning {
 
 Result<Orphaning> launch_orphaning(char const* sleep_s) {
   auto pipe = CUSTOS_TRY(make_pipe());
-  auto spec = simple_spec("/bin/sh", {"sh", "-c",
-                                      std::string("(sleep ") + sleep_s + "; exit 5) >/dev/null & echo $!"});
+  auto spec = simple_spec(
+      "/bin/sh", {"sh", "-c", std::string("(sleep ") + sleep_s + "; exit 5) >/dev/null & echo $!"});
   spec.stdout_fd = pipe.second.get();
   auto staged = CUSTOS_TRY(spawn_staged(spec));
   pipe.second.reset();

@@ -161,14 +161,16 @@ struct Diagnostic {
 
 struct Error {
   Errc code = Errc::internal;
-  int sys_errno = 0;        // errno of the failing syscall, 0 when not a syscall failure
-  std::string context;      // human detail: what was being done, on what
+  int sys_errno = 0;    // errno of the failing syscall, 0 when not a syscall failure
+  std::string context;  // human detail: what was being done, on what
   std::vector<Diagnostic> diagnostics;  // every finding, for validation errors
 
   Error() = default;
-  Error(Errc c, std::string ctx = {}, int err = 0) : code(c), sys_errno(err), context(std::move(ctx)) {}
+  Error(Errc c, std::string ctx = {}, int err = 0)
+      : code(c), sys_errno(err), context(std::move(ctx)) {}
 
-  // Builds an error from a list of diagnostics: the single code when there is one, else plan_invalid.
+  // Builds an error from a list of diagnostics: the single code when there is one, else
+  // plan_invalid.
   static Error from_diagnostics(std::vector<Diagnostic> diags);
 
   [[nodiscard]] std::string_view wire() const noexcept;

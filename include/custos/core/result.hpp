@@ -15,22 +15,24 @@ template <class T = void>
 using Result = boost::system::result<T, Error>;
 
 // Success for Result<void>.
-inline Result<> ok() { return {}; }
+inline Result<> ok() {
+  return {};
+}
 
 }  // namespace custos
 
 // CUSTOS_TRY(expr): evaluates to the value of a Result<T>, or returns its error from the
 // enclosing function. CUSTOS_TRYV(expr): the same for Result<void>.
 // Never use either in a forked child between clone3 and execve.
-#define CUSTOS_TRY(expr)                                   \
-  ({                                                       \
-    auto&& custos_try_r_ = (expr);                         \
+#define CUSTOS_TRY(expr)                                         \
+  ({                                                             \
+    auto&& custos_try_r_ = (expr);                               \
     if (!custos_try_r_) return std::move(custos_try_r_).error(); \
-    std::move(*custos_try_r_);                             \
+    std::move(*custos_try_r_);                                   \
   })
 
-#define CUSTOS_TRYV(expr)                                  \
-  do {                                                     \
-    auto&& custos_tryv_r_ = (expr);                        \
+#define CUSTOS_TRYV(expr)                                          \
+  do {                                                             \
+    auto&& custos_tryv_r_ = (expr);                                \
     if (!custos_tryv_r_) return std::move(custos_tryv_r_).error(); \
   } while (0)

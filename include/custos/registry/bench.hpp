@@ -18,13 +18,13 @@
 namespace custos::registry {
 
 struct DurableOverheadResult {
-  double full_commit_us = 0;          // floor: median of single FULL commits
-  double sequential_us = 0;           // median per execution, one launcher
-  double sequential_ratio = 0;        // sequential_us / full_commit_us (target <= 1.5)
-  double concurrent_us = 0;           // wall time / executions with `threads` launchers
-  double concurrent_ratio = 0;        // concurrent_us / full_commit_us
+  double full_commit_us = 0;    // floor: median of single FULL commits
+  double sequential_us = 0;     // median per execution, one launcher
+  double sequential_ratio = 0;  // sequential_us / full_commit_us (target <= 1.5)
+  double concurrent_us = 0;     // wall time / executions with `threads` launchers
+  double concurrent_ratio = 0;  // concurrent_us / full_commit_us
   std::size_t threads = 0;
-  std::size_t executions = 0;         // per phase (sequential and concurrent each)
+  std::size_t executions = 0;                 // per phase (sequential and concurrent each)
   std::uint64_t concurrent_transactions = 0;  // transactions used by the concurrent phase
   std::uint64_t concurrent_full_commits = 0;  // of which synchronous=FULL (fsyncs)
   std::uint64_t concurrent_writes = 0;        // registry writes of the concurrent phase

@@ -4,7 +4,8 @@
 // Run once at daemon start, after Registry::open (which already validated and quarantined) and
 // before any call is accepted. For each non-terminal, non-quarantined record
 // (docs/registry.md "Recovery"):
-//   0. ownership unassigned: no program ever ran (the barrier protects it) -> absent_without_terminal.
+//   0. ownership unassigned: no program ever ran (the barrier protects it) ->
+//   absent_without_terminal.
 //      legacy_unverified: refused for any process action               -> indeterminate.
 //   1. stored boot id != current boot id: no pid lookup at all          -> absent_without_terminal,
 //      and the record's cgroup directory, if any, is removed.
@@ -68,8 +69,8 @@ struct RecoveryOptions {
 struct RecoveredExecution {
   std::string execution_id;
   core::RecoveryPath classification = core::RecoveryPath::indeterminate;
-  std::string detail;            // why this classification (human text)
-  bool pid_looked_up = false;    // pidfd_open was called for this record (at most once)
+  std::string detail;               // why this classification (human text)
+  bool pid_looked_up = false;       // pidfd_open was called for this record (at most once)
   std::optional<sys::Pidfd> pidfd;  // live_owned: the matched pidfd, for every later action
   bool terminal_written = false;
   core::Cleanup cleanup = core::Cleanup::unconfirmed;
@@ -78,7 +79,7 @@ struct RecoveredExecution {
 
 struct RecoveryReport {
   std::string boot_id;
-  std::size_t already_terminal = 0;  // records that were terminal before recovery
+  std::size_t already_terminal = 0;            // records that were terminal before recovery
   std::vector<RecoveredExecution> executions;  // every non-terminal record, in id order
   std::vector<Claim> orphan_claims;            // kept, reported (never re-usable)
   std::vector<QuarantinedRecord> quarantined;  // kept, reported, never acted on
@@ -90,7 +91,8 @@ struct RecoveryReport {
 // Classifies every non-terminal record and finishes the ones whose process is gone or
 // unprovable (see the header comment). Errors: registry.* on a write failure (the report so far
 // is lost; the daemon must not start), sys.error when the current boot id cannot be read.
-[[nodiscard]] Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& options = {});
+[[nodiscard]] Result<RecoveryReport> recover(Registry& registry,
+                                             RecoveryOptions const& options = {});
 
 // Applies options.policy to the live_owned entries of `report` (cancel_and_reap: kill, wait,
 // terminal record with recovery live_owned; keep_running: nothing). Entries are updated in

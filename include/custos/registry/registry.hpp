@@ -157,8 +157,8 @@ struct ExecutionRecord {
   StreamProgress out;                    // stdout, or the pty stream in PTY mode
   StreamProgress err;                    // stderr (unused in PTY mode)
   std::optional<TerminalBlob> terminal;
-  std::string checksum;                  // "sha256:<hex>" of record_canonical_bytes()
-  std::int64_t created_ns = 0;           // CLOCK_REALTIME, informational (not checksummed)
+  std::string checksum;         // "sha256:<hex>" of record_canonical_bytes()
+  std::int64_t created_ns = 0;  // CLOCK_REALTIME, informational (not checksummed)
   std::int64_t updated_ns = 0;
 
   friend bool operator==(ExecutionRecord const&, ExecutionRecord const&) = default;
@@ -201,7 +201,7 @@ struct QuarantinedRecord {
 struct ListFilter {
   std::optional<core::Phase> phase;
   std::optional<std::string> session_id;
-  std::string after_id;   // cursor: only ids greater than this
+  std::string after_id;  // cursor: only ids greater than this
   std::size_t limit = 1000;
 };
 
@@ -222,8 +222,8 @@ class Registry {
   // registry.schema_unknown (a SQLite file that is not a custos registry),
   // registry.schema_newer (written by a newer custos), registry.migration_failed,
   // registry.open_failed / registry.io.
-  [[nodiscard]] static Result<std::unique_ptr<Registry>> open(std::filesystem::path const& state_dir,
-                                                              OpenOptions const& options = {});
+  [[nodiscard]] static Result<std::unique_ptr<Registry>> open(
+      std::filesystem::path const& state_dir, OpenOptions const& options = {});
   ~Registry();
   Registry(Registry const&) = delete;
   Registry& operator=(Registry const&) = delete;

@@ -14,10 +14,10 @@
 namespace custos::sys {
 
 struct PidfsIdentity {
-  std::string boot_id;             // /proc/sys/kernel/random/boot_id, 36 chars, no newline
-  std::uint64_t pidfs_dev = 0;     // st_dev of the pidfd
-  std::uint64_t pidfs_ino = 0;     // st_ino of the pidfd (unique per boot on pidfs)
-  std::int32_t pid = 0;            // negative evidence only
+  std::string boot_id;                 // /proc/sys/kernel/random/boot_id, 36 chars, no newline
+  std::uint64_t pidfs_dev = 0;         // st_dev of the pidfd
+  std::uint64_t pidfs_ino = 0;         // st_ino of the pidfd (unique per boot on pidfs)
+  std::int32_t pid = 0;                // negative evidence only
   std::uint64_t start_time_ticks = 0;  // field 22 of /proc/PID/stat, clock ticks since boot
 
   friend bool operator==(PidfsIdentity const&, PidfsIdentity const&) = default;

@@ -45,7 +45,8 @@ class Pty {
   [[nodiscard]] UniqueFd take_master() noexcept { return std::move(master_); }
 
  private:
-  Pty(UniqueFd master, UniqueFd slave) noexcept : master_(std::move(master)), slave_(std::move(slave)) {}
+  Pty(UniqueFd master, UniqueFd slave) noexcept
+      : master_(std::move(master)), slave_(std::move(slave)) {}
 
   UniqueFd master_;
   UniqueFd slave_;

@@ -2,11 +2,10 @@
 // them across clone3; the child applies them with prlimit64 on itself (async-signal-safe).
 #pragma once
 
-#include <sys/resource.h>
-
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <sys/resource.h>
 
 #include "custos/core/result.hpp"
 

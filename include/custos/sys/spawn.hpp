@@ -9,12 +9,11 @@
 // The child setup order is documented in docs/process-model.md.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "custos/core/result.hpp"
@@ -34,21 +33,21 @@ struct SpawnCredentials {
 // Everything the child needs, prepared before clone3. File descriptors here are *borrowed*: they
 // must stay open until spawn_staged() returns; the child gets its own copies.
 struct SpawnSpec {
-  std::string executable;              // absolute path, passed to execve as is (no PATH search)
-  std::vector<std::string> argv;       // argv[0] included; must not be empty
-  std::vector<std::string> envp;       // "NAME=VALUE", exactly the child's environment
-  int stdin_fd = -1;                   // -1: /dev/null
-  int stdout_fd = -1;                  // -1: /dev/null
-  int stderr_fd = -1;                  // -1: /dev/null
-  int pty_slave_fd = -1;               // >= 0: used for all three stdio fds, overrides the above
-  bool controlling_tty = true;         // with a pty: TIOCSCTTY (needs new_session)
-  int workspace_root_fd = -1;          // -1: the child keeps the daemon's cwd
-  std::string cwd;                     // relative to workspace_root_fd; empty: the root itself
-  std::vector<Rlimit> rlimits;         // applied in order in the child
-  int cgroup_fd = -1;                  // >= 0: CLONE_INTO_CGROUP with this cgroup v2 dir fd
-  bool new_cgroup_namespace = false;   // CLONE_NEWCGROUP; only together with cgroup_fd
+  std::string executable;             // absolute path, passed to execve as is (no PATH search)
+  std::vector<std::string> argv;      // argv[0] included; must not be empty
+  std::vector<std::string> envp;      // "NAME=VALUE", exactly the child's environment
+  int stdin_fd = -1;                  // -1: /dev/null
+  int stdout_fd = -1;                 // -1: /dev/null
+  int stderr_fd = -1;                 // -1: /dev/null
+  int pty_slave_fd = -1;              // >= 0: used for all three stdio fds, overrides the above
+  bool controlling_tty = true;        // with a pty: TIOCSCTTY (needs new_session)
+  int workspace_root_fd = -1;         // -1: the child keeps the daemon's cwd
+  std::string cwd;                    // relative to workspace_root_fd; empty: the root itself
+  std::vector<Rlimit> rlimits;        // applied in order in the child
+  int cgroup_fd = -1;                 // >= 0: CLONE_INTO_CGROUP with this cgroup v2 dir fd
+  bool new_cgroup_namespace = false;  // CLONE_NEWCGROUP; only together with cgroup_fd
   std::optional<SpawnCredentials> credentials;  // setgroups/setresgid/setresuid in the child
-  bool new_session = true;             // setsid()
+  bool new_session = true;                      // setsid()
   // Bounds each wait on the child: for its setup report in spawn_staged() and for the execve
   // verdict in release(). A child that overruns it is killed and reaped (spawn.failed, ETIMEDOUT).
   std::chrono::milliseconds setup_timeout{10000};
@@ -121,11 +120,11 @@ class RunningChild {
 // Creates the child and returns once it has completed its whole setup (signals, session, stdio,
 // fds, limits, credentials, cwd) and is blocked on its barrier, with its identity read.
 // Errors: spawn.failed with "step=<setup step>" and the child's errno when a setup step failed
-// in the child (the child is reaped); plan.invalid_executable / plan.empty_argv / plan.nul_byte / plan.invalid_value for a
-// malformed spec; workspace.escape when cwd leaves the workspace root; sys.unsupported when the
-// kernel has no clone3 (ENOSYS); spawn.failed with "step=clone3" for other clone3 failures
-// (EPERM, EBUSY from CLONE_INTO_CGROUP into a cgroup with controllers in use, EAGAIN ...);
-// sys.error for pipe/open failures in the parent.
+// in the child (the child is reaped); plan.invalid_executable / plan.empty_argv / plan.nul_byte /
+// plan.invalid_value for a malformed spec; workspace.escape when cwd leaves the workspace root;
+// sys.unsupported when the kernel has no clone3 (ENOSYS); spawn.failed with "step=clone3" for other
+// clone3 failures (EPERM, EBUSY from CLONE_INTO_CGROUP into a cgroup with controllers in use,
+// EAGAIN ...); sys.error for pipe/open failures in the parent.
 [[nodiscard]] Result<StagedChild> spawn_staged(SpawnSpec const& spec);
 
 // The names of the child setup steps, as reported in spawn.failed contexts.

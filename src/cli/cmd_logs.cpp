@@ -5,7 +5,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "custos/rpc/base64.hpp"
+#include "custos/core/base64.hpp"
 
 #include "common.hpp"
 #include "exit_codes.hpp"
@@ -71,7 +71,7 @@ void add_logs(CLI::App& app, Globals& g) {
         }
         auto const& o = r->get_object();
         auto data =
-            rpc::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
+            core::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
         if (!data.empty()) {
           (void)write_all(s.fd, data);
           s.offset += data.size();

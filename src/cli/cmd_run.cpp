@@ -24,7 +24,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "custos/rpc/base64.hpp"
+#include "custos/core/base64.hpp"
 #include "custos/rpc/protocol.hpp"
 #include "custos/sys/unique_fd.hpp"
 
@@ -315,7 +315,7 @@ class Runner {
       // fewer bytes than offered; the rest is offered again).
       if (!input_inflight && (!pending_input.empty() || eof_pending)) {
         json::object p{{"execution_id", id_}};
-        if (!pending_input.empty()) p["data_b64"] = rpc::base64_encode(pending_input);
+        if (!pending_input.empty()) p["data_b64"] = core::base64_encode(pending_input);
         if (eof_pending) p["eof"] = true;
         auto sent = client_->send("exec.input", std::move(p));
         if (!sent) return finish_error(sent.error());
@@ -440,7 +440,7 @@ class Runner {
           "exec.output",
           {{"execution_id", id_}, {"stream", stream}, {"offset", done}, {"max_bytes", want}});
       if (!r || !r->is_object()) return;
-      auto data = rpc::base64_decode(str_field(r->get_object(), "data_b64"));
+      auto data = core::base64_decode(str_field(r->get_object(), "data_b64"));
       if (!data || data->empty()) return;
       (void)write_all(fd, *data);
       done += data->size();
@@ -461,7 +461,7 @@ class Runner {
   bool on_event(json::object const& ev, std::optional<json::value>& terminal) {
     std::string const kind = str_field(ev, "kind");
     if (kind == "output") {
-      auto data = rpc::base64_decode(str_field(ev, "data_b64"));
+      auto data = core::base64_decode(str_field(ev, "data_b64"));
       if (!data) return false;
       std::string const stream = str_field(ev, "stream");
       auto& done = written_[stream];

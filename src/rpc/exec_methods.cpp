@@ -9,11 +9,11 @@
 #include <set>
 #include <system_error>
 
+#include "custos/core/base64.hpp"
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
-#include "custos/rpc/base64.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/supervisor/manager.hpp"
 
@@ -454,7 +454,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (!eof) return reply(eof.error());
           std::vector<std::uint8_t> data;
           if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-            auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
+            auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
             if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
             if (decoded->size() > kMaxInputChunk) {
               return reply(bad_param("data_b64 carries more than " +
@@ -562,8 +562,9 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           std::uint64_t const want = std::min(max->value_or(kDefaultOutputSlice), kMaxOutputSlice);
           auto r = m.output(*id, *stream, offset->value_or(0), want);
           if (!r) return reply(r.error());
-          reply(json::value(json::object{
-              {"data_b64", base64_encode(r->data)}, {"eof", r->eof}, {"complete", r->complete}}));
+          reply(json::value(json::object{{"data_b64", core::base64_encode(r->data)},
+                                         {"eof", r->eof},
+                                         {"complete", r->complete}}));
         });
 }
 

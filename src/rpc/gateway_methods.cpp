@@ -7,9 +7,9 @@
 // admin principals, runner grants, holders), and answers auth.denied itself.
 #include <algorithm>
 
+#include "custos/core/base64.hpp"
 #include "custos/core/plan_json.hpp"
 #include "custos/gateway/gateway.hpp"
-#include "custos/rpc/base64.hpp"
 #include "custos/rpc/methods.hpp"
 
 namespace custos::rpc {
@@ -186,7 +186,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
                 Error{Errc::auth_denied, "exec.input: " + *id + " was not started by this caller"});
           std::vector<std::uint8_t> data;
           if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-            auto decoded = b->is_string() ? base64_decode(b->get_string()) : std::nullopt;
+            auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
             if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
             if (decoded->size() > kMaxInputChunk) {
               return reply(bad_param("data_b64 carries more than " +

@@ -2,7 +2,8 @@
 
 #include <chrono>
 
-#include "base64.hpp"
+#include "custos/core/base64.hpp"
+
 #include "plan_view.hpp"
 
 namespace custos::supervisor {
@@ -14,7 +15,7 @@ boost::json::object Event::to_json() const {
   o["plan_digest"] = plan_digest;
   o["kind"] = kind;
   for (auto const& [k, v] : fields) o[k] = v;
-  if (kind == "output") o["data_b64"] = base64_encode(data);
+  if (kind == "output") o["data_b64"] = core::base64_encode(data);
   return o;
 }
 

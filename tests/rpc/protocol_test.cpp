@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "custos/rpc/base64.hpp"
+#include "custos/core/base64.hpp"
 #include "custos/rpc/dispatcher.hpp"
 
 namespace custos::rpc {
@@ -16,25 +16,25 @@ namespace json = boost::json;
 
 TEST(Base64, KnownVectors) {
   // RFC 4648 §10.
-  EXPECT_EQ(base64_encode(std::string_view{""}), "");
-  EXPECT_EQ(base64_encode(std::string_view{"f"}), "Zg==");
-  EXPECT_EQ(base64_encode(std::string_view{"fo"}), "Zm8=");
-  EXPECT_EQ(base64_encode(std::string_view{"foo"}), "Zm9v");
-  EXPECT_EQ(base64_encode(std::string_view{"foob"}), "Zm9vYg==");
-  EXPECT_EQ(base64_encode(std::string_view{"fooba"}), "Zm9vYmE=");
-  EXPECT_EQ(base64_encode(std::string_view{"foobar"}), "Zm9vYmFy");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{""}), "");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"f"}), "Zg==");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"fo"}), "Zm8=");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"foo"}), "Zm9v");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"foob"}), "Zm9vYg==");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"fooba"}), "Zm9vYmE=");
+  EXPECT_EQ(custos::core::base64_encode(std::string_view{"foobar"}), "Zm9vYmFy");
 }
 
 TEST(Base64, RejectsMalformed) {
   for (char const* bad : {"Zg=", "Zg===", "Z===", "Zm9v!A==", "=Zm9", "Zg==Zg==", "Zm 9v"}) {
-    EXPECT_FALSE(base64_decode(bad).has_value()) << bad;
+    EXPECT_FALSE(custos::core::base64_decode(bad).has_value()) << bad;
   }
 }
 
 RC_GTEST_PROP(Base64, RoundTrips, (std::vector<std::uint8_t> const& bytes)) {
-  auto text = base64_encode(bytes);
+  auto text = custos::core::base64_encode(bytes);
   RC_ASSERT(text.size() % 4 == 0);
-  auto back = base64_decode(text);
+  auto back = custos::core::base64_decode(text);
   RC_ASSERT(back.has_value());
   RC_ASSERT(*back == bytes);
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/supervisor/base64.hpp"
+#include "custos/core/base64.hpp"
 
 namespace custos::supervisor {
 namespace {
@@ -120,17 +120,17 @@ TEST(Base64, RoundTripsEveryLengthAndByte) {
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<std::uint8_t>(i));
   for (std::size_t len = 0; len <= all.size(); len += 7) {
     std::vector<std::uint8_t> part(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(len));
-    auto enc = base64_encode(part);
+    auto enc = custos::core::base64_encode(part);
     EXPECT_EQ(enc.size() % 4, 0U);
-    auto dec = base64_decode(enc);
+    auto dec = custos::core::base64_decode(enc);
     ASSERT_TRUE(dec.has_value());
     EXPECT_EQ(*dec, part);
   }
-  EXPECT_EQ(base64_encode(bytes("foobar")), "Zm9vYmFy");
-  EXPECT_EQ(base64_encode(bytes("fo")), "Zm8=");
-  EXPECT_FALSE(base64_decode("Zm9").has_value());
-  EXPECT_FALSE(base64_decode("Zm=v").has_value());
-  EXPECT_FALSE(base64_decode("Z!9v").has_value());
+  EXPECT_EQ(custos::core::base64_encode(bytes("foobar")), "Zm9vYmFy");
+  EXPECT_EQ(custos::core::base64_encode(bytes("fo")), "Zm8=");
+  EXPECT_FALSE(custos::core::base64_decode("Zm9").has_value());
+  EXPECT_FALSE(custos::core::base64_decode("Zm=v").has_value());
+  EXPECT_FALSE(custos::core::base64_decode("Z!9v").has_value());
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 #include <set>
 #include <sys/ptrace.h>
 
-#include "../../src/supervisor/base64.hpp"
+#include "custos/core/base64.hpp"
+
 #include "harness.hpp"
 
 namespace custos::supervisor::testing {
@@ -93,7 +94,7 @@ TEST_F(SupervisorTest, NonUtf8AndNulBytesReturnedExactly) {
   for (auto const& e : c.events) {
     if (e.kind != "output") continue;
     auto j = e.to_json();
-    auto dec = base64_decode(j.at("data_b64").as_string());
+    auto dec = custos::core::base64_decode(j.at("data_b64").as_string());
     ASSERT_TRUE(dec);
     via_json.append(dec->begin(), dec->end());
   }

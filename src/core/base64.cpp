@@ -1,9 +1,9 @@
 // RFC 4648 base64; strict on decode so that a malformed data_b64 is invalid params, not data.
-#include "custos/rpc/base64.hpp"
+#include "custos/core/base64.hpp"
 
 #include <array>
 
-namespace custos::rpc {
+namespace custos::core {
 
 namespace {
 
@@ -82,4 +82,4 @@ std::optional<std::vector<std::uint8_t>> base64_decode(std::string_view text) {
   return out;
 }
 
-}  // namespace custos::rpc
+}  // namespace custos::core

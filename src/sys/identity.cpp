@@ -31,7 +31,8 @@ Result<std::string> read_small_file(std::string const& path, Errc code) {
     }
     if (n == 0) break;
     out.append(buf.data(), static_cast<std::size_t>(n));
-    if (out.size() > std::size_t{64} * 1024) return Error(code, path + " is unexpectedly large", EFBIG);
+    if (out.size() > std::size_t{64} * 1024)
+      return Error(code, path + " is unexpectedly large", EFBIG);
   }
   return out;
 }

@@ -106,11 +106,11 @@ TEST_F(Cli, EnvCwdAndWorkspace) {
   EXPECT_EQ(r.status, 0) << r.err;
   std::string const head = (ws / "sub").native() + "\nbar\n";
   ASSERT_EQ(r.out.substr(0, head.size()), head) << r.out;
-  // Where an inherited value comes from is the gateway's rule (docs/authority.md): the daemon's
-  // environment with the gateway, the caller's before it. Either way it is the named variable
-  // and nothing else: a name the plan does not mention never reaches the child.
+  // An inherited value is the daemon's, never the caller's: authority to inherit a name is not
+  // authority to choose its value (docs/authority.md). A name the plan does not mention never
+  // reaches the child.
   std::string const rest = r.out.substr(head.size());
-  EXPECT_TRUE(rest == "from-daemon\nunset\n" || rest == "from-caller\nunset\n") << rest;
+  EXPECT_EQ(rest, "from-daemon\nunset\n");
 }
 
 TEST_F(Cli, PsShowWaitCancelLogs) {

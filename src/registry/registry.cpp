@@ -354,35 +354,8 @@ Result<void> Registry::modify(Durability d, std::string_view execution_id,
 
 Result<void> Registry::consume_claim(std::string_view action_id, std::string_view process_id,
                                      std::string_view execution_id) {
-  if (action_id.empty() || process_id.empty() || execution_id.empty()) {
-    return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
-  }
-  std::string const a{action_id}, p{process_id}, e{execution_id};
-  if (auto wr =
-          write(Durability::full,
-                [&](sql::Db& db) -> Result<void> {
-                  sql::StmtLease q = CUSTOS_TRY(db.cached(
-                      "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-                  CUSTOS_TRYV(q->bind(1, std::string_view{a}));
-                  CUSTOS_TRYV(q->bind(2, std::string_view{p}));
-                  if (CUSTOS_TRY(q->step())) {
-                    return Error{Errc::registry_claim_consumed,
-                                 "action " + a + " / process " + p +
-                                     " was already consumed by execution " + q->text(0)};
-                  }
-                  sql::StmtLease ins =
-                      CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
-                                           "execution_id, consumed_ns) VALUES (?,?,?,?)"));
-                  CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
-                  CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
-                  CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
-                  CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
-                  return ins->run();
-                });
-      !wr)
-    return std::move(wr).error();
-  failpoint("after_claim");
-  return ok();
+  return consume_claim_with(action_id, process_id, execution_id,
+                            [](sql::Db&) -> Result<void> { return ok(); });
 }
 
 Result<void> Registry::consume_claim_with(std::string_view action_id, std::string_view process_id,

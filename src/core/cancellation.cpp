@@ -3,23 +3,13 @@
 
 #include <limits>
 
+#include "wire_names.hpp"
+
 namespace custos::core {
 namespace {
 
-template <class E, std::size_t N>
-std::optional<E> lookup(std::array<std::string_view, N> const& names,
-                        std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < N; ++i) {
-    if (names[i] == wire) return static_cast<E>(i);
-  }
-  return std::nullopt;
-}
-
-template <std::size_t N, class E>
-std::string_view name_of(std::array<std::string_view, N> const& names, E e) noexcept {
-  auto const i = static_cast<std::size_t>(e);
-  return i < N ? names[i] : std::string_view{"invalid"};
-}
+using detail::lookup;
+using detail::name_of;
 
 // Indexed by the enumerator value; the order must follow the enum declaration.
 constexpr std::array<std::string_view, kTriggerCount> kTriggerNames = {

@@ -11,6 +11,8 @@
 #include "custos/core/canonical.hpp"
 #include "custos/core/digest.hpp"
 
+#include "wire_names.hpp"
+
 namespace custos::core {
 namespace {
 
@@ -19,20 +21,8 @@ namespace json = boost::json;
 constexpr std::array<std::string_view, 2> kBoundaryNames = {"cgroup", "marker"};
 constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
 
-template <class E, std::size_t N>
-std::optional<E> lookup(std::array<std::string_view, N> const& names,
-                        std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < N; ++i) {
-    if (names[i] == wire) return static_cast<E>(i);
-  }
-  return std::nullopt;
-}
-
-template <std::size_t N, class E>
-std::string_view name_of(std::array<std::string_view, N> const& names, E e) noexcept {
-  auto const i = static_cast<std::size_t>(e);
-  return i < N ? names[i] : std::string_view{"invalid"};
-}
+using detail::lookup;
+using detail::name_of;
 
 // ---- canonical layout (docs/canonical-encoding.md, "Terminal record") ----------------------
 // Record kinds in the lifecycle range 0x0100-0x01FF. Enumerations travel as their wire strings,

@@ -152,27 +152,6 @@ void print_header() {
              "STATE", "EXEC", "OPERATIONS");
 }
 
-// One RPC call; prints JSON with --json, else `human` formats the result.
-template <class F>
-void call_and_print(Globals& g, std::string_view method, json::object params, F human) {
-  auto client = connect_daemon(g);
-  if (!client) {
-    g.exit_code = report(client.error());
-    return;
-  }
-  auto r = client->call(method, std::move(params));
-  if (!r) {
-    g.exit_code = report(r.error());
-    return;
-  }
-  g.exit_code = kExitOk;
-  if (g.json || !r->is_object()) {
-    fmt::print("{}\n", json::serialize(*r));
-    return;
-  }
-  human(r->get_object());
-}
-
 }  // namespace
 
 void add_grant(CLI::App& app, Globals& g) {

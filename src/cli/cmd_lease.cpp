@@ -18,26 +18,6 @@ std::string num(json::object const& o, std::string_view key) {
   return v == nullptr || v->is_null() ? "-" : json::serialize(*v);
 }
 
-template <class F>
-void lease_call(Globals& g, std::string_view method, json::object params, F human) {
-  auto client = connect_daemon(g);
-  if (!client) {
-    g.exit_code = report(client.error());
-    return;
-  }
-  auto r = client->call(method, std::move(params));
-  if (!r) {
-    g.exit_code = report(r.error());
-    return;
-  }
-  g.exit_code = kExitOk;
-  if (g.json || !r->is_object()) {
-    fmt::print("{}\n", json::serialize(*r));
-    return;
-  }
-  human(r->get_object());
-}
-
 json::object const& lease_of(json::object const& r) {
   static json::object const empty;
   auto const* l = r.if_contains("lease");
@@ -58,7 +38,7 @@ void add_lease(CLI::App& app, Globals& g) {
                       "Holder session id (default: cli-<uid>, as custos run)");
   acquire->callback([&g, ws, session] {
     std::string const s = session->empty() ? "cli-" + std::to_string(::getuid()) : *session;
-    lease_call(
+    call_and_print(
         g, "lease.acquire", {{"workspace_id", *ws}, {"holder_session", s}},
         [](json::object const& r) {
           auto const& l = lease_of(r);
@@ -73,7 +53,7 @@ void add_lease(CLI::App& app, Globals& g) {
   auto* list = lease->add_subcommand("list", "List leases (active ones unless --all)");
   list->add_flag("--all", *all, "Include released and broken leases");
   list->callback([&g, all] {
-    lease_call(g, "lease.list", {{"active_only", !*all}}, [](json::object const& r) {
+    call_and_print(g, "lease.list", {{"active_only", !*all}}, [](json::object const& r) {
       fmt::print("{:<20} {:<16} {:<20} {:>5} {:<8} {}\n", "LEASE", "WORKSPACE", "SESSION", "EPOCH",
                  "STATE", "HOLDER");
       if (auto const* a = r.if_contains("leases"); a != nullptr && a->is_array()) {
@@ -97,14 +77,14 @@ void add_lease(CLI::App& app, Globals& g) {
   release->add_option("lease_id", *id, "Lease id")->required();
   release->add_flag("--break", *brk, "Break another holder's lease (admin)");
   release->callback([&g, id, brk] {
-    lease_call(g, "lease.release", {{"lease_id", *id}, {"break", *brk}},
-               [id, brk](json::object const& r) {
-                 std::size_t n = 0;
-                 if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array())
-                   n = a->get_array().size();
-                 fmt::print("lease {} {}; {} running execution(s) fenced\n", *id,
-                            *brk ? "broken" : "released", n);
-               });
+    call_and_print(g, "lease.release", {{"lease_id", *id}, {"break", *brk}},
+                   [id, brk](json::object const& r) {
+                     std::size_t n = 0;
+                     if (auto const* a = r.if_contains("fenced"); a != nullptr && a->is_array())
+                       n = a->get_array().size();
+                     fmt::print("lease {} {}; {} running execution(s) fenced\n", *id,
+                                *brk ? "broken" : "released", n);
+                   });
   });
 }
 

@@ -2,13 +2,17 @@
 #pragma once
 
 #include <boost/json.hpp>
+#include <fmt/core.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "custos/cli/client.hpp"
 #include "custos/core/result.hpp"
 
 #include "commands.hpp"
+#include "exit_codes.hpp"
 
 namespace custos::cli {
 
@@ -29,5 +33,27 @@ int report(Error const& e);
 
 // A string field of an object, "" when absent or not a string.
 [[nodiscard]] std::string str_field(boost::json::object const& o, std::string_view key);
+
+// One RPC call: on error reports it and sets g.exit_code; on success prints the result as JSON
+// with --json (or when it is not an object), else hands the object to `human` to format.
+template <class F>
+void call_and_print(Globals& g, std::string_view method, boost::json::object params, F human) {
+  auto client = connect_daemon(g);
+  if (!client) {
+    g.exit_code = report(client.error());
+    return;
+  }
+  auto r = client->call(method, std::move(params));
+  if (!r) {
+    g.exit_code = report(r.error());
+    return;
+  }
+  g.exit_code = kExitOk;
+  if (g.json || !r->is_object()) {
+    fmt::print("{}\n", boost::json::serialize(*r));
+    return;
+  }
+  human(r->get_object());
+}
 
 }  // namespace custos::cli

@@ -105,6 +105,10 @@ void fork_tree(int n);
 // ---- helpers shared by floors and rows (bench/harness.cpp) --------------------------------
 [[nodiscard]] double median(std::vector<double> v);
 [[nodiscard]] double seconds_since(std::chrono::steady_clock::time_point t0);
+// Writes back every dirty page of the work dir's filesystem and waits: called between areas
+// (and between runs of I/O-heavy rows) so that one measurement's writeback is not billed to the
+// next. Never called inside a timed interval.
+void settle_page_cache(Env const& env);
 // Runs `body` until it returns false, `max_iterations` is reached, or `budget` has elapsed.
 void bounded_loop(std::size_t max_iterations, std::chrono::milliseconds budget,
                   std::function<bool()> const& body);

@@ -1,6 +1,8 @@
 // Statistics, bounded loops and row arithmetic shared by the floors and the product rows.
 #include <algorithm>
 #include <cmath>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "bench.hpp"
 
@@ -47,6 +49,15 @@ void bounded_loop(std::size_t max_iterations, std::chrono::milliseconds budget,
   for (std::size_t i = 0; i < max_iterations && std::chrono::steady_clock::now() < stop_at; ++i) {
     if (!body()) return;
   }
+}
+
+void settle_page_cache(Env const& env) {
+  // syncfs writes back the work dir's filesystem and waits for it; nothing is dropped from the
+  // cache (that would be a machine-wide side effect), only made clean.
+  int const fd = ::open(env.work_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::syncfs(fd);
+  ::close(fd);
 }
 
 }  // namespace custos::bench

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <thread>
 #include <unistd.h>
 
@@ -38,14 +39,30 @@ bool errno_means_gone(int err) {
   return err == ENOENT || err == ESRCH;
 }
 
-// Streams <proc_root>/<pid>/environ looking for the whole entry "\0CUSTOS_MARKER=<hex>\0"
-// without holding more than one chunk plus the needle in memory.
-EnvironState read_environ_state(std::string const& proc_root, std::int32_t pid,
-                                std::string const& needle, std::size_t max_bytes) {
+// Streams <proc_root>/<pid>/environ looking for whole entries "\0CUSTOS_MARKER=<hex>\0" (one
+// per needle) without holding more than one chunk plus a needle in memory. `found[i]` is set
+// for each needle seen. The result is `gone`/`unreadable` when the file could not be read to
+// its end (needles already found stay found), `marked` when every needle was found, else
+// `unmarked`.
+EnvironState read_environ_multi(std::string const& proc_root, std::int32_t pid,
+                                std::span<std::string const* const> needles, std::size_t max_bytes,
+                                std::vector<char>& found) {
+  found.assign(needles.size(), 0);
   std::string const path = proc_root + "/" + std::to_string(pid) + "/environ";
   int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return errno_means_gone(errno) ? EnvironState::gone : EnvironState::unreadable;
   UniqueFd const guard(fd);
+  std::size_t longest = 1;
+  for (std::string const* n : needles) longest = std::max(longest, n->size());
+  std::size_t missing = needles.size();
+  auto look = [&](std::string const& window) {
+    for (std::size_t i = 0; i < needles.size(); ++i) {
+      if (found[i] == 0 && window.find(*needles[i]) != std::string::npos) {
+        found[i] = 1;
+        --missing;
+      }
+    }
+  };
   // `window` always starts with the byte before the unconsumed data (a NUL at the very start),
   // so a match at the beginning of the block and in the middle look the same.
   std::string window(1, '\0');
@@ -60,14 +77,26 @@ EnvironState read_environ_state(std::string const& proc_root, std::int32_t pid,
     if (n == 0) break;
     total += static_cast<std::size_t>(n);
     window.append(buf, static_cast<std::size_t>(n));
-    if (window.find(needle) != std::string::npos) return EnvironState::marked;
+    look(window);
+    if (missing == 0) return EnvironState::marked;
+    // Past the bound a marker could still follow: what was not found is unknown.
     if (total > max_bytes) return EnvironState::unreadable;
     // Keep just enough tail for a needle that straddles two reads.
-    if (window.size() > needle.size()) window.erase(0, window.size() - (needle.size() - 1));
+    if (window.size() > longest) window.erase(0, window.size() - (longest - 1));
   }
   // The last entry may lack its terminating NUL (a process can rewrite its own environ area).
   window.push_back('\0');
-  return window.find(needle) != std::string::npos ? EnvironState::marked : EnvironState::unmarked;
+  look(window);
+  return missing == 0 ? EnvironState::marked : EnvironState::unmarked;
+}
+
+EnvironState read_environ_state(std::string const& proc_root, std::int32_t pid,
+                                std::string const& needle, std::size_t max_bytes) {
+  std::string const* const one[] = {&needle};
+  std::vector<char> found;
+  EnvironState const st = read_environ_multi(proc_root, pid, one, max_bytes, found);
+  if (st == EnvironState::gone || st == EnvironState::unreadable) return st;
+  return found[0] != 0 ? EnvironState::marked : EnvironState::unmarked;
 }
 
 std::string marker_needle(Marker const& marker) {
@@ -144,21 +173,45 @@ std::optional<std::uint64_t> start_ticks(std::string const& proc_root, std::int3
   return std::nullopt;
 }
 
-struct ScanParams {
-  std::string const& needle;
-  std::uint64_t ns_inode;
-  std::string const& proc_root;
-  std::size_t max_environ_bytes;
+constexpr long kProcSuperMagic = 0x9fa0;
+
+// One marker being scanned for, as the passes see it.
+struct ScanTarget {
+  std::string needle;
   std::optional<std::uint64_t> not_before_ticks;
 };
 
-Result<MarkerScanResult> scan_once(ScanParams const& sp) {
-  std::string const& needle = sp.needle;
+struct ScanParams {
+  std::uint64_t ns_inode;
+  std::string const& proc_root;
+  std::size_t max_environ_bytes;
+  ProcStartCache* cache;
+};
+
+// One pass over <proc_root> for the targets listed in `active` (indexes into `targets`);
+// out[i] is filled for each active i. Every process is dated once (cache or stat), its
+// namespace checked once, and its environ read once for all the targets it may belong to.
+Result<void> scan_pass(std::vector<ScanTarget> const& targets,
+                       std::vector<std::size_t> const& active, ScanParams const& sp,
+                       std::vector<MarkerScanResult>& out) {
   std::string const& proc_root = sp.proc_root;
   std::unique_ptr<DIR, int (*)(DIR*)> const dir(::opendir(proc_root.c_str()), &::closedir);
   if (!dir) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
-  MarkerScanResult out;
+  for (std::size_t const t : active) out[t] = MarkerScanResult{};
+  bool any_bound = false;
+  for (std::size_t const t : active) any_bound = any_bound || targets[t].not_before_ticks;
+  // Only a real procfs gives recycled pids fresh inode numbers (see ProcStartCache).
+  ProcStartCache* cache = nullptr;
+  if (sp.cache != nullptr && any_bound) {
+    struct statfs fs {};
+    if (::fstatfs(::dirfd(dir.get()), &fs) == 0 && fs.f_type == kProcSuperMagic) cache = sp.cache;
+  }
+  auto const now = std::chrono::steady_clock::now();
+  if (cache != nullptr) cache->begin_pass(now);
   std::int32_t const self = static_cast<std::int32_t>(::getpid());
+  std::vector<std::size_t> candidates;
+  std::vector<std::string const*> needles;
+  std::vector<char> found;
   for (;;) {
     errno = 0;
     dirent const* e = ::readdir(dir.get());
@@ -169,36 +222,78 @@ Result<MarkerScanResult> scan_once(ScanParams const& sp) {
     }
     std::int32_t pid = 0;
     if (!parse_pid(e->d_name, pid)) continue;
-    ++out.scanned;
+    for (std::size_t const t : active) ++out[t].scanned;
     if (pid == self) continue;
-    if (sp.not_before_ticks) {
-      // Started before the execution's first process: cannot be one of its descendants.
-      // An unreadable stat is no proof of age, so such a process is inspected as usual.
-      auto const started = start_ticks(proc_root, pid);
-      if (started && *started < *sp.not_before_ticks) {
-        ++out.older;
-        continue;
+
+    ProcStartCache::Entry* cached = nullptr;
+    std::optional<std::uint64_t> started;
+    if (any_bound) {
+      std::uint64_t dir_inode = 0;
+      if (cache != nullptr) {
+        // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
+        struct stat st {};
+        if (::fstatat(::dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+          dir_inode = static_cast<std::uint64_t>(st.st_ino);
+          cached = cache->find(pid, dir_inode);
+        }
+      }
+      if (cached != nullptr) {
+        cache->count_hit();
+        started = cached->start_ticks;
+      } else {
+        started = start_ticks(proc_root, pid);
+        if (cache != nullptr) {
+          cache->count_stat_read();
+          // A process that vanished between the two reads leaves a harmless stale entry: its
+          // pid comes back, if ever, under another inode number.
+          if (started && dir_inode > 1) cached = &cache->store(pid, dir_inode, *started);
+        }
       }
     }
-    NsProbe const ns = process_pid_ns(proc_root, pid);
-    if (!ns.inode) {
-      if (ns.state == EnvironState::unreadable) out.unreadable.push_back(pid);
-      continue;
+    // Started before an execution's first process: cannot be one of its descendants. An
+    // unreadable stat is no proof of age, so such a process is inspected for every target.
+    candidates.clear();
+    for (std::size_t const t : active) {
+      auto const& nb = targets[t].not_before_ticks;
+      if (nb && started && *started < *nb) {
+        ++out[t].older;
+      } else {
+        candidates.push_back(t);
+      }
     }
-    if (*ns.inode != sp.ns_inode) continue;  // another pid namespace: never ours to touch
-    switch (read_environ_state(proc_root, pid, needle, sp.max_environ_bytes)) {
-      case EnvironState::marked:
-        out.matched.push_back(pid);
-        break;
-      case EnvironState::unreadable:
-        out.unreadable.push_back(pid);
-        break;
-      case EnvironState::gone:
-      case EnvironState::unmarked:
-        break;
+    if (candidates.empty()) continue;
+
+    std::optional<std::uint64_t> ns;
+    if (cached != nullptr && cached->ns_inode) {
+      ns = cached->ns_inode;  // a process never changes its own pid namespace
+    } else {
+      NsProbe const probe = process_pid_ns(proc_root, pid);
+      if (!probe.inode) {
+        if (probe.state == EnvironState::unreadable) {
+          for (std::size_t const t : candidates) out[t].unreadable.push_back(pid);
+        }
+        continue;
+      }
+      ns = probe.inode;
+      if (cached != nullptr) cached->ns_inode = ns;
+    }
+    if (*ns != sp.ns_inode) continue;  // another pid namespace: never ours to touch
+
+    needles.clear();
+    for (std::size_t const t : candidates) needles.push_back(&targets[t].needle);
+    EnvironState const st =
+        read_environ_multi(proc_root, pid, needles, sp.max_environ_bytes, found);
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      MarkerScanResult& r = out[candidates[k]];
+      if (found[k] != 0) {
+        r.matched.push_back(pid);
+      } else if (st == EnvironState::unreadable) {
+        r.unreadable.push_back(pid);
+      }
     }
   }
-  return out;
+  if (cache != nullptr) cache->end_pass(now);
+  return ok();
 }
 
 std::vector<std::string_view> fields_of(std::string_view s) {
@@ -396,51 +491,173 @@ bool environ_has_marker(std::string_view environ, Marker const& marker) {
 
 Result<MarkerScanResult> marker_scan(Marker const& marker, MarkerScanOptions const& options) {
   std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
-  std::string const needle = marker_needle(marker);
-  return scan_once(ScanParams{needle, ns, options.proc_root, options.max_environ_bytes,
-                              options.not_before_ticks});
+  std::vector<ScanTarget> const targets{
+      ScanTarget{marker_needle(marker), options.not_before_ticks}};
+  std::vector<MarkerScanResult> out(1);
+  CUSTOS_TRYV(scan_pass(targets, {0},
+                        ScanParams{ns, options.proc_root, options.max_environ_bytes, options.cache},
+                        out));
+  return std::move(out[0]);
 }
 
 Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions const& options) {
+  MarkerSweepTarget const target{marker, options.not_before_ticks};
+  auto many =
+      CUSTOS_TRY(marker_sweep_many(std::span<MarkerSweepTarget const>(&target, 1), options));
+  return std::move(many[0]);
+}
+
+Result<std::vector<MarkerSweepResult>> marker_sweep_many(std::span<MarkerSweepTarget const> targets,
+                                                         MarkerSweepOptions const& options) {
   std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
-  std::string const needle = marker_needle(marker);
   bool const can_signal = proc_root_is_ours(options.proc_root);
-  MarkerSweepResult out;
+  std::vector<MarkerSweepResult> results(targets.size());
+  if (targets.empty()) return results;
+  std::vector<ScanTarget> scan_targets;
+  scan_targets.reserve(targets.size());
+  for (auto const& t : targets) {
+    scan_targets.push_back(ScanTarget{marker_needle(t.marker), t.not_before_ticks});
+  }
+  bool hides = false;
   if (auto root = open_dir_path("/")) {
     if (auto mi = read_file_at(*root, "proc/self/mountinfo", std::size_t{4} * 1024 * 1024)) {
-      out.proc_hides_processes = proc_hides_processes(*mi, options.proc_root);
+      hides = proc_hides_processes(*mi, options.proc_root);
     }
   }
+  for (auto& r : results) r.proc_hides_processes = hides;
+
+  ScanParams const sp{ns, options.proc_root, options.max_environ_bytes, options.cache};
   std::uint32_t const max_rounds = std::max<std::uint32_t>(options.max_rounds, 1);
-  while (out.rounds < max_rounds) {
-    MarkerScanResult const scan = CUSTOS_TRY(scan_once(ScanParams{
-        needle, ns, options.proc_root, options.max_environ_bytes, options.not_before_ticks}));
-    ++out.rounds;
-    out.unreadable = static_cast<std::uint32_t>(scan.unreadable.size());
-    out.unreadable_pids.assign(
-        scan.unreadable.begin(),
-        scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                      scan.unreadable.size(), kMaxUnreadablePidsReported)));
-    out.remaining = static_cast<std::uint32_t>(scan.matched.size());
-    if (scan.matched.empty() || !can_signal) break;
-    for (std::int32_t const pid : scan.matched) {
-      auto pidfd = Pidfd::open(pid);
-      if (!pidfd) continue;  // exited between the scan and the open: nothing left to signal
-      // The pid may have been recycled between the scan and pidfd_open: re-read the marker
-      // through /proc/<pid> now that the pidfd pins a process, then check the pidfd is still
-      // alive — a live process keeps its pid, so the re-read was of the very process the pidfd
-      // names.
-      EnvironState const again =
-          read_environ_state(options.proc_root, pid, needle, options.max_environ_bytes);
-      if (again != EnvironState::marked || !pidfd->alive()) continue;
-      bool const delivered = CUSTOS_TRY(pidfd->send_signal(options.signal));
-      if (delivered) ++out.signalled;
+  // A target stays active until a pass finds none of its processes (or its rounds run out),
+  // exactly as its own marker_sweep would.
+  std::vector<std::size_t> active(targets.size());
+  for (std::size_t i = 0; i < active.size(); ++i) active[i] = i;
+  std::vector<MarkerScanResult> scans(targets.size());
+  while (!active.empty()) {
+    CUSTOS_TRYV(scan_pass(scan_targets, active, sp, scans));
+    bool signalled_any = false;
+    std::vector<std::size_t> next;
+    for (std::size_t const t : active) {
+      MarkerScanResult const& scan = scans[t];
+      MarkerSweepResult& out = results[t];
+      ++out.rounds;
+      out.unreadable = static_cast<std::uint32_t>(scan.unreadable.size());
+      out.unreadable_pids.assign(
+          scan.unreadable.begin(),
+          scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                        scan.unreadable.size(), kMaxUnreadablePidsReported)));
+      out.remaining = static_cast<std::uint32_t>(scan.matched.size());
+      if (scan.matched.empty() || !can_signal) continue;
+      for (std::int32_t const pid : scan.matched) {
+        auto pidfd = Pidfd::open(pid);
+        if (!pidfd) continue;  // exited between the scan and the open: nothing left to signal
+        // The pid may have been recycled between the scan and pidfd_open: re-read the marker
+        // through /proc/<pid> now that the pidfd pins a process, then check the pidfd is still
+        // alive — a live process keeps its pid, so the re-read was of the very process the
+        // pidfd names.
+        EnvironState const again = read_environ_state(
+            options.proc_root, pid, scan_targets[t].needle, options.max_environ_bytes);
+        if (again != EnvironState::marked || !pidfd->alive()) continue;
+        bool const delivered = CUSTOS_TRY(pidfd->send_signal(options.signal));
+        if (delivered) ++out.signalled;
+      }
+      signalled_any = true;
+      if (out.rounds < max_rounds) next.push_back(t);
     }
-    if (options.round_pause.count() > 0) std::this_thread::sleep_for(options.round_pause);
+    active = std::move(next);
+    // Pause after a round that signalled something, so the killed processes can exit (and drop
+    // their environment) before the next scan looks again.
+    if (signalled_any && !active.empty() && options.round_pause.count() > 0) {
+      std::this_thread::sleep_for(options.round_pause);
+    }
   }
   // Confirmed only by a final scan that saw every process and no marker.
-  out.confirmed = out.remaining == 0 && out.unreadable == 0 && !out.proc_hides_processes;
-  return out;
+  for (auto& out : results) {
+    out.confirmed = out.remaining == 0 && out.unreadable == 0 && !out.proc_hides_processes;
+  }
+  return results;
+}
+
+// ---- ProcStartCache ------------------------------------------------------------------------
+
+void ProcStartCache::begin_pass(std::chrono::steady_clock::time_point now) {
+  // Too long since the last pass: inode numbers may have wrapped meanwhile (see the header).
+  if (last_pass_ && now - *last_pass_ > max_idle_) entries_.clear();
+  ++pass_;
+}
+
+ProcStartCache::Entry* ProcStartCache::find(std::int32_t pid, std::uint64_t dir_inode) {
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return nullptr;
+  if (it->second.dir_inode != dir_inode) {
+    entries_.erase(it);  // the pid now names another process
+    return nullptr;
+  }
+  it->second.seen_pass = pass_;
+  return &it->second;
+}
+
+ProcStartCache::Entry& ProcStartCache::store(std::int32_t pid, std::uint64_t dir_inode,
+                                             std::uint64_t start_ticks) {
+  Entry& e = entries_[pid];
+  e = Entry{dir_inode, start_ticks, std::nullopt, pass_};
+  return e;
+}
+
+void ProcStartCache::end_pass(std::chrono::steady_clock::time_point now) {
+  std::erase_if(entries_, [&](auto const& kv) { return kv.second.seen_pass != pass_; });
+  last_pass_ = now;
+}
+
+// ---- MarkerSweeper -------------------------------------------------------------------------
+
+MarkerSweeper::MarkerSweeper(MarkerSweepOptions options) : options_(std::move(options)) {
+  options_.cache = &cache_;
+}
+
+bool MarkerSweeper::enqueue(Request request) {
+  std::lock_guard const lock(mu_);
+  queue_.push_back(std::move(request));
+  if (scheduled_) return false;
+  scheduled_ = true;
+  return true;
+}
+
+void MarkerSweeper::run_pending() {
+  for (;;) {
+    std::vector<Request> batch;
+    {
+      std::lock_guard const lock(mu_);
+      if (queue_.empty()) {
+        scheduled_ = false;
+        return;
+      }
+      batch.swap(queue_);
+    }
+    std::vector<MarkerSweepTarget> targets;
+    targets.reserve(batch.size());
+    for (auto const& r : batch) targets.push_back(r.target);
+    auto results = marker_sweep_many(targets, options_);
+    {
+      std::lock_guard const lock(mu_);
+      ++stats_.sweeps;
+      stats_.requests += batch.size();
+      stats_.cache = cache_.stats();
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (!batch[i].done) continue;
+      if (results) {
+        batch[i].done(std::move(results.value()[i]));
+      } else {
+        batch[i].done(results.error());
+      }
+    }
+  }
+}
+
+MarkerSweeper::Stats MarkerSweeper::stats() const {
+  std::lock_guard const lock(mu_);
+  return stats_;
 }
 
 }  // namespace custos::sys

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <grp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <thread>
 
 #include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
@@ -394,6 +396,229 @@ TEST_F(MarkerTest, FakeProcTreeScanAndSweep) {
   auto bad = marker_sweep(m, missing);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, Errc::procfs_failed);
+}
+
+// ---- start-time cache and multi-marker sweeps -------------------------------------------------
+
+std::uint64_t proc_dir_inode(std::int32_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+// clone3 with set_tid: a new process at exactly `pid` (root in the initial pid namespace may ask
+// for a pid), which exec's `sleep 300` with `env`. Returns an invalid Pidfd and sets `err` when
+// the kernel refuses (EEXIST: the pid was taken meanwhile).
+Pidfd spawn_at_pid(std::int32_t pid, std::vector<std::string> const& env, int& err) {
+  struct {
+    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+  } args{};
+  std::vector<char*> envp;
+  for (auto const& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  char const* argv[] = {"sleep", "300", nullptr};
+  int pidfd = -1;
+  pid_t want = pid;
+  args.flags = 0x00001000;  // CLONE_PIDFD
+  args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<std::uint64_t>(&want);
+  args.set_tid_size = 1;
+  long const r = ::syscall(SYS_clone3, &args, sizeof args);
+  if (r == 0) {
+    ::syscall(SYS_execve, "/bin/sleep", argv, envp.data());
+    ::syscall(SYS_exit_group, 127);
+  }
+  if (r < 0) {
+    err = errno;
+    return Pidfd();
+  }
+  return Pidfd::adopt(UniqueFd(pidfd), static_cast<std::int32_t>(r));
+}
+
+// The cache keys start times by (pid, inode of /proc/<pid>): a process that takes over the pid
+// of an old, cached one must not inherit its start time — it is younger than the root and its
+// environ must be read.
+TEST_F(MarkerTest, StartTimeCacheNeverHidesARecycledPid) {
+  Marker const m = Marker::generate().value();
+  Pidfd old_proc = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin"});
+  ASSERT_TRUE(old_proc.valid());
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // start times count 10 ms ticks
+  Pidfd root = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin"});
+  ASSERT_TRUE(root.valid());
+  std::uint64_t const root_ticks = read_start_time(root.pid()).value();
+  std::int32_t const pid = old_proc.pid();
+  ASSERT_TRUE(eventually([&] { return comm_of(pid) == "sleep"; }));
+  std::uint64_t const old_inode = proc_dir_inode(pid);
+  ASSERT_NE(old_inode, 0u);
+
+  ProcStartCache cache;
+  MarkerScanOptions so;
+  so.not_before_ticks = root_ticks;
+  so.cache = &cache;
+  auto first = marker_scan(m, so);
+  ASSERT_TRUE(first) << first.error().message();
+  ProcStartCache::Entry const* e = cache.find(pid, old_inode);
+  ASSERT_NE(e, nullptr) << "the old process is cached";
+  EXPECT_LT(e->start_ticks, root_ticks);
+
+  // The old process goes; a marked one is born at its pid, after the root.
+  kill_and_reap(old_proc);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int err = 0;
+  Pidfd reborn = spawn_at_pid(pid, {"PATH=/usr/bin:/bin", m.env_entry()}, err);
+  if (!reborn.valid()) {
+    kill_and_reap(root);
+    if (err == EEXIST) GTEST_SKIP() << "pid " << pid << " was taken by another process meanwhile";
+    FAIL() << "clone3 with set_tid: " << std::strerror(err);
+  }
+  ASSERT_TRUE(eventually([&] { return comm_of(pid) == "sleep"; }));
+  EXPECT_NE(proc_dir_inode(pid), old_inode) << "procfs gives the new process a new inode";
+
+  auto second = marker_scan(m, so);
+  ASSERT_TRUE(second) << second.error().message();
+  EXPECT_EQ(second->matched, std::vector<std::int32_t>{pid}) << "the recycled pid was inspected";
+  EXPECT_EQ(cache.find(pid, old_inode), nullptr);
+
+  kill_and_reap(reborn);
+  kill_and_reap(root);
+}
+
+// A second pass answers the start times of processes it already saw from the cache instead of
+// reading /proc/<pid>/stat again; a fake (non-procfs) tree is never cached.
+TEST_F(MarkerTest, StartTimeCacheServesRepeatedPasses) {
+  Marker const m = Marker::generate().value();
+  ProcStartCache cache;
+  MarkerScanOptions so;
+  so.not_before_ticks = read_start_time(static_cast<std::int32_t>(::getpid())).value();
+  so.cache = &cache;
+  auto first = marker_scan(m, so);
+  ASSERT_TRUE(first);
+  auto const after_first = cache.stats();
+  EXPECT_GT(after_first.stat_reads, 0u);
+  EXPECT_GT(after_first.entries, 0u);
+  auto second = marker_scan(m, so);
+  ASSERT_TRUE(second);
+  auto const after_second = cache.stats();
+  EXPECT_GT(after_second.hits, after_first.hits);
+  // Only processes born between the two passes (other work on this host) need a read.
+  EXPECT_LT(after_second.stat_reads - after_first.stat_reads, second->scanned / 2)
+      << "scanned " << second->scanned;
+  EXPECT_EQ(second->older, first->older) << "the cache dates processes as the stat files do";
+
+  // Idle longer than the trust window: the cache starts over rather than trusting old entries.
+  ProcStartCache short_lived(std::chrono::milliseconds(0));
+  so.cache = &short_lived;
+  ASSERT_TRUE(marker_scan(m, so));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(marker_scan(m, so));
+  EXPECT_EQ(short_lived.stats().hits, 0u);
+
+  // A fake tree: the cache is left alone (its inode numbers may be reused at once).
+  TempDir dir;
+  std::string const root = dir.path();
+  ASSERT_EQ(::mkdir((root + "/self").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root + "/self/ns").c_str(), 0755), 0);
+  write_text(root + "/self/ns/pid", "ns");
+  ASSERT_EQ(::mkdir((root + "/9").c_str(), 0755), 0);
+  write_text(root + "/9/stat", "9 (x) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 500 0 0\n");
+  ProcStartCache fake_cache;
+  MarkerScanOptions fo;
+  fo.proc_root = root;
+  fo.not_before_ticks = 1000;
+  fo.cache = &fake_cache;
+  auto fake = marker_scan(m, fo);
+  ASSERT_TRUE(fake);
+  EXPECT_EQ(fake->older, 1u);
+  EXPECT_EQ(fake_cache.stats().entries, 0u);
+  EXPECT_EQ(fake_cache.stats().stat_reads, 0u);
+}
+
+// Several markers in one set of passes: each gets what its own sweep would report.
+TEST_F(MarkerTest, SweepManyServesEveryMarkerInSharedPasses) {
+  Marker const a = Marker::generate().value();
+  Marker const b = Marker::generate().value();
+  Marker const absent = Marker::generate().value();
+  Pidfd root_a =
+      start_shell("(sleep 300 &) ; exec sleep 300", {"PATH=/usr/bin:/bin", a.env_entry()});
+  Pidfd root_b = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", b.env_entry()});
+  ASSERT_TRUE(root_a.valid() && root_b.valid());
+  ASSERT_TRUE(eventually([&] {
+    auto sa = marker_scan(a);
+    auto sb = marker_scan(b);
+    return sa && sb && sa->matched.size() == 2 && sb->matched.size() == 1 &&
+           comm_of(root_a.pid()) == "sleep" && comm_of(root_b.pid()) == "sleep";
+  }));
+  std::vector<Pidfd> members;
+  for (auto pid : marker_scan(a).value().matched) members.push_back(Pidfd::open(pid).value());
+
+  std::uint64_t const ta = read_start_time(root_a.pid()).value();
+  std::uint64_t const tb = read_start_time(root_b.pid()).value();
+  std::vector<MarkerSweepTarget> const targets{{a, ta}, {b, tb}, {absent, ta}};
+  ProcStartCache cache;
+  MarkerSweepOptions o;
+  o.cache = &cache;
+  auto r = marker_sweep_many(targets, o);
+  ASSERT_TRUE(r) << r.error().message();
+  ASSERT_EQ(r->size(), 3u);
+  auto const& ra = (*r)[0];
+  auto const& rb = (*r)[1];
+  auto const& rc = (*r)[2];
+  EXPECT_TRUE(ra.confirmed) << "unreadable " << ra.unreadable << " remaining " << ra.remaining;
+  EXPECT_TRUE(rb.confirmed) << "unreadable " << rb.unreadable << " remaining " << rb.remaining;
+  EXPECT_TRUE(rc.confirmed) << "unreadable " << rc.unreadable << " remaining " << rc.remaining;
+  EXPECT_GE(ra.signalled, 2u);
+  EXPECT_GE(rb.signalled, 1u);
+  EXPECT_EQ(rc.signalled, 0u);
+  EXPECT_GE(ra.rounds, 2u);
+  EXPECT_GE(rb.rounds, 2u);
+  EXPECT_EQ(rc.rounds, 1u) << "a marker with nothing to kill is done after one pass";
+  for (auto& p : members) {
+    EXPECT_TRUE(eventually([&] { return !p.alive(); })) << "pid " << p.pid();
+  }
+  EXPECT_TRUE(eventually([&] { return !root_b.alive(); }));
+  EXPECT_TRUE(root_a.wait());
+  EXPECT_TRUE(root_b.wait());
+  root_a = Pidfd();
+  root_b = Pidfd();
+  EXPECT_TRUE(marker_scan(a).value().matched.empty());
+  EXPECT_TRUE(marker_scan(b).value().matched.empty());
+}
+
+// Requests queued before a run are served together by one sweep, each with its own result.
+TEST_F(MarkerTest, SweeperBatchesQueuedRequests) {
+  Marker const live = Marker::generate().value();
+  Pidfd root = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", live.env_entry()});
+  ASSERT_TRUE(root.valid());
+  ASSERT_TRUE(eventually([&] { return scan_matches(live).size() == 1; }));
+  std::uint64_t const t = read_start_time(root.pid()).value();
+
+  MarkerSweeper sweeper;
+  std::vector<std::optional<Result<MarkerSweepResult>>> got(3);
+  std::vector<Marker> markers{live, Marker::generate().value(), Marker::generate().value()};
+  for (std::size_t i = 0; i < markers.size(); ++i) {
+    bool const must_schedule = sweeper.enqueue(
+        {MarkerSweepTarget{markers[i], t}, [&got, i](Result<MarkerSweepResult> r) { got[i] = r; }});
+    EXPECT_EQ(must_schedule, i == 0) << "only the first request schedules a run";
+  }
+  sweeper.run_pending();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].has_value()) << i;
+    ASSERT_TRUE(*got[i]) << got[i]->error().message();
+    EXPECT_TRUE((*got[i])->confirmed) << i;
+    EXPECT_EQ((*got[i])->signalled, i == 0 ? 1u : 0u) << i;
+  }
+  auto const st = sweeper.stats();
+  EXPECT_EQ(st.sweeps, 1u);
+  EXPECT_EQ(st.requests, 3u);
+  EXPECT_GT(st.cache.entries, 0u);
+  EXPECT_TRUE(root.wait());
+  root = Pidfd();
+  // The run is over: the next request schedules a new one.
+  EXPECT_TRUE(sweeper.enqueue({MarkerSweepTarget{live, t}, nullptr}));
+  sweeper.run_pending();
+  EXPECT_EQ(sweeper.stats().sweeps, 2u);
 }
 
 }  // namespace

@@ -15,9 +15,13 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "custos/core/result.hpp"
@@ -90,6 +94,60 @@ struct Marker {
 // "CUSTOS_MARKER=<hex>" (a whole entry, not a substring of another one).
 [[nodiscard]] bool environ_has_marker(std::string_view environ, Marker const& marker);
 
+// Start times (and pid namespaces) of the processes a scan has already looked at, so that the
+// next scan does not open /proc/<pid>/stat again for each of them: that open and the kernel's
+// formatting of the stat line were most of the cost of a sweep (docs/benchmarks.md).
+//
+// An entry is keyed by (pid, inode number of the /proc/<pid> directory). procfs gives every
+// instantiated pid directory a fresh inode number, so a pid that was recycled shows up with
+// another number and misses the cache: its start time is read again and a process younger than
+// the execution's root is always inspected. The number is taken with fstatat() on the pid's
+// entry, which goes through the kernel's revalidation of /proc/<pid> (a dentry left over from
+// an exited process is dropped there and never reported for its successor), not from the
+// readdir record. Inode numbers come from a 32-bit counter that can wrap, so an entry is
+// trusted only while consecutive passes are at most `max_idle` apart and each saw it again:
+// a wrap between two passes would take 2^32 inode allocations within that interval. Only a
+// real procfs is cached (a fake tree in tests may reuse inode numbers at once).
+//
+// Not thread-safe: one scan at a time uses a cache (MarkerSweeper serialises its own).
+class ProcStartCache {
+ public:
+  explicit ProcStartCache(std::chrono::milliseconds max_idle = std::chrono::seconds(10)) noexcept
+      : max_idle_(max_idle) {}
+
+  struct Stats {
+    std::uint64_t hits = 0;        // start times answered from the cache
+    std::uint64_t stat_reads = 0;  // /proc/<pid>/stat files read (misses)
+    std::size_t entries = 0;
+  };
+  [[nodiscard]] Stats stats() const noexcept { return Stats{hits_, stat_reads_, entries_.size()}; }
+
+  // Used by the scans (procfs.cpp) around and during one pass over a procfs.
+  struct Entry {
+    std::uint64_t dir_inode = 0;
+    std::uint64_t start_ticks = 0;
+    std::optional<std::uint64_t> ns_inode;
+    std::uint64_t seen_pass = 0;
+  };
+  void begin_pass(std::chrono::steady_clock::time_point now);
+  // The entry of (pid, dir_inode), or nullptr (an entry of the pid under another inode number is
+  // dropped: that was another process).
+  [[nodiscard]] Entry* find(std::int32_t pid, std::uint64_t dir_inode);
+  Entry& store(std::int32_t pid, std::uint64_t dir_inode, std::uint64_t start_ticks);
+  // Drops every entry the pass did not see (those processes are gone).
+  void end_pass(std::chrono::steady_clock::time_point now);
+  void count_hit() noexcept { ++hits_; }
+  void count_stat_read() noexcept { ++stat_reads_; }
+
+ private:
+  std::chrono::milliseconds max_idle_;
+  std::unordered_map<std::int32_t, Entry> entries_;
+  std::uint64_t pass_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_pass_;
+  std::uint64_t hits_ = 0;
+  std::uint64_t stat_reads_ = 0;
+};
+
 struct MarkerScanOptions {
   // Only processes whose pid namespace has this inode are considered; nullopt means the
   // namespace of the scanning process (`<proc_root>/self/ns/pid`). Processes in other pid
@@ -106,6 +164,8 @@ struct MarkerScanOptions {
   // holding capabilities the daemon lacks) are unreadable even to root and would otherwise make
   // every sweep unconfirmed. nullopt: inspect every process.
   std::optional<std::uint64_t> not_before_ticks;
+  // Start-time cache to use (and fill); nullptr reads every start time.
+  ProcStartCache* cache = nullptr;
 };
 
 struct MarkerScanResult {
@@ -133,6 +193,7 @@ struct MarkerSweepOptions {
   std::string proc_root = "/proc";
   std::size_t max_environ_bytes = std::size_t{4} * 1024 * 1024;
   std::optional<std::uint64_t> not_before_ticks;  // as MarkerScanOptions; pass it whenever known
+  ProcStartCache* cache = nullptr;                // as MarkerScanOptions
 };
 
 struct MarkerSweepResult {
@@ -158,5 +219,59 @@ struct MarkerSweepResult {
 // process having exited (EPERM).
 [[nodiscard]] Result<MarkerSweepResult> marker_sweep(Marker const& marker,
                                                      MarkerSweepOptions const& options = {});
+
+// One marker of a multi-marker sweep, with the start time of its execution's root.
+struct MarkerSweepTarget {
+  Marker marker;
+  std::optional<std::uint64_t> not_before_ticks;
+};
+
+// marker_sweep for several markers at once, sharing every /proc pass: each process is listed,
+// dated and read (environ) once per pass for all the markers it may belong to (those whose
+// not_before_ticks it does not predate). Each marker's result is exactly what marker_sweep would
+// report for it alone: its rounds end with the first pass that finds none of its processes,
+// and any process that could not be read and may be one of its own makes it unconfirmed.
+// options.not_before_ticks is ignored (each target has its own). Results are in target order.
+// Errors: as marker_sweep (for all targets together).
+[[nodiscard]] Result<std::vector<MarkerSweepResult>> marker_sweep_many(
+    std::span<MarkerSweepTarget const> targets, MarkerSweepOptions const& options = {});
+
+// Batches final sweeps: every request queued while a sweep runs is served by the next single
+// marker_sweep_many, so teardowns that end at the same time share their /proc passes, and the
+// start-time cache persists across sweeps. Thread-safe: enqueue from any thread; run_pending
+// runs on one worker thread (the caller's), one run at a time.
+class MarkerSweeper {
+ public:
+  struct Request {
+    MarkerSweepTarget target;
+    // Runs on the thread that calls run_pending, once, with this marker's result.
+    std::function<void(Result<MarkerSweepResult>)> done;
+  };
+
+  // `options` apply to every sweep (signal, rounds, proc root ...); its cache field is ignored:
+  // the sweeper uses its own.
+  explicit MarkerSweeper(MarkerSweepOptions options = {});
+
+  // Queues a request. Returns true when no run is scheduled: the caller must then arrange one
+  // call of run_pending() on its worker (false: a run already scheduled will serve it).
+  [[nodiscard]] bool enqueue(Request request);
+  // Serves requests until the queue is empty, each batch with one marker_sweep_many.
+  void run_pending();
+
+  struct Stats {
+    std::uint64_t sweeps = 0;    // marker_sweep_many calls
+    std::uint64_t requests = 0;  // requests served
+    ProcStartCache::Stats cache;
+  };
+  [[nodiscard]] Stats stats() const;
+
+ private:
+  MarkerSweepOptions options_;
+  mutable std::mutex mu_;
+  std::vector<Request> queue_;  // guarded by mu_
+  bool scheduled_ = false;      // guarded by mu_: a run_pending() is due or running
+  Stats stats_;                 // guarded by mu_
+  ProcStartCache cache_;        // only the thread inside run_pending() touches it
+};
 
 }  // namespace custos::sys

@@ -1,11 +1,20 @@
-// custos logs [-f] ID: an execution's output from its spool files (exec.output). With -f it
-// keeps polling until every stream reports eof (the execution is terminal).
+// custos logs [-f] ID: an execution's output.
+//
+// Without -f: what its spool files hold now (exec.output), stdout to stdout, stderr to stderr.
+// With -f: exec.subscribe from seq 1 and the output events as they come, until the terminal
+// event; nothing is polled. Events can be dropped for a slow reader and the event log keeps a
+// bounded window (docs/api.md), so a gap in a stream's offsets is filled from the spool first,
+// and the bytes after the last event are read from the spool at the end: every byte is printed
+// once, in order. An exec.wait sent alongside ends the follow even if the terminal event itself
+// was dropped (replies are never dropped).
 #include <fmt/core.h>
 
-#include <thread>
+#include <map>
+#include <optional>
 #include <unistd.h>
 
 #include "custos/core/base64.hpp"
+#include "custos/rpc/protocol.hpp"
 
 #include "common.hpp"
 #include "exit_codes.hpp"
@@ -16,23 +25,132 @@ namespace json = boost::json;
 
 namespace {
 
-struct StreamState {
-  char const* name;
-  int fd;
-  std::uint64_t offset = 0;
-  bool eof = false;
-  bool absent = false;
-};
-
-bool write_all(int fd, std::vector<std::uint8_t> const& data) {
+bool write_all(int fd, std::uint8_t const* data, std::size_t size) {
   std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t const n = ::write(fd, data.data() + off, data.size() - off);
+  while (off < size) {
+    ssize_t const n = ::write(fd, data + off, size - off);
     if (n <= 0) return false;
     off += static_cast<std::size_t>(n);
   }
   return true;
 }
+
+int fd_for(std::string_view stream) {
+  return stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO;
+}
+
+class LogReader {
+ public:
+  LogReader(RpcClient& client, std::string id) : client_(client), id_(std::move(id)) {}
+
+  // Prints `stream` from what was printed so far up to `upto` (to the spool's current end when
+  // nullopt). Returns false when the stream is not there (exec.output refused it: a stream this
+  // execution's io mode does not have) or the execution is unknown; `error` then says why.
+  bool fill_from_spool(std::string const& stream, std::optional<std::uint64_t> upto,
+                       std::optional<Error>& error) {
+    auto& done = written_[stream];
+    while (!upto || done < *upto) {
+      std::uint64_t want = std::uint64_t{1} << 20U;
+      if (upto) want = std::min<std::uint64_t>(want, *upto - done);
+      auto r = client_.call(
+          "exec.output",
+          {{"execution_id", id_}, {"stream", stream}, {"offset", done}, {"max_bytes", want}});
+      if (!r) {
+        error = r.error();
+        return false;
+      }
+      if (!r->is_object()) return true;
+      auto const& o = r->get_object();
+      auto data =
+          core::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
+      if (!data.empty()) {
+        (void)write_all(fd_for(stream), data.data(), data.size());
+        done += data.size();
+      }
+      auto const* eof = o.if_contains("eof");
+      if (data.empty() || (eof != nullptr && eof->is_bool() && eof->get_bool())) return true;
+    }
+    return true;
+  }
+
+  // One pass over the spools (no -f). Errors only when the execution cannot be read at all.
+  Result<void> print_spools() {
+    bool any = false;
+    std::optional<Error> last;
+    for (char const* s : {"stdout", "stderr", "pty"}) {
+      std::optional<Error> e;
+      if (fill_from_spool(s, std::nullopt, e)) {
+        any = true;
+        continue;
+      }
+      if (e && (e->code == Errc::exec_not_found || e->code == Errc::rpc_unavailable ||
+                e->code == Errc::auth_denied))
+        return *e;
+      last = e;
+    }
+    if (!any && last) return *last;
+    return ok();
+  }
+
+  // -f: subscribe, print output events live, stop at the terminal event (or exec.wait's reply).
+  Result<void> follow() {
+    CUSTOS_TRY(client_.call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}}));
+    auto const wait_id = CUSTOS_TRY(client_.send("exec.wait", {{"execution_id", id_}}));
+    for (;;) {
+      auto msg = CUSTOS_TRY(client_.next(-1));
+      if (!msg) continue;
+      auto const& m = *msg;
+      if (auto const* method = m.if_contains("method"); method != nullptr) {
+        auto const* params = m.if_contains("params");
+        if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
+            params->is_object() && on_event(params->get_object()))
+          break;
+        continue;
+      }
+      auto const* idv = m.if_contains("id");
+      bool const is_wait =
+          idv != nullptr && idv->is_number() && idv->to_number<std::uint64_t>() == wait_id;
+      if (!is_wait) continue;
+      if (auto const* err = m.if_contains("error"); err != nullptr && err->is_object())
+        return rpc::error_from_object(err->get_object());
+      break;
+    }
+    // Whatever came after the last delivered event (or was never sent as one) is in the spools.
+    std::optional<Error> ignored;
+    for (char const* s : {"stdout", "stderr", "pty"})
+      (void)fill_from_spool(s, std::nullopt, ignored);
+    return ok();
+  }
+
+ private:
+  // True at the terminal event.
+  bool on_event(json::object const& ev) {
+    std::string const kind = str_field(ev, "kind");
+    if (kind == "terminal") return true;
+    if (kind != "output") return false;
+    auto data = core::base64_decode(str_field(ev, "data_b64"));
+    if (!data) return false;
+    std::string const stream = str_field(ev, "stream");
+    auto& done = written_[stream];
+    std::uint64_t offset = done;
+    if (auto const* o = ev.if_contains("offset"); o != nullptr && o->is_number())
+      offset = o->to_number<std::uint64_t>();
+    if (offset > done) {
+      // Events before this one were dropped or have left the event log: the spool has them.
+      std::optional<Error> ignored;
+      (void)fill_from_spool(stream, offset, ignored);
+    }
+    if (offset + data->size() <= done) return false;  // already printed (replay overlap)
+    auto const skip = done > offset ? done - offset : 0;
+    (void)write_all(fd_for(stream), data->data() + skip, data->size() - skip);
+    done = offset + data->size();
+    return false;
+  }
+
+  RpcClient& client_;
+  std::string id_;
+  std::map<std::string, std::uint64_t> written_;  // bytes printed per stream
+};
 
 }  // namespace
 
@@ -41,52 +159,17 @@ void add_logs(CLI::App& app, Globals& g) {
   auto id = std::make_shared<std::string>();
   auto follow = std::make_shared<bool>(false);
   sub->add_option("id", *id, "Execution id")->required();
-  sub->add_flag("-f,--follow", *follow, "Keep printing until the execution is terminal");
+  sub->add_flag("-f,--follow", *follow,
+                "Follow the execution's output events until it is terminal");
   sub->callback([&g, id, follow] {
     auto client = connect_daemon(g);
     if (!client) {
       g.exit_code = report(client.error());
       return;
     }
-    StreamState streams[] = {
-        {"stdout", STDOUT_FILENO}, {"stderr", STDERR_FILENO}, {"pty", STDOUT_FILENO}};
-    bool first_round = true;
-    for (;;) {
-      bool progressed = false;
-      bool all_done = true;
-      for (auto& s : streams) {
-        if (s.eof || s.absent) continue;
-        auto r = client->call("exec.output", {{"execution_id", *id},
-                                              {"stream", s.name},
-                                              {"offset", s.offset},
-                                              {"max_bytes", 1 << 20}});
-        if (!r) {
-          if (r.error().code == Errc::exec_not_found || r.error().code == Errc::rpc_unavailable) {
-            g.exit_code = report(r.error());
-            return;
-          }
-          // A stream this execution's mode does not have (pty vs pipes).
-          s.absent = true;
-          continue;
-        }
-        auto const& o = r->get_object();
-        auto data =
-            core::base64_decode(str_field(o, "data_b64")).value_or(std::vector<std::uint8_t>{});
-        if (!data.empty()) {
-          (void)write_all(s.fd, data);
-          s.offset += data.size();
-          progressed = true;
-        }
-        if (auto const* e = o.if_contains("eof"); e != nullptr && e->is_bool() && e->get_bool()) {
-          s.eof = true;
-        }
-        if (!s.eof) all_done = false;
-      }
-      if (all_done || (!*follow && !progressed && !first_round)) break;
-      first_round = false;
-      if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    g.exit_code = kExitOk;
+    LogReader reader{*client, *id};
+    auto r = *follow ? reader.follow() : reader.print_spools();
+    g.exit_code = r ? kExitOk : report(r.error());
   });
 }
 

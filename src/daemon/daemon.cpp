@@ -239,8 +239,14 @@ class Daemon {
     spdlog::info("cgroup: daemon moved to {}, controllers enabled for executions", leaf->path());
   }
 
+  // The clone3 and writability probes create a short-lived scratch cgroup: it goes inside the
+  // daemon's own subtree (the prepared execution root, also under systemd), never beside it
+  // under the v2 mount or the service cgroup. Without a subtree (marker boundary) the probe
+  // uses the daemon's own cgroup as before: there is no subtree for it to stay inside.
   Result<void> probe() {
-    caps_ = sys::probe_host();
+    sys::ProbeOptions options;
+    if (subtree_) options.scratch_cgroup_parent = subtree_->path();
+    caps_ = sys::probe_host(options);
     if (!caps_) spdlog::warn("host probe failed: {}", caps_.error().message());
     auto boot = sys::read_boot_id();
     if (boot) boot_id_ = *boot;
@@ -300,9 +306,9 @@ class Daemon {
   }
 
   // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),
-  // so it is built once; a call copies it instead of re-encoding every capability.
-  Result<json::object> describe_host() {
-    if (!host_info_.empty()) return host_info_;
+  // so its text is built once; every call splices the same bytes into its response.
+  Result<std::shared_ptr<std::string const>> describe_host() {
+    if (host_info_) return host_info_;
     json::object out{{"version", kVersion},
                      {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
@@ -317,8 +323,8 @@ class Daemon {
     out["restart_policy"] =
         config_.restart_policy == registry::RestartPolicy::keep_running ? "keep_running" : "cancel";
     out["registry"] = recovery_view_;
-    host_info_ = out;
-    return out;
+    host_info_ = std::make_shared<std::string const>(json::serialize(out));
+    return host_info_;
   }
 
   Result<void> register_methods() {
@@ -465,7 +471,7 @@ class Daemon {
   std::optional<sys::CgroupDir> subtree_;
   bool subtree_created_ = false;
   Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
-  json::object host_info_;
+  std::shared_ptr<std::string const> host_info_;  // host.info's result text, built at first use
   json::object recovery_view_{{"quarantined", json::array{}},
                               {"orphan_claims", json::array{}},
                               {"kept_running", json::array{}}};

@@ -10,7 +10,11 @@ namespace custos::rpc {
 namespace json = boost::json;
 
 void Dispatcher::add(std::string name, Access access, Handler handler) {
-  methods_.insert_or_assign(std::move(name), Entry{access, std::move(handler)});
+  methods_.insert_or_assign(std::move(name), Entry{access, std::move(handler), {}});
+}
+
+void Dispatcher::add_text(std::string name, Access access, TextHandler handler) {
+  methods_.insert_or_assign(std::move(name), Entry{access, {}, std::move(handler)});
 }
 
 std::vector<std::string> Dispatcher::method_names() const {
@@ -26,13 +30,22 @@ bool Dispatcher::has(std::string_view name) const {
 
 Handler const* Dispatcher::find(std::string_view name) const {
   auto it = methods_.find(name);
-  return it == methods_.end() ? nullptr : &it->second.handler;
+  return it == methods_.end() || !it->second.handler ? nullptr : &it->second.handler;
 }
 
 namespace {
 
 bool valid_id(json::value const& id) {
   return id.is_string() || id.is_number() || id.is_null();
+}
+
+// The serialized response to one call; a notification owes nothing, whatever the outcome.
+std::string response_text(DispatchStats& stats, json::value const& id, bool is_notification,
+                          Result<json::value> const& r) {
+  if (!r) ++stats.errors;
+  if (is_notification) return {};
+  if (r) return result_line(id, json::serialize(*r));
+  return json::serialize(error_response(id, r.error()));
 }
 
 // Joins the completions of a batch: the response array is emitted when the last call finishes.
@@ -46,20 +59,21 @@ struct BatchState {
 }  // namespace
 
 void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value const& msg,
-                            std::function<void(json::value)> const& done) {
+                            std::function<void(std::string)> done) {
   json::value const null_id;
-  if (!msg.is_object()) {
+  auto refuse = [&](json::value const& id, Error const& e) {
     ++stats_.errors;
-    done(error_response(null_id, Error{Errc::rpc_invalid_request, "a request must be an object"}));
+    done(json::serialize(error_response(id, e)));
+  };
+  if (!msg.is_object()) {
+    refuse(null_id, Error{Errc::rpc_invalid_request, "a request must be an object"});
     return;
   }
   auto const& obj = msg.get_object();
   auto const* id = obj.if_contains("id");
   bool const is_notification = id == nullptr;
   if (id != nullptr && !valid_id(*id)) {
-    ++stats_.errors;
-    done(error_response(null_id,
-                        Error{Errc::rpc_invalid_request, "id must be a string, a number or null"}));
+    refuse(null_id, Error{Errc::rpc_invalid_request, "id must be a string, a number or null"});
     return;
   }
   json::value const reply_id = id != nullptr ? *id : json::value{};
@@ -76,8 +90,7 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
   }
   if (problem != nullptr) {
     // An invalid request is answered even without an id (JSON-RPC 2.0 §5, id null).
-    ++stats_.errors;
-    done(error_response(reply_id, Error{Errc::rpc_invalid_request, problem}));
+    refuse(reply_id, Error{Errc::rpc_invalid_request, problem});
     return;
   }
   if (is_notification)
@@ -85,52 +98,79 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
   else
     ++stats_.calls;
 
-  auto finish = [done, reply_id, is_notification, this](Result<json::value> r) {
-    if (!r) ++stats_.errors;
-    if (is_notification) {
-      done(json::value{});
-      return;
-    }
-    if (r)
-      done(result_response(reply_id, std::move(*r)));
-    else
-      done(error_response(reply_id, r.error()));
+  auto respond = [this, &reply_id, is_notification](Result<json::value> const& r) {
+    return response_text(stats_, reply_id, is_notification, r);
   };
 
   std::string_view const name = method->get_string();
   auto it = methods_.find(name);
   if (it == methods_.end()) {
-    finish(Error{Errc::rpc_method_not_found, "no method named " + std::string{name}});
+    done(respond(Error{Errc::rpc_method_not_found, "no method named " + std::string{name}}));
     return;
   }
   if (it->second.access == Access::admin && !auth_.is_admin(session->peer())) {
     ++stats_.denied;
-    finish(Error{Errc::auth_denied, std::string{name} + " needs an administrator (uid " +
-                                        std::to_string(session->peer().uid) + " is not one)"});
+    done(respond(Error{Errc::auth_denied, std::string{name} + " needs an administrator (uid " +
+                                              std::to_string(session->peer().uid) +
+                                              " is not one)"}));
     return;
   }
   if (params != nullptr && params->is_array()) {
     // Every custos method takes named parameters (API.md).
-    finish(Error{Errc::rpc_invalid_params, "params must be an object (named parameters)"});
+    done(respond(Error{Errc::rpc_invalid_params, "params must be an object (named parameters)"}));
     return;
   }
   json::object const empty;
   json::object const& p = params != nullptr ? params->get_object() : empty;
+
+  if (it->second.text) {
+    // Ready-made result text: no JSON tree is built, copied or encoded for the result.
+    std::string response;
+    try {
+      auto text = it->second.text(session, p);
+      if (!text) {
+        response = respond(text.error());
+      } else if (!is_notification) {
+        response = result_line(reply_id, **text);
+      }
+    } catch (std::exception const& ex) {
+      response = respond(Error{Errc::internal, std::string{"handler failed: "} + ex.what()});
+    } catch (...) {
+      response = respond(Error{Errc::internal, "handler failed"});
+    }
+    done(std::move(response));
+    return;
+  }
 
   // The handler may complete now or later; exactly one completion is forwarded.
   auto once = std::make_shared<bool>(false);
   // Completions run later, from the manager's callbacks on the loop thread; an exception while
   // building or forwarding the response (bad_alloc while serializing, a throwing continuation)
   // becomes internal.error for this call instead of unwinding through io_context::run().
-  Reply reply = [once, finish](Result<json::value> r) {
+  Reply reply = [once, done = std::move(done), reply_id, is_notification,
+                 this](Result<json::value> r) {
     if (*once) return;
     *once = true;
+    auto respond_later = [&](Result<json::value> const& res) {
+      return response_text(stats_, reply_id, is_notification, res);
+    };
+    std::string response;
     try {
-      finish(std::move(r));
+      response = respond_later(r);
     } catch (std::exception const& ex) {
-      finish(Error{Errc::internal, std::string{"completion failed: "} + ex.what()});
+      response =
+          respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()});
     } catch (...) {
-      finish(Error{Errc::internal, "completion failed"});
+      response = respond_later(Error{Errc::internal, "completion failed"});
+    }
+    try {
+      done(std::move(response));
+    } catch (std::exception const& ex) {
+      // The continuation itself threw: it gets one more chance with an error, never a second
+      // result (the first forwarding may have had side effects before it threw).
+      done(respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()}));
+    } catch (...) {
+      done(respond_later(Error{Errc::internal, "completion failed"}));
     }
   };
   try {
@@ -171,9 +211,7 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   json::value msg = std::move(*parsed);
   if (!msg.is_array()) {
     admitted(1);
-    handle_one(session, msg, [emit](json::value const& response) {
-      emit(response.is_null() ? std::string{} : json::serialize(response));
-    });
+    handle_one(session, msg, std::move(emit));
     return;
   }
   auto& batch = msg.get_array();
@@ -200,8 +238,8 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   state->pending = batch.size();
   state->emit = std::move(emit);
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    handle_one(session, batch[i], [state, i](json::value const& response) {
-      if (!response.is_null()) state->slots[i] = json::serialize(response);
+    handle_one(session, batch[i], [state, i](std::string response) {
+      state->slots[i] = std::move(response);
       if (--state->pending != 0) return;
       std::string out;
       for (auto const& slot : state->slots) {

@@ -7,17 +7,11 @@ namespace custos::rpc {
 
 namespace json = boost::json;
 
-void register_host_methods(Dispatcher& d, std::function<Result<json::object>()> describe) {
-  d.add("host.info", Access::any,
-        [describe = std::move(describe)](std::shared_ptr<Session> const&, json::object const&,
-                                         Reply reply) {
-          auto r = describe();
-          if (!r) {
-            reply(r.error());
-            return;
-          }
-          reply(json::value(std::move(*r)));
-        });
+void register_host_methods(Dispatcher& d,
+                           std::function<Result<std::shared_ptr<std::string const>>()> describe) {
+  d.add_text("host.info", Access::any,
+             [describe = std::move(describe)](std::shared_ptr<Session> const&,
+                                              json::object const&) { return describe(); });
 }
 
 void register_introspection(Dispatcher& d) {

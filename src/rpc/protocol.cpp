@@ -65,6 +65,16 @@ json::object notification(std::string_view method, json::object params) {
   return json::object{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}};
 }
 
+std::string result_line(json::value const& id, std::string_view result_json) {
+  constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
+  constexpr std::string_view kMid = R"(,"result":)";
+  std::string const id_text = json::serialize(id);
+  std::string out;
+  out.reserve(kHead.size() + id_text.size() + kMid.size() + result_json.size() + 1);
+  out.append(kHead).append(id_text).append(kMid).append(result_json).push_back('}');
+  return out;
+}
+
 Error error_from_object(json::object const& err) {
   Error e{Errc::internal};
   std::string message;

@@ -252,25 +252,28 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
 
   void process_lines() {
     auto const max_line = server_->limits.max_line_bytes;
+    // Lines are handed to the dispatcher as views into inbuf_ (it parses them before returning,
+    // and nothing refills inbuf_ meanwhile); the consumed prefix is erased once at the end.
+    std::size_t begin = 0;
     while (!closed_ && !closing_ && !paused()) {
-      auto const nl = inbuf_.find('\n', scan_from_);
+      auto const nl = inbuf_.find('\n', std::max(begin, scan_from_));
       if (nl == std::string::npos) {
         scan_from_ = inbuf_.size();
-        if (inbuf_.size() > max_line) {
+        if (inbuf_.size() - begin > max_line) {
           line_too_long();
           return;
         }
         break;
       }
-      if (nl > max_line) {
+      if (nl - begin > max_line) {
         line_too_long();
         return;
       }
-      std::string line = inbuf_.substr(0, nl);
-      inbuf_.erase(0, nl + 1);
-      scan_from_ = 0;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank keep-alive
+      std::string_view line{inbuf_.data() + begin, nl - begin};
+      begin = nl + 1;
+      scan_from_ = begin;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank keep-alive
       last_activity_ = std::chrono::steady_clock::now();
       // Every call the line starts (each batch entry) holds in-flight budget until the line is
       // answered; `admitted` runs before any of them, the reply may come synchronously.
@@ -286,6 +289,10 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
             *cost = n;
             inflight_ += n;
           });
+    }
+    if (begin > 0 && !inbuf_.empty()) {
+      inbuf_.erase(0, begin);
+      scan_from_ = scan_from_ > begin ? scan_from_ - begin : 0;
     }
     if (!closed_ && !closing_) {
       if (read_eof_)
@@ -315,9 +322,42 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
 
   void enqueue(std::string line) {
     line.push_back('\n');
+    if (!writing_ && write_queue_.empty()) {
+      // The common case, one reply to a waiting client: write it now with one non-blocking send
+      // instead of queueing an asynchronous write and running its completion on a later turn.
+      // Whatever the socket does not take now goes through the queue as before.
+      std::size_t const sent = try_send_now(line);
+      if (sent == line.size()) {
+        after_direct_write();
+        return;
+      }
+      if (sent > 0) line.erase(0, sent);
+    }
     queued_bytes_ += line.size();
     write_queue_.push_back(std::move(line));
     if (!writing_) write_next();
+  }
+
+  // Bytes of `line` the socket accepted without blocking; 0 on EAGAIN or an error (the queued
+  // asynchronous write then meets the same error and closes the connection as before).
+  std::size_t try_send_now(std::string const& line) {
+    if (closed_) return 0;
+    ssize_t n = 0;
+    do {
+      n = ::send(socket_.native_handle(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+
+  // What a completed asynchronous write does once the queue is empty (write_next), minus the
+  // resumption of reading: a direct write happens inside process_lines or on_reply, which
+  // resume it themselves.
+  void after_direct_write() {
+    if (closing_) {
+      close();
+      return;
+    }
+    if (read_eof_) maybe_finish();
   }
 
   void write_next() {

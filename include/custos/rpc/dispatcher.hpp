@@ -44,6 +44,12 @@ class Session {
 using Reply = std::function<void(Result<boost::json::value>)>;
 using Handler =
     std::function<void(std::shared_ptr<Session> const&, boost::json::object const& params, Reply)>;
+// A method whose result is ready-made JSON text (host.info: built once at start-up). The
+// dispatcher splices the text into the response line as it is, instead of copying and
+// re-encoding a JSON tree on every call. Completes synchronously; the text is shared, never
+// modified after it is returned.
+using TextHandler = std::function<Result<std::shared_ptr<std::string const>>(
+    std::shared_ptr<Session> const&, boost::json::object const& params)>;
 
 struct DispatchStats {
   std::uint64_t calls = 0;
@@ -58,10 +64,14 @@ class Dispatcher {
 
   // Registers `name`. A second registration of the same name replaces the first.
   void add(std::string name, Access access, Handler handler);
+  // Registers `name` with a result that is already serialized JSON (TextHandler). Replaces a
+  // previous registration of the same name, like add().
+  void add_text(std::string name, Access access, TextHandler handler);
   [[nodiscard]] std::vector<std::string> method_names() const;
   [[nodiscard]] bool has(std::string_view name) const;
-  // The handler registered for `name`, or null. Lets a later registration wrap an earlier one
-  // (the gateway re-registers exec.* with its own access check in front).
+  // The handler registered for `name` with add(), or null (also for add_text methods). Lets a
+  // later registration wrap an earlier one (the gateway re-registers exec.* with its own access
+  // check in front).
   [[nodiscard]] Handler const* find(std::string_view name) const;
   [[nodiscard]] AuthPolicy const& auth() const noexcept { return auth_; }
   [[nodiscard]] DispatchStats const& stats() const noexcept { return stats_; }
@@ -86,11 +96,13 @@ class Dispatcher {
  private:
   struct Entry {
     Access access;
-    Handler handler;
+    Handler handler;   // set by add()
+    TextHandler text;  // set by add_text()
   };
-  // Runs one request object; `done` gets the response object, or null for a notification.
+  // Runs one request object; `done` gets the serialized response, or an empty string for a
+  // notification.
   void handle_one(std::shared_ptr<Session> const& session, boost::json::value const& msg,
-                  std::function<void(boost::json::value)> const& done);
+                  std::function<void(std::string)> done);
 
   AuthPolicy auth_;
   std::map<std::string, Entry, std::less<>> methods_;

@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,12 @@ class Registry;
 
 namespace custos::rpc {
 
-// host.info: open to every local caller. `describe` builds the result (version, boot_id,
-// capabilities, default_boundary) and is called per request so capabilities stay current.
-void register_host_methods(Dispatcher& d, std::function<Result<boost::json::object>()> describe);
+// host.info: open to every local caller. `describe` returns the result object (version,
+// boot_id, capabilities, default_boundary, ...) already serialized; it is called per request.
+// The daemon builds the text once at start-up (nothing in it changes while it runs), so a call
+// costs a string splice instead of a copy and re-encoding of the whole capability tree.
+void register_host_methods(Dispatcher& d,
+                           std::function<Result<std::shared_ptr<std::string const>>()> describe);
 
 // rpc.methods: the names this daemon serves (sorted), open to every caller. Names starting with
 // "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of API.md.

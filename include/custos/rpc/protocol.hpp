@@ -38,6 +38,11 @@ inline constexpr int kInternalError = -32603;
                                                   boost::json::value result);
 [[nodiscard]] boost::json::object notification(std::string_view method, boost::json::object params);
 
+// The serialized response line (without '\n') for a result that is already JSON text:
+// {"jsonrpc":"2.0","id":<id>,"result":<result_json>}, the same bytes as serializing
+// result_response(id, parse(result_json)). `result_json` must be one valid JSON value.
+[[nodiscard]] std::string result_line(boost::json::value const& id, std::string_view result_json);
+
 // Rebuilds a custos::Error from a received error object (client side). Unknown wire codes map
 // to Errc::internal with the original string kept in context.
 [[nodiscard]] Error error_from_object(boost::json::object const& err);

@@ -2,13 +2,20 @@
 //   host.info round trip           vs a raw Unix-socket line echo (p50)         target <= 2x
 //   exec.start -> terminal, seq.   vs clone3 launch floor + one FULL commit       target <= 1.25x
 //   same, 16 clients               vs the same floor as throughput                target >= 0.8x
+//   the same no-op through `bwrap --unshare-all` (fork + exec + wait), beside the sequential
+//   row's value: for the record, no target (a sandbox launcher, not a supervisor: no cgroup, no
+//   durable record, no events), like the floor rows.
 // The daemon is the release `custos` binary started for the run (state in the work dir, its
 // cgroup subtree under the bench's cgroup root) and stopped by pidfd at the end.
 #include <boost/json.hpp>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <poll.h>
 #include <signal.h>
 #include <string>
@@ -216,6 +223,77 @@ bool launch_once(Env const& env, int fd, std::string& buf, std::string const& ac
   return !ec && w.is_object() && w.as_object().contains("result");
 }
 
+// The first executable named `name` on $PATH, or "".
+std::string on_path(std::string const& name) {
+  char const* path = std::getenv("PATH");
+  std::string const dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    auto end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string const candidate = dirs.substr(start, end - start) + "/" + name;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return {};
+}
+
+// One `bwrap --unshare-all --bind / / NOOP`: fork, exec, wait. Returns the exit status
+// (waitpid form), -1 when fork failed. bwrap's stderr goes to `err_path`.
+int bwrap_once(std::string const& bwrap, std::string const& noop, std::string const& err_path) {
+  pid_t const pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int const err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (err >= 0) ::dup2(err, STDERR_FILENO);
+    char const* argv[] = {bwrap.c_str(), "--unshare-all", "--bind", "/",
+                          "/",           noop.c_str(),    nullptr};
+    ::execv(argv[0], const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+Row bwrap_row(Env const& env, std::optional<double> custos_ms, std::size_t n) {
+  Row r;
+  r.name = "rpc: the same no-op through `bwrap --unshare-all` (median, for the record)";
+  r.unit = "ms";
+  r.floor_name = "custos exec.start -> terminal, sequential (row above, same run)";
+  r.floor_value = custos_ms;
+  r.better = Better::lower;
+  std::string const bwrap = on_path("bwrap");
+  if (bwrap.empty()) {
+    r.note = "bwrap is not installed here (scripts/install-deps installs bubblewrap)";
+    return r;
+  }
+  std::string const err_path = env.work_dir + "/bwrap.err";
+  std::vector<double> ms;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const t0 = Clock::now();
+    int const status = bwrap_once(bwrap, env.noop_path, err_path);
+    double const took = seconds_since(t0) * 1e3;
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::ifstream in(err_path);
+      std::string why;
+      std::getline(in, why);
+      r.note = "bwrap --unshare-all --bind / / cannot run here (exit status " +
+               std::to_string(status) + (why.empty() ? "" : ": " + why) + ")";
+      return r;
+    }
+    ms.push_back(took);
+  }
+  r.value = median(ms);
+  r.note =
+      std::to_string(n) + " launches of the static no-op in new user, mount, pid, net, ipc, " +
+      "uts and cgroup namespaces (no cgroup, no durable record, no events); ratio > 1: custos' " +
+      "whole exec.start -> terminal path is that many times faster";
+  ::unlink(err_path.c_str());
+  return r;
+}
+
 }  // namespace
 
 std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
@@ -242,7 +320,7 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
   DaemonProc d;
   if (!start_daemon(env, d)) {
     rtt.note = seq.note = par.note = "the daemon did not answer on " + d.socket;
-    return {rtt, seq, par};
+    return {rtt, seq, par, bwrap_row(env, std::nullopt, n_seq)};
   }
   {
     int fd = connect_unix(d.socket);
@@ -306,7 +384,7 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
       par.note = std::to_string(16 * per_client - done.load()) + " launches failed or were lost";
     }
   }
-  return {rtt, seq, par};
+  return {rtt, seq, par, bwrap_row(env, seq.value, n_seq)};
 }
 
 }  // namespace custos::bench

@@ -24,6 +24,7 @@
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
 
+#include "../tests/support/launch_permit_minter.hpp"
 #include "bench.hpp"
 
 namespace custos::bench {
@@ -115,7 +116,7 @@ class GatewayHarness {
     r.plan.limits.cpu_ms = 10'000;
     r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
                                 static_cast<std::uint32_t>(::getegid()), ::getpid()};
-    if (!through_gateway_) return mgr_->start(std::move(r));
+    if (!through_gateway_) return sup::start_with_test_permit(*mgr_, std::move(r));
     gateway::AuthorityClaim c;
     c.epoch = epoch_;
     c.grant_id = "g-bench";

@@ -23,6 +23,7 @@
 #include "custos/core/plan.hpp"
 #include "custos/supervisor/manager.hpp"
 
+#include "../tests/support/launch_permit_minter.hpp"
 #include "bench.hpp"
 
 namespace custos::bench {
@@ -107,7 +108,7 @@ class Harness {
     r.plan = std::move(p);
     r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
                                 static_cast<std::uint32_t>(::getegid()), ::getpid()};
-    return mgr_->start(std::move(r));
+    return sup::start_with_test_permit(*mgr_, std::move(r));
   }
 
   // Runs the loop until `pred` holds. Completion callbacks call wake(), which stops the current

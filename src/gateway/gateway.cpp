@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <time.h>
+#include <unistd.h>
 
 #include "custos/core/digest.hpp"
 #include "custos/core/plan_canonical.hpp"
@@ -29,6 +30,20 @@ Error not_admin(char const* what) {
 
 bool grant_live(Grant const& g, std::int64_t now_ns) {
   return !g.revoked && (!g.expires_ns || *g.expires_ns > now_ns);
+}
+
+// The kernel's limit on run_as: only a privileged daemon can give a child credentials other
+// than its own (setresuid/setresgid/setgroups need CAP_SETUID/CAP_SETGID). A daemon running
+// as an ordinary user therefore refuses, typed and before any consumption, a plan.user that is
+// not exactly its own identity, instead of consuming the claim for a certain spawn failure.
+Result<void> check_switchable_user(core::ExecutionPlan const& plan) {
+  if (!plan.user || ::geteuid() == 0) return ok();
+  if (plan.user->uid == ::geteuid() && plan.user->gid == ::getegid() && plan.user->groups.empty()) {
+    return ok();
+  }
+  return Error{Errc::auth_user, "the daemon runs as uid " + std::to_string(::geteuid()) +
+                                    " without privilege: it cannot run an execution as uid " +
+                                    std::to_string(plan.user->uid)};
 }
 
 }  // namespace
@@ -111,6 +126,20 @@ Result<Caller> ExecutionGateway::resolve_caller(std::uint32_t uid, std::uint32_t
   return c;
 }
 
+// The gateway's only way to a supervisor::LaunchPermit (its constructor is private, and this is
+// the one friend defined under src/; scripts/lint checks that the test minter is not).
+class PermitMinter {
+ public:
+  // Called only after the authorizing transaction for `use` committed. user_checked: the
+  // cross-check compared plan.user with the caller's authority (runs as the caller, or a uid
+  // of the grant's run_as_uids), so the manager does not apply its own narrower rule.
+  [[nodiscard]] static supervisor::LaunchPermit mint(AuthorityUse const& use,
+                                                     std::string plan_digest) {
+    return supervisor::LaunchPermit{use.execution_id, use.action_id, use.process_id,
+                                    std::move(plan_digest), true};
+  }
+};
+
 Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
                                                         supervisor::LaunchRequest request,
                                                         AuthorityClaim const& claim) {
@@ -121,22 +150,37 @@ Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
   if (!digest) return digest.error();
   request.caller.uid = caller.uid;
   request.caller.gid = caller.gid;
-  armed_ = Armed{caller, nullptr, nullptr, digest->to_string(), claim, std::nullopt};
-  auto r = manager_->start(std::move(request));
-  Armed const armed = std::move(*armed_);
+  // Everything the manager would refuse before it creates anything is refused now, before the
+  // claim is consumed: after the transaction below, the launch is attempted.
+  CUSTOS_TRYV(manager_->admit(request));
+  CUSTOS_TRYV(check_switchable_user(request.plan));
+
+  AuthorizeRequest req;
+  req.caller = caller;
+  req.identity = &request.identity;
+  req.plan = &request.plan;
+  req.plan_digest = digest->to_string();
+  req.claim = claim;
+  req.execution_id = CUSTOS_TRY(supervisor::new_execution_id());
+  req.now_ns = realtime_ns();
+  AuthorityUse use = CUSTOS_TRY(store_->authorize(req));
+
+  armed_ = Armed{use, req.plan_digest, false};
+  auto r = manager_->start(std::move(request), PermitMinter::mint(use, req.plan_digest));
+  bool const recorded = armed_->recorded;
   armed_.reset();
   if (!r) return r.error();
-  if (!armed.use) {
-    return Error{Errc::internal, "the manager launched without asking the gateway's sink"};
+  if (!recorded || r->execution_id != use.execution_id) {
+    return Error{Errc::internal, "the manager launched without recording the authorized execution"};
   }
   // Already terminal (spawn failed): settled at its terminal record, nothing to fence.
   auto view = manager_->get(r->execution_id);
   if (view && !view->terminal) {
     Dependent d;
-    d.grant_id = armed.use->grant_id;
-    d.lease_id = armed.use->lease_id;
+    d.grant_id = use.grant_id;
+    d.lease_id = use.lease_id;
     live_[r->execution_id] = std::move(d);
-    if (armed.use->expires_ns) arm_expiry(r->execution_id, *armed.use->expires_ns);
+    if (use.expires_ns) arm_expiry(r->execution_id, *use.expires_ns);
   }
   return r;
 }
@@ -145,33 +189,27 @@ Result<void> ExecutionGateway::on_record_authorized(std::string const& execution
                                                     core::ExecutionIdentity const& identity,
                                                     core::ExecutionPlan const& plan,
                                                     std::string const& plan_digest) {
-  if (!armed_ || armed_->use) {
-    return Error{Errc::auth_denied, "executions start only through the gateway (no launch armed)"};
+  // A permit minted anywhere but in start() above (a test minter) launches nothing here.
+  if (!armed_ || armed_->recorded || armed_->use.execution_id != execution_id) {
+    return Error{Errc::auth_denied,
+                 "executions start only through the gateway (no authorized launch for " +
+                     execution_id + ")"};
   }
   if (plan_digest != armed_->plan_digest) {
     return Error{Errc::auth_digest_mismatch, "the launched plan is not the one authorized"};
   }
-  AuthorizeRequest req;
-  req.caller = armed_->caller;
-  req.identity = &identity;
-  req.plan = &plan;
-  req.plan_digest = plan_digest;
-  req.claim = armed_->claim;
-  req.execution_id = execution_id;
-  req.now_ns = realtime_ns();
-  AuthorityUse use = CUSTOS_TRY(store_->authorize(req));
-  armed_->use = use;
-  return create_record(LaunchPermit{std::move(use), plan_digest}, identity, plan);
+  armed_->recorded = true;
+  return create_record(execution_id, identity, plan, plan_digest);
 }
 
-Result<void> ExecutionGateway::create_record(LaunchPermit permit,
+Result<void> ExecutionGateway::create_record(std::string const& execution_id,
                                              core::ExecutionIdentity const& identity,
-                                             core::ExecutionPlan const& plan) {
+                                             core::ExecutionPlan const& plan,
+                                             std::string const& plan_digest) {
   if (options_.registry == nullptr) return ok();
   // The claim is already consumed for this execution id (by the authorizing transaction); the
   // registry checks that it belongs to exactly this execution before it creates the record.
-  auto ex =
-      registry::make_new_execution(permit.execution_id(), identity, plan, permit.plan_digest());
+  auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
   if (!ex) return ex.error();
   return options_.registry->create_execution(*ex);
 }
@@ -198,6 +236,13 @@ Result<bool> ExecutionGateway::may_access(Caller const& caller, std::string cons
   if (caller.admin) return true;
   auto use = CUSTOS_TRY(store_->get_use(execution_id));
   return use.has_value() && use->actor == Principal{PrincipalKind::uid, caller.uid}.to_string();
+}
+
+Result<std::set<std::string>> ExecutionGateway::executions_of(Caller const& caller) {
+  std::set<std::string> ids;
+  auto const self = Principal{PrincipalKind::uid, caller.uid}.to_string();
+  for (auto const& u : CUSTOS_TRY(store_->uses_of_actor(self))) ids.insert(u.execution_id);
+  return ids;
 }
 
 void ExecutionGateway::fence(std::string const& execution_id, std::string const& reason) {

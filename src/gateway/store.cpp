@@ -547,4 +547,8 @@ Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_holder(std::string_vie
   });
 }
 
+Result<std::vector<AuthorityUse>> AuthorityStore::uses_of_actor(std::string_view actor) {
+  return query_uses(*db_, "actor = ?", [&](Stmt& q) { return q.bind(1, actor); });
+}
+
 }  // namespace custos::gateway

@@ -1,7 +1,7 @@
-// The exec.* methods: parameter parsing and the mapping onto the ExecutionManager.
-//
-// Until the gateway issue lands, `authority` is accepted as given (it must be an object when
-// present) and not checked: authorization is the admin rule of AuthPolicy (docs/api.md).
+// The exec.* methods: parameter parsing and the mapping onto the ExecutionManager, admin-only
+// here. exec.start is not among them (it needs the gateway's launch permit); the gateway's
+// registration (gateway_methods.cpp) adds it and opens the others to the caller that started
+// the execution (docs/authority.md).
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -17,6 +17,8 @@
 #include "custos/rpc/methods.hpp"
 #include "custos/supervisor/manager.hpp"
 
+#include "exec_internal.hpp"
+
 namespace custos::rpc {
 
 namespace json = boost::json;
@@ -26,7 +28,6 @@ namespace {
 
 constexpr std::uint64_t kDefaultOutputSlice = 64 * 1024;
 constexpr std::uint64_t kMaxOutputSlice = 1024 * 1024;  // keeps one response under the line limit
-constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 
 Error bad_param(std::string what) {
   return Error{Errc::rpc_invalid_params, std::move(what)};
@@ -289,18 +290,8 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
               {"admission", std::move(admission)}}));
         });
 
-  d.add("exec.start", Access::admin,
-        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          auto parsed = parse_launch(p);
-          if (!parsed) return reply(parsed.error());
-          supervisor::LaunchRequest req;
-          req.identity = std::move(parsed->identity);
-          req.plan = std::move(parsed->plan);
-          req.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
-          auto r = m.start(std::move(req));
-          if (!r) return reply(r.error());
-          reply(json::value(r->to_json()));
-        });
+  // exec.start is registered by register_gateway_methods only: a launch needs the permit that
+  // only the gateway mints (supervisor/launch_permit.hpp).
 
   d.add("exec.get", Access::admin,
         [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
@@ -317,71 +308,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.list", Access::admin,
         [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k)
-            return reply(k.error());
-          supervisor::ListFilter filter;
-          registry::ListFilter rfilter;
-          if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
-            auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
-            if (!phase) return reply(bad_param("phase must be a phase name"));
-            filter.phase = phase;
-            rfilter.phase = phase;
-          }
-          if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
-            if (!se->is_string()) return reply(bad_param("session_id must be a string"));
-            filter.session_id = std::string{se->get_string()};
-            rfilter.session_id = filter.session_id;
-          }
-          auto limit = optional_u64(p, "limit", 1000);
-          if (!limit) return reply(limit.error());
-          std::uint64_t const page = limit->value_or(100);
-          // The cursor is the number of executions already returned: first the ones this daemon
-          // supervises (newest first), then the registry's records it does not hold (terminal
-          // ones and those a previous daemon left), in id order.
-          std::uint64_t offset = 0;
-          if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
-            if (!c->is_string())
-              return reply(bad_param("cursor must be a string from next_cursor"));
-            auto parsed = parse_cursor(c->get_string());
-            if (!parsed) return reply(parsed.error());
-            offset = *parsed;
-          }
-          // One more than the page shows whether a next page exists. Saturating: a cursor near
-          // 2^64 must not wrap to a small window.
-          constexpr std::uint64_t kWindowCap = std::uint64_t{1} << 32;
-          std::uint64_t const want = offset >= kWindowCap ? kWindowCap : offset + page + 1;
-          filter.limit = static_cast<std::size_t>(want);
-          auto live = m.list(filter);
-          std::vector<json::object> all;
-          all.reserve(live.size());
-          std::set<std::string> held;
-          for (auto const& v : live) {
-            held.insert(v.execution_id);
-            all.push_back(v.to_json());
-          }
-          if (reg != nullptr && all.size() < want) {
-            // Only the registry's records beyond the held ones are needed; the held ones may
-            // appear among them too, so ask for that many more.
-            rfilter.limit = static_cast<std::size_t>(want - all.size() + held.size());
-            auto recs = reg->list(rfilter);
-            if (!recs) return reply(recs.error());
-            for (auto const& rec : *recs) {
-              if (all.size() >= want) break;
-              if (held.count(rec.execution_id) != 0) continue;
-              auto j = record_json(rec);
-              if (!j) return reply(j.error());
-              all.push_back(std::move(*j));
-            }
-          }
-          json::array out;
-          for (std::uint64_t i = offset; i < all.size() && out.size() < page; ++i) {
-            out.push_back(std::move(all[static_cast<std::size_t>(i)]));
-          }
-          json::value next = nullptr;
-          if (offset < kWindowCap && all.size() > offset + page)
-            next = std::to_string(offset + page);
-          reply(json::value(
-              json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
+          detail::list_executions(m, reg, p, nullptr, std::move(reply));
         });
 
   d.add("exec.wait", Access::admin,
@@ -404,15 +331,21 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
             return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
           }
           // The manager keeps this waiter until the execution ends or the timeout fires, which
-          // can be days. What it holds for the client (the reply chain: the connection's
-          // completion and, inside a batch, the batch's collected replies) is dropped as soon as
-          // the connection closes; only this small closure stays with the manager.
+          // can be days. When the connection closes first, the wait is withdrawn from the
+          // manager (unwait) and everything it held for the client (the reply chain: the
+          // connection's completion and, inside a batch, the batch's collected replies) is freed
+          // at once, so abandoned waits do not accumulate.
           auto slot = std::make_shared<std::optional<Reply>>(std::move(reply));
           auto hook = std::make_shared<std::uint64_t>(0);
-          *hook = s->add_close_hook([slot] { slot->reset(); });
+          auto handle = std::make_shared<supervisor::WaitHandle>();
+          *hook = s->add_close_hook([slot, handle, &m] {
+            slot->reset();
+            m.unwait(*handle);
+          });
           if (*hook == 0) return;  // already closed: nobody to answer
           std::weak_ptr<Session> weak = s;
-          m.wait(*id, timeout, [slot, hook, weak](Result<core::TerminalRecord> r) {
+          // The answer is always posted, never run inside wait(): the handle is stored first.
+          *handle = m.wait(*id, timeout, [slot, hook, weak](Result<core::TerminalRecord> r) {
             if (!slot->has_value()) return;  // the client went away
             auto answer = std::move(**slot);
             slot->reset();
@@ -452,17 +385,9 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (!id) return reply(id.error());
           auto eof = optional_bool(p, "eof");
           if (!eof) return reply(eof.error());
-          std::vector<std::uint8_t> data;
-          if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-            auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
-            if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
-            if (decoded->size() > kMaxInputChunk) {
-              return reply(bad_param("data_b64 carries more than " +
-                                     std::to_string(kMaxInputChunk) + " bytes"));
-            }
-            data = std::move(*decoded);
-          }
-          auto r = m.input(*id, data, *eof);
+          auto data = detail::input_bytes(p);
+          if (!data) return reply(data.error());
+          auto r = m.input(*id, *data, *eof);
           if (!r) return reply(r.error());
           reply(json::value(json::object{{"accepted_bytes", *r}}));
         });
@@ -567,5 +492,112 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
                                          {"complete", r->complete}}));
         });
 }
+
+namespace detail {
+
+Result<std::vector<std::uint8_t>> input_bytes(json::object const& p) {
+  std::vector<std::uint8_t> data;
+  if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
+    auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
+    if (!decoded) return bad_param("data_b64 must be padded base64");
+    if (decoded->size() > kMaxInputChunk) {
+      return bad_param("data_b64 carries more than " + std::to_string(kMaxInputChunk) + " bytes");
+    }
+    data = std::move(*decoded);
+  }
+  return data;
+}
+
+void list_executions(ExecutionManager& m, registry::Registry* reg, json::object const& p,
+                     std::set<std::string> const* only, Reply reply) {
+  if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k)
+    return reply(k.error());
+  supervisor::ListFilter filter;
+  registry::ListFilter rfilter;
+  if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
+    auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
+    if (!phase) return reply(bad_param("phase must be a phase name"));
+    filter.phase = phase;
+    rfilter.phase = phase;
+  }
+  if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
+    if (!se->is_string()) return reply(bad_param("session_id must be a string"));
+    filter.session_id = std::string{se->get_string()};
+    rfilter.session_id = filter.session_id;
+  }
+  auto limit = optional_u64(p, "limit", 1000);
+  if (!limit) return reply(limit.error());
+  std::uint64_t const page = limit->value_or(100);
+  // The cursor is the number of executions already returned: first the ones this daemon
+  // supervises (newest first), then the registry's records it does not hold (terminal
+  // ones and those a previous daemon left), in id order.
+  std::uint64_t offset = 0;
+  if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
+    if (!c->is_string()) return reply(bad_param("cursor must be a string from next_cursor"));
+    auto parsed = parse_cursor(c->get_string());
+    if (!parsed) return reply(parsed.error());
+    offset = *parsed;
+  }
+  // One more than the page shows whether a next page exists. Saturating: a cursor near
+  // 2^64 must not wrap to a small window.
+  constexpr std::uint64_t kWindowCap = std::uint64_t{1} << 32;
+  std::uint64_t const want = offset >= kWindowCap ? kWindowCap : offset + page + 1;
+  // Restricted to `only`: the manager lists everything it holds (bounded by its terminal
+  // history) and the ids outside `only` are dropped before the window is cut.
+  filter.limit =
+      only != nullptr ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(want);
+  auto live = m.list(filter);
+  if (only != nullptr) {
+    std::erase_if(live, [&](auto const& v) { return only->count(v.execution_id) == 0; });
+    if (live.size() > want) live.resize(static_cast<std::size_t>(want));
+  }
+  std::vector<json::object> all;
+  all.reserve(live.size());
+  std::set<std::string> held;
+  for (auto const& v : live) {
+    held.insert(v.execution_id);
+    all.push_back(v.to_json());
+  }
+  if (reg != nullptr && only != nullptr) {
+    // The caller's own ids in id order (a std::set), each read by its key.
+    for (auto const& id : *only) {
+      if (all.size() >= want) break;
+      if (held.count(id) != 0) continue;
+      auto rec = reg->get(id);
+      if (!rec) {
+        if (rec.error().code == Errc::registry_not_found) continue;
+        return reply(rec.error());
+      }
+      if (rfilter.phase && rec->phase != *rfilter.phase) continue;
+      if (rfilter.session_id && rec->session_id != *rfilter.session_id) continue;
+      auto j = record_json(*rec);
+      if (!j) return reply(j.error());
+      all.push_back(std::move(*j));
+    }
+  } else if (reg != nullptr && all.size() < want) {
+    // Only the registry's records beyond the held ones are needed; the held ones may
+    // appear among them too, so ask for that many more.
+    rfilter.limit = static_cast<std::size_t>(want - all.size() + held.size());
+    auto recs = reg->list(rfilter);
+    if (!recs) return reply(recs.error());
+    for (auto const& rec : *recs) {
+      if (all.size() >= want) break;
+      if (held.count(rec.execution_id) != 0) continue;
+      auto j = record_json(rec);
+      if (!j) return reply(j.error());
+      all.push_back(std::move(*j));
+    }
+  }
+  json::array out;
+  for (std::uint64_t i = offset; i < all.size() && out.size() < page; ++i) {
+    out.push_back(std::move(all[static_cast<std::size_t>(i)]));
+  }
+  json::value next = nullptr;
+  if (offset < kWindowCap && all.size() > offset + page) next = std::to_string(offset + page);
+  reply(
+      json::value(json::object{{"executions", std::move(out)}, {"next_cursor", std::move(next)}}));
+}
+
+}  // namespace detail
 
 }  // namespace custos::rpc

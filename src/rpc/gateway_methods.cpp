@@ -7,18 +7,17 @@
 // admin principals, runner grants, holders), and answers auth.denied itself.
 #include <algorithm>
 
-#include "custos/core/base64.hpp"
 #include "custos/core/plan_json.hpp"
 #include "custos/gateway/gateway.hpp"
 #include "custos/rpc/methods.hpp"
+
+#include "exec_internal.hpp"
 
 namespace custos::rpc {
 
 namespace json = boost::json;
 
 namespace {
-
-constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 
 Error bad_param(std::string what) {
   return Error{Errc::rpc_invalid_params, std::move(what)};
@@ -160,6 +159,23 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
        {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {
     owner_or_admin(d, gw, name);
   }
+  // A principal sees only its own executions (API.md): admins list everything, every other
+  // caller the executions it started through the gateway, with the same filters and cursor.
+  if (Handler const* h = d.find("exec.list")) {
+    Handler admin_list = *h;  // copied before add() replaces the entry it lives in
+    d.add("exec.list", Access::any,
+          [&d, &gw, admin_list](std::shared_ptr<Session> const& s, json::object const& p,
+                                Reply reply) {
+            auto caller = caller_of(d, gw, s);
+            if (!caller) return reply(caller.error());
+            if (caller->admin) return admin_list(s, p, std::move(reply));
+            if (gw.manager() == nullptr)
+              return reply(Error{Errc::internal, "gateway has no execution manager"});
+            auto own = gw.executions_of(*caller);
+            if (!own) return reply(own.error());
+            detail::list_executions(*gw.manager(), gw.registry(), p, &*own, std::move(reply));
+          });
+  }
   // Subscriptions belong to one connection; exec.check has no effect at all.
   for (char const* name : {"exec.unsubscribe", "exec.check"}) {
     if (Handler const* h = d.find(name)) {
@@ -184,17 +200,9 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           if (!*may)
             return reply(
                 Error{Errc::auth_denied, "exec.input: " + *id + " was not started by this caller"});
-          std::vector<std::uint8_t> data;
-          if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-            auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
-            if (!decoded) return reply(bad_param("data_b64 must be padded base64"));
-            if (decoded->size() > kMaxInputChunk) {
-              return reply(bad_param("data_b64 carries more than " +
-                                     std::to_string(kMaxInputChunk) + " bytes"));
-            }
-            data = std::move(*decoded);
-          }
-          auto r = gw.input(*id, data, *eof);
+          auto data = detail::input_bytes(p);
+          if (!data) return reply(data.error());
+          auto r = gw.input(*id, *data, *eof);
           if (!r) return reply(r.error());
           reply(json::value(json::object{{"accepted_bytes", *r}}));
         });

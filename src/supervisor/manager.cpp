@@ -24,6 +24,8 @@ namespace {
 
 constexpr std::chrono::milliseconds kShutdownPoll{10};
 
+}  // namespace
+
 Result<std::string> new_execution_id() {
   // 64 random bits, from the same getrandom source as markers: ids must not be guessable
   // sequence numbers (they name executions across restarts).
@@ -31,8 +33,6 @@ Result<std::string> new_execution_id() {
   if (!m) return m.error();
   return "ex-" + m->env_value().substr(0, 16);
 }
-
-}  // namespace
 
 std::map<std::string, std::string> environment_snapshot() {
   std::map<std::string, std::string> out;
@@ -82,6 +82,7 @@ ExecutionManager::~ExecutionManager() {
   reap_timer_.cancel();
   shutdown_timer_.cancel();
   for (auto& [id, sup] : executions_) sup->detach();
+  answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
   // A scan still running posts its completion to io_; the detached supervisor ignores it. Join
   // here so no worker outlives the state it reads.
   workers_.join();
@@ -108,45 +109,64 @@ bool ExecutionManager::is_direct_child(std::int32_t pid) const {
   return sup && sup->is_root_pid(pid);
 }
 
-Result<StartResult> ExecutionManager::start(LaunchRequest request) {
+Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
-  auto const& plan = request.plan;
-  if (plan.backend.kind != core::BackendKind::native) {
-    return Error(Errc::sys_unsupported, std::string{"backend "} +
-                                            std::string{core::to_string(plan.backend.kind)} +
-                                            " is not served by the native supervisor");
+  if (request.plan.backend.kind != core::BackendKind::native) {
+    return Error(Errc::sys_unsupported,
+                 std::string{"backend "} + std::string{core::to_string(request.plan.backend.kind)} +
+                     " is not served by the native supervisor");
   }
-  // Only root callers may name other credentials until the gateway checks authority for it.
-  if (plan.user && request.caller.uid != 0 &&
+  if (config_.boundary == BoundaryPreference::cgroup && !subtree_) {
+    return Error(Errc::cgroup_unavailable, "boundary=cgroup but no writable cgroup subtree");
+  }
+  return ok();
+}
+
+Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit permit) {
+  CUSTOS_TRYV(admit(request));
+  if (!permit.valid()) return Error(Errc::auth_denied, "launch permit is empty (already spent)");
+  auto const& plan = request.plan;
+  // The rule for callers whose authority nobody checked: a non-root caller runs only as itself.
+  // The gateway checks `user` against the grant's run_as_uids before it mints the permit.
+  if (!permit.user_checked() && plan.user && request.caller.uid != 0 &&
       (plan.user->uid != request.caller.uid || plan.user->gid != request.caller.gid)) {
     return Error(Errc::auth_user, "a non-root caller may only run as itself");
   }
   BoundaryPreference const pref = config_.boundary;
-  if (pref == BoundaryPreference::cgroup && !subtree_) {
-    return Error(Errc::cgroup_unavailable, "boundary=cgroup but no writable cgroup subtree");
-  }
   Boundary const boundary =
       pref != BoundaryPreference::marker && subtree_ ? Boundary::cgroup : Boundary::marker;
 
   auto digest = compute_plan_digest(request.identity, request.plan);
   if (!digest) return digest.error();
-  auto id = new_execution_id();
-  if (!id) return id.error();
+  // The permit authorizes one claim and one plan: anything else is not what was consumed.
+  if (*digest != permit.plan_digest()) {
+    return Error(Errc::auth_digest_mismatch, "the launch permit was minted for another plan");
+  }
+  if (permit.action_id() != request.identity.action_id ||
+      permit.process_id() != request.identity.process_id) {
+    return Error(Errc::auth_denied, "the launch permit was minted for another (action, process)");
+  }
+  if (permit.execution_id().empty() || executions_.contains(permit.execution_id())) {
+    return Error(Errc::auth_denied, "the launch permit's execution id is empty or already used");
+  }
+  // Spent here: the permit is a local by value, and its id moves into the execution.
+  LaunchPermit spent = std::move(permit);
+  std::string const id = spent.execution_id();
 
   PlanView view = view_plan(request.plan);
-  auto sup = std::make_shared<Supervisor>(*this, *id, std::move(request), std::move(view),
+  auto sup = std::make_shared<Supervisor>(*this, id, std::move(request), std::move(view),
                                           std::move(*digest));
   std::size_t const live = live_count();
-  executions_.emplace(*id, sup);
+  executions_.emplace(id, sup);
   auto res =
       sup->launch(boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_, live);
   if (!res) {
-    executions_.erase(*id);
+    executions_.erase(id);
     return res.error();
   }
   StartResult const& started = res.value();
-  if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = *id;
-  if (started.pid > 0 && !sup->terminal()) roots_[started.pid] = *id;
+  if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = id;
+  if (started.pid > 0 && !sup->terminal()) roots_[started.pid] = id;
   ++stats_.started;
   if (sup->terminal() && started.pid == 0) ++stats_.spawn_failed;
   return res;
@@ -177,17 +197,82 @@ std::vector<ExecutionView> ExecutionManager::list(ListFilter const& filter) cons
   return out;
 }
 
-void ExecutionManager::wait(std::string const& execution_id,
-                            std::optional<std::chrono::milliseconds> timeout,
-                            std::function<void(Result<core::TerminalRecord>)> done) {
+WaitHandle ExecutionManager::wait(std::string const& execution_id,
+                                  std::optional<std::chrono::milliseconds> timeout,
+                                  std::function<void(Result<core::TerminalRecord>)> done) {
   auto sup = find(execution_id);
   if (!sup) {
     boost::asio::post(io_, [done = std::move(done), execution_id]() {
       done(Error(Errc::exec_not_found, execution_id));
     });
-    return;
+    return {};
   }
-  sup->wait(timeout, std::move(done));
+  if (sup->terminal()) {
+    auto v = sup->view();
+    Result<core::TerminalRecord> answer =
+        v.terminal ? Result<core::TerminalRecord>{*v.terminal}
+                   : Result<core::TerminalRecord>{Error(Errc::internal, "terminal without record")};
+    boost::asio::post(io_,
+                      [done = std::move(done), answer = std::move(answer)]() { done(answer); });
+    return {};
+  }
+  std::uint64_t const wid = ++next_wait_id_;
+  PendingWait w{execution_id, std::move(done), nullptr};
+  if (timeout) {
+    w.timer = std::make_unique<boost::asio::steady_timer>(io_);
+    w.timer->expires_after(*timeout);
+    w.timer->async_wait([weak = std::weak_ptr<bool>(alive_), this, wid,
+                         execution_id](boost::system::error_code ec) {
+      auto a = weak.lock();
+      if (ec || !a || !*a) return;
+      auto it = waits_.find(wid);
+      if (it == waits_.end()) return;
+      auto fn = std::move(it->second.done);
+      unwait(WaitHandle{execution_id, wid});
+      fn(Error(Errc::exec_wait_timeout, execution_id));
+    });
+  }
+  waits_.emplace(wid, std::move(w));
+  waits_by_execution_.emplace(execution_id, wid);
+  stats_.pending_waits = waits_.size();
+  return WaitHandle{execution_id, wid};
+}
+
+void ExecutionManager::unwait(WaitHandle const& handle) {
+  auto it = waits_.find(handle.id);
+  if (it == waits_.end()) return;
+  auto [lo, hi] = waits_by_execution_.equal_range(it->second.execution_id);
+  for (auto e = lo; e != hi; ++e) {
+    if (e->second == handle.id) {
+      waits_by_execution_.erase(e);
+      break;
+    }
+  }
+  // Erased before the timer is destroyed: its cancelled handler finds nothing to answer.
+  waits_.erase(it);
+  stats_.pending_waits = waits_.size();
+}
+
+void ExecutionManager::answer_waits(std::string const& execution_id,
+                                    Result<core::TerminalRecord> const& answer) {
+  auto [lo, hi] = waits_by_execution_.equal_range(execution_id);
+  for (auto e = lo; e != hi; ++e) {
+    auto node = waits_.extract(e->second);
+    if (node.empty()) continue;
+    // Posted, not called: a waiter may call back into the manager.
+    boost::asio::post(io_, [done = std::move(node.mapped().done), answer]() { done(answer); });
+  }
+  waits_by_execution_.erase(lo, hi);
+  stats_.pending_waits = waits_.size();
+}
+
+void ExecutionManager::answer_all_waits(Error const& error) {
+  for (auto& [wid, w] : waits_) {
+    boost::asio::post(io_, [done = std::move(w.done), error]() { done(error); });
+  }
+  waits_.clear();
+  waits_by_execution_.clear();
+  stats_.pending_waits = 0;
 }
 
 Result<CancelResult> ExecutionManager::cancel(std::string const& execution_id,
@@ -232,6 +317,15 @@ Result<OutputSlice> ExecutionManager::output(std::string const& execution_id, St
 
 void ExecutionManager::on_terminal(std::string const& execution_id) {
   ++stats_.terminal;
+  if (waits_by_execution_.contains(execution_id)) {
+    auto sup = find(execution_id);
+    auto v = sup ? std::optional<ExecutionView>{sup->view()} : std::nullopt;
+    if (v && v->terminal) {
+      answer_waits(execution_id, *v->terminal);
+    } else {
+      answer_waits(execution_id, Error(Errc::internal, execution_id + ": terminal without record"));
+    }
+  }
   std::erase_if(roots_, [&](auto const& kv) { return kv.second == execution_id; });
   terminal_order_.push_back(execution_id);
   // Keep a bounded history of terminal executions for get/wait/output; the oldest go first,
@@ -384,6 +478,7 @@ void ExecutionManager::shutdown(ShutdownPolicy policy, std::chrono::milliseconds
     for (auto& [id, sup] : executions_) {
       if (!sup->terminal()) sup->detach();
     }
+    answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
     boost::asio::post(io_, std::move(done));
     return;
   }
@@ -400,6 +495,7 @@ void ExecutionManager::poll_shutdown(std::chrono::steady_clock::time_point deadl
     for (auto& [id, sup] : executions_) {
       if (!sup->terminal()) sup->detach();
     }
+    answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
     reap_orphans_now();
     boost::asio::post(io_, std::move(done));
     return;

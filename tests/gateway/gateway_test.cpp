@@ -149,7 +149,9 @@ TEST_F(GatewayTest, StartsThroughTheGatewayAndSettlesTheBudgetAtTheTerminalRecor
 
 TEST_F(GatewayTest, AManagerStartThatBypassesTheGatewayCreatesNothing) {
   auto& m = gw_manager();
-  auto r = m.start(request(sh("exit 0")));
+  // Even a well-formed permit from outside the gateway (only tests can mint one) launches
+  // nothing in a manager wired to the gateway: its sink knows no authorized launch for the id.
+  auto r = supervisor::start_with_test_permit(m, request(sh("exit 0")));
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, Errc::auth_denied);
   EXPECT_TRUE(m.list({}).empty());
@@ -565,6 +567,84 @@ TEST_F(GatewayTest, RecoverySettlesBudgetsADeadDaemonLeftReserved) {
   EXPECT_EQ(use.wall_ms_reserved, 0U);
   EXPECT_LT(use.wall_ms_used, 20'000U);
   EXPECT_EQ(*restarted.settle_recovered(), 0U) << "settled once";
+}
+
+}  // namespace
+}  // namespace custos::gateway
+
+namespace custos::gateway {
+namespace {
+
+// A grant's run_as_uids works for the non-root principal it names: the gateway checks plan.user
+// against the grant and says so in the permit, so the manager's own "a non-root caller runs only
+// as itself" rule (for callers nobody checked) does not refuse it. A uid outside run_as_uids is
+// still refused, typed, with no effect.
+TEST_F(GatewayTest, ANonRootRunnerRunsAsAUidItsGrantAllows) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a daemon without privilege cannot switch uids";
+  auto& m = gw_manager();
+  std::uint32_t const runner_uid = 4242;
+  Grant g = spec("g-runas");
+  g.principal = Principal{PrincipalKind::uid, runner_uid};
+  g.run_as_uids = {65534};
+  add(g);
+  Caller const caller{runner_uid, runner_uid, {}, false};
+
+  auto p = plan({"/usr/bin/id", "-u"});
+  p.user = core::UserSpec{65534, 65534, {}};
+  auto req = request(p);
+  auto st = gateway_->start(caller, req, claim("g-runas"));
+  ASSERT_TRUE(st.has_value()) << st.error().message();
+  auto rec = terminal(st->execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->exit.code, 0);
+  auto out = m.output(st->execution_id, core::Stream::stdout_stream, 0, 1024);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(std::string(out->data.begin(), out->data.end()), "65534\n");
+  EXPECT_EQ(count("claims"), 1);
+
+  // Not in run_as_uids: typed refusal, nothing consumed, nothing launched.
+  auto budget_before = (*store_->get_grant("g-runas"))->second;
+  auto q = plan({"/usr/bin/id", "-u"});
+  q.user = core::UserSpec{65533, 65533, {}};
+  auto refused = gateway_->start(caller, request(q), claim("g-runas"));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, Errc::auth_user);
+  EXPECT_EQ(count("claims"), 1);
+  EXPECT_EQ(m.list({}).size(), 1U);
+  EXPECT_EQ((*store_->get_grant("g-runas"))->second, budget_before);
+}
+
+// What the manager would refuse before it creates anything is refused before the claim is
+// consumed: the permit is minted only for a launch the manager will attempt.
+TEST_F(GatewayTest, AManagerRefusalComesBeforeAnyConsumption) {
+  auto& m = gw_manager();
+  add(spec("g1"));
+  auto const budget_before = (*store_->get_grant("g1"))->second;
+  bool done = false;
+  m.shutdown(supervisor::ShutdownPolicy::cancel, 1s, [&] { done = true; });
+  ASSERT_TRUE(drive([&] { return done; }, 5s));
+  auto r = gw_start(sh("exit 0"), claim("g1"));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Errc::daemon_shutting_down);
+  EXPECT_EQ(count("claims"), 0);
+  EXPECT_EQ(count("authority_uses"), 0);
+  EXPECT_EQ((*store_->get_grant("g1"))->second, budget_before);
+}
+
+// The execution id the gateway authorized is the one the manager launched (the permit carries
+// it), and the authority use names it.
+TEST_F(GatewayTest, TheLaunchedExecutionIsTheAuthorizedOne) {
+  gw_manager();
+  add(spec("g1"));
+  auto st = gw_start(sh("exit 0"), claim("g1"));
+  ASSERT_TRUE(st.has_value()) << st.error().message();
+  auto use = store_->get_use(st->execution_id);
+  ASSERT_TRUE(use.has_value() && use->has_value());
+  EXPECT_EQ((*use)->execution_id, st->execution_id);
+  auto rec = reg_->get(st->execution_id);
+  ASSERT_TRUE(rec.has_value()) << rec.error().message();
+  EXPECT_EQ(rec->plan_digest, st->plan_digest);
+  ASSERT_TRUE(terminal(st->execution_id));
 }
 
 }  // namespace

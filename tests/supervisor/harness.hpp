@@ -27,6 +27,8 @@
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/pidfd.hpp"
 
+#include "support/launch_permit_minter.hpp"
+
 namespace custos::supervisor::testing {
 
 using namespace std::chrono_literals;
@@ -147,7 +149,7 @@ class SupervisorTest : public ::testing::Test {
 
   // Starts and subscribes from seq 1 (so the test sees every event).
   StartResult start(core::ExecutionPlan p, Collected* sink = nullptr) {
-    auto r = manager_->start(request(std::move(p)));
+    auto r = start_with_test_permit(*manager_, request(std::move(p)));
     EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message());
     if (!r) return {};
     if (sink != nullptr) {

@@ -128,7 +128,7 @@ TEST_F(SupervisorTest, EnvironmentIsExactlyThePlanPlusMarker) {
   p.env.push_back(core::EnvEntry{"LITERAL", std::string{"a b=c"}});
   p.env.push_back(core::EnvEntry{"FROM_DAEMON", std::nullopt});
   p.env.push_back(core::EnvEntry{"ABSENT_AT_DAEMON", std::nullopt});
-  auto r = manager_->start(request(p));
+  auto r = start_with_test_permit(*manager_, request(p));
   ASSERT_TRUE(r);
   ASSERT_TRUE(manager_->subscribe(r->execution_id, std::uint64_t{1}, [&](Event const& e) {
     c.events.push_back(e);
@@ -159,7 +159,7 @@ TEST_F(SupervisorTest, InheritedValuesAreTheDaemonsSnapshotAtStart) {
   auto p = plan({"/usr/bin/env"});
   p.env.clear();
   p.env.push_back(core::EnvEntry{"CUSTOS_TEST_INHERITED", std::nullopt});
-  auto r = manager_->start(request(p));
+  auto r = start_with_test_permit(*manager_, request(p));
   ::unsetenv("CUSTOS_TEST_INHERITED");
   ASSERT_TRUE(r);
   ASSERT_TRUE(manager_->subscribe(r->execution_id, std::uint64_t{1}, [&](Event const& e) {

@@ -38,7 +38,7 @@ TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
   managed();
   auto req = request(sh("printf out; exit 5"));
   auto const action = req.identity.action_id;
-  auto st = manager_->start(req);
+  auto st = start_with_test_permit(*manager_, req);
   ASSERT_TRUE(st) << st.error().message();
   auto rec = terminal(st->execution_id);
   ASSERT_TRUE(rec);
@@ -64,7 +64,7 @@ TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
   EXPECT_FALSE(view->sink_error.has_value()) << *view->sink_error;
 
   // The same (action, process) pair can never launch again.
-  auto again = manager_->start(req);
+  auto again = start_with_test_permit(*manager_, req);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, Errc::registry_claim_consumed);
 }

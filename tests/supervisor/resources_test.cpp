@@ -115,7 +115,7 @@ TEST_F(SupervisorTest, ShutdownCancelEndsEveryExecution) {
     EXPECT_EQ(v->terminal->classification, core::Classification::cancelled);
     EXPECT_EQ(v->terminal->trigger, core::Trigger::supervisor_shutdown);
   }
-  auto refused = manager_->start(request(plan({"/bin/true"})));
+  auto refused = start_with_test_permit(*manager_, request(plan({"/bin/true"})));
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Errc::daemon_shutting_down);
 }

@@ -82,7 +82,7 @@ TEST_F(SinkTest, CancelRecordsTriggerBeforeStopping) {
 TEST_F(SinkTest, AuthorizedFailureLaunchesNothing) {
   managed();
   sink_.fail_at = "authorized";
-  auto r = manager_->start(request(sh("touch ran")));
+  auto r = start_with_test_permit(*manager_, request(sh("touch ran")));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::registry_io);
   EXPECT_TRUE(manager_->list({}).empty());

@@ -259,7 +259,7 @@ TEST_F(SupervisorTest, NonRootCallerCannotNameAnotherUser) {
   req.caller.uid = 1000;
   req.caller.gid = 1000;
   req.plan.user = core::UserSpec{0, 0, {}};
-  auto r = manager_->start(std::move(req));
+  auto r = start_with_test_permit(*manager_, std::move(req));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::auth_user);
 }

@@ -3,13 +3,15 @@
 // permit -> supervisor launch; every revocation, lease release/break and grant expiry fences
 // the executions that depend on it. docs/authority.md and docs/contracts.md state the rules.
 //
-// How the permit reaches the launch without a public raw spawn: the gateway is the
-// ExecutionManager's OwnershipSink (sink() below, set as ManagerConfig::sink). The manager calls
-// record_authorized() before it creates any process; the gateway's sink refuses it unless the
-// gateway armed a launch for exactly that identity and plan digest, and only then runs the
-// authorizing transaction and hands the one-use LaunchPermit (by value) to the record creation.
-// A direct ExecutionManager::start() that did not come through the gateway therefore fails with
-// auth.denied before any process exists.
+// How the permit reaches the launch: start() validates the plan, asks the manager whether it
+// would attempt the launch (ExecutionManager::admit), runs the cross-check and the authorizing
+// transaction for a fresh execution id, and only then mints the one-use supervisor::LaunchPermit
+// (its private constructor is open to gateway::PermitMinter, defined in gateway.cpp only) and
+// passes it by value to ExecutionManager::start, which refuses any permit not minted for exactly
+// that request. The gateway is also the manager's OwnershipSink (sink() below): its
+// record_authorized creates the registry record only for the execution id it just authorized
+// and refuses every other one, so a permit minted elsewhere (tests) still launches nothing in a
+// daemon wired to the gateway.
 //
 // Threading: everything runs on the daemon's single event-loop thread (like the manager).
 #pragma once
@@ -40,30 +42,6 @@ class Registry;
 }
 
 namespace custos::gateway {
-
-class ExecutionGateway;
-
-// Proof that the authorizing transaction for one (execution, action, process, plan digest)
-// committed. Move-only and one-use; only ExecutionGateway can construct one.
-class LaunchPermit {
- public:
-  LaunchPermit(LaunchPermit&&) noexcept = default;
-  LaunchPermit& operator=(LaunchPermit&&) noexcept = default;
-  LaunchPermit(LaunchPermit const&) = delete;
-  LaunchPermit& operator=(LaunchPermit const&) = delete;
-  ~LaunchPermit() = default;
-
-  [[nodiscard]] std::string const& execution_id() const noexcept { return use_.execution_id; }
-  [[nodiscard]] std::string const& plan_digest() const noexcept { return plan_digest_; }
-  [[nodiscard]] AuthorityUse const& use() const noexcept { return use_; }
-
- private:
-  friend class ExecutionGateway;
-  LaunchPermit(AuthorityUse use, std::string plan_digest)
-      : use_(std::move(use)), plan_digest_(std::move(plan_digest)) {}
-  AuthorityUse use_;
-  std::string plan_digest_;
-};
 
 struct GatewayOptions {
   // The registry the execution records live in (record creation after the authorizing
@@ -135,6 +113,12 @@ class ExecutionGateway {
   [[nodiscard]] bool fenced(std::string const& execution_id) const;
   // Admins, or the uid that started the execution through the gateway (its actor).
   [[nodiscard]] Result<bool> may_access(Caller const& caller, std::string const& execution_id);
+  // The executions `caller` started through the gateway (actor = its uid): what a non-admin
+  // sees in exec.list.
+  [[nodiscard]] Result<std::set<std::string>> executions_of(Caller const& caller);
+  // What the rpc layer lists from (null before attach() / without a registry).
+  [[nodiscard]] supervisor::ExecutionManager* manager() noexcept { return manager_; }
+  [[nodiscard]] registry::Registry* registry() noexcept { return options_.registry; }
 
   // ---- authority.* (admin only: auth.denied otherwise) ------------------------------------
   [[nodiscard]] Result<Grant> grant(Caller const& caller, Grant g);
@@ -171,13 +155,11 @@ class ExecutionGateway {
   class Sink;
   friend class Sink;
 
+  // The launch in flight between the authorizing transaction and the manager's record call.
   struct Armed {
-    Caller caller;
-    core::ExecutionIdentity const* identity = nullptr;
-    core::ExecutionPlan const* plan = nullptr;
+    AuthorityUse use;
     std::string plan_digest;
-    AuthorityClaim claim;
-    std::optional<AuthorityUse> use;  // set once the authorizing transaction committed
+    bool recorded = false;  // record_authorized ran for it (once)
   };
 
   struct Dependent {
@@ -190,9 +172,9 @@ class ExecutionGateway {
                                     core::ExecutionIdentity const& identity,
                                     core::ExecutionPlan const& plan,
                                     std::string const& plan_digest);
-  // Creates the registry record; takes the permit by value so it is spent exactly once.
-  Result<void> create_record(LaunchPermit permit, core::ExecutionIdentity const& identity,
-                             core::ExecutionPlan const& plan);
+  Result<void> create_record(std::string const& execution_id,
+                             core::ExecutionIdentity const& identity,
+                             core::ExecutionPlan const& plan, std::string const& plan_digest);
   void on_terminal(std::string const& execution_id, core::TerminalRecord const& record);
   FenceReport fence_all(std::vector<AuthorityUse> const& uses, std::string const& reason);
   void fence(std::string const& execution_id, std::string const& reason);

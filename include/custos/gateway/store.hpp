@@ -148,6 +148,8 @@ class AuthorityStore {
                                                                 bool unsettled_only);
   [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_holder(std::string_view session_id,
                                                                  std::uint64_t generation);
+  // Every execution started by `actor` ("uid:N"), for a non-admin's own listing.
+  [[nodiscard]] Result<std::vector<AuthorityUse>> uses_of_actor(std::string_view actor);
 
  private:
   Database* db_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -25,13 +26,22 @@
 #pragma GCC diagnostic pop
 
 #include "custos/core/result.hpp"
+#include "custos/supervisor/launch_permit.hpp"
 #include "custos/supervisor/ownership_sink.hpp"
 #include "custos/supervisor/types.hpp"
 #include "custos/sys/cgroup.hpp"
+#include "custos/sys/procfs.hpp"
 
 namespace custos::supervisor {
 
 class Supervisor;
+
+// Names one pending wait() so its owner can withdraw it (unwait) before the execution ends.
+// id 0: nothing is pending (the answer was already posted).
+struct WaitHandle {
+  std::string execution_id;
+  std::uint64_t id = 0;
+};
 
 class ExecutionManager {
  public:
@@ -40,11 +50,22 @@ class ExecutionManager {
   ExecutionManager(ExecutionManager const&) = delete;
   ExecutionManager& operator=(ExecutionManager const&) = delete;
 
-  // Launches the plan. A spawn failure is NOT an error here: the execution exists and is
-  // terminal with classification spawn_failed (phase terminal in the result). Errors:
-  // internal when the sink's record_authorized fails (nothing was launched), daemon_shutting_down
-  // after shutdown(), plan_invalid_user when a non-root caller names another user.
-  [[nodiscard]] Result<StartResult> start(LaunchRequest request);
+  // The refusals start() would make before it creates anything, checked without a permit:
+  // daemon_shutting_down after shutdown(), sys_unsupported for a non-native backend,
+  // cgroup_unavailable when boundary=cgroup has no subtree. The gateway calls it before its
+  // authorizing transaction, so a permit is minted only for a launch the manager will attempt
+  // (everything runs on the loop thread: nothing changes between the two calls).
+  [[nodiscard]] Result<> admit(LaunchRequest const& request) const;
+
+  // Launches the plan under `permit` (launch_permit.hpp), which must be valid and minted for this
+  // request: its plan digest is the request's, its claim the identity's (action_id, process_id);
+  // the execution gets the permit's execution id. A spawn failure is NOT an error here: the
+  // execution exists and is terminal with classification spawn_failed (phase terminal in the
+  // result). Errors: admit()'s; auth_denied for an empty (spent) permit or one minted for another
+  // claim or id already in use; auth_digest_mismatch for another plan; auth_user when a non-root
+  // caller names another user and the permit's minter did not check it; internal when the
+  // sink's record_authorized fails (nothing was launched).
+  [[nodiscard]] Result<StartResult> start(LaunchRequest request, LaunchPermit permit);
 
   // exec_not_found for an unknown id.
   [[nodiscard]] Result<ExecutionView> get(std::string const& execution_id) const;
@@ -52,9 +73,14 @@ class ExecutionManager {
   [[nodiscard]] std::vector<ExecutionView> list(ListFilter const& filter) const;
 
   // Completes with the terminal record, immediately when already terminal, or with
-  // exec_wait_timeout after `timeout`, or exec_not_found.
-  void wait(std::string const& execution_id, std::optional<std::chrono::milliseconds> timeout,
-            std::function<void(Result<core::TerminalRecord>)> done);
+  // exec_wait_timeout after `timeout`, or exec_not_found, or daemon_shutting_down when
+  // supervision is detached. `done` always runs from the loop (posted), never inside this call.
+  // The handle may be ignored by a caller that never withdraws its wait.
+  WaitHandle wait(std::string const& execution_id, std::optional<std::chrono::milliseconds> timeout,
+                  std::function<void(Result<core::TerminalRecord>)> done);
+  // Withdraws a pending wait: `done` is destroyed without running and everything the wait held
+  // (its callback, its timer) is freed now, not when the execution ends. No-op once answered.
+  void unwait(WaitHandle const& handle);
 
   // Offers a trigger (first accepted wins). accepted=false when another trigger was first or the
   // exit was already observed. exec_not_found; exec_not_running once terminal.
@@ -103,6 +129,14 @@ class ExecutionManager {
  private:
   friend class Supervisor;
   void on_terminal(std::string const& execution_id);
+  struct PendingWait {
+    std::string execution_id;
+    std::function<void(Result<core::TerminalRecord>)> done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  // Answers (posts) every pending wait of the execution, or of every execution when empty.
+  void answer_waits(std::string const& execution_id, Result<core::TerminalRecord> const& answer);
+  void answer_all_waits(Error const& error);
   void schedule_reap();
   void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
@@ -131,12 +165,26 @@ class ExecutionManager {
   std::string cgroup_mount_;                         // the cgroup2 mount point (for relative paths)
   std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
   std::map<std::int32_t, std::string> roots_;        // root pid of a live execution -> its id
+  // Pending exec.wait calls, held here (not by the supervisor) so unwait() can free them.
+  std::map<std::uint64_t, PendingWait> waits_;
+  std::multimap<std::string, std::uint64_t> waits_by_execution_;
+  std::uint64_t next_wait_id_ = 0;
   std::optional<boost::asio::posix::stream_descriptor> inotify_;
   std::map<int, std::weak_ptr<Supervisor>> inotify_watches_;
   bool inotify_waiting_ = false;
   bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;  // guards callbacks against a destroyed manager
+  // Final marker sweeps of every execution, batched: the requests queued while one sweep runs
+  // share the next one's /proc passes, and start times stay cached between sweeps. Used from the
+  // worker only (requests are queued from the loop). Declared before workers_, which is joined
+  // first.
+  sys::MarkerSweeper sweeper_{[this] {
+    sys::MarkerSweepOptions o;
+    o.signal = SIGKILL;
+    o.max_rounds = config_.marker_sweep_rounds;
+    return o;
+  }()};
   // Blocking scans (the final /proc marker sweep, the orphan settle wait, workspace disk walks)
   // run here, never on the loop thread; their completions are posted back to io_. One thread:
   // the loop keeps the other core of a small host. Declared last so it is joined first.

@@ -169,6 +169,7 @@ struct ManagerStats {
   std::uint64_t dropped_subscribers = 0;  // sinks that returned false (the rpc tells clients)
   std::uint64_t orphans_reaped = 0;
   std::uint64_t orphans_attributed = 0;  // of those, attributed to a known execution
+  std::uint64_t pending_waits = 0;       // wait() calls not yet answered nor withdrawn (a gauge)
 };
 
 }  // namespace custos::supervisor

@@ -1,0 +1,52 @@
+// TestPermitMinter: mints supervisor::LaunchPermit for code that drives the ExecutionManager
+// below the gateway — the supervisor and gateway test suites, the registry-only launch path of
+// the tests and the benchmark's baselines. It is the one definition of the class declared in
+// include/custos/supervisor/launch_permit.hpp; it lives under tests/support (the benchmark
+// includes it from here) and scripts/lint fails when any file under src/ defines it, so the
+// daemon can mint a permit only through its gateway.
+//
+// It authorizes nothing: a test that wants authority checked goes through ExecutionGateway.
+#pragma once
+
+#include <string>
+
+#include "custos/core/plan_canonical.hpp"
+#include "custos/supervisor/launch_permit.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/types.hpp"
+
+namespace custos::supervisor {
+
+class TestPermitMinter {
+ public:
+  // A permit for exactly `request` (its digest and claim) under a fresh execution id.
+  // `user_checked` = true stands for a minter that checked plan.user itself.
+  [[nodiscard]] static Result<LaunchPermit> for_request(LaunchRequest const& request,
+                                                        bool user_checked = false) {
+    auto digest = core::plan_digest(request.identity, request.plan);
+    if (!digest) return digest.error();
+    auto id = new_execution_id();
+    if (!id) return id.error();
+    return mint(std::move(*id), request.identity.action_id, request.identity.process_id,
+                digest->to_string(), user_checked);
+  }
+
+  // Any permit at all, for the tests that check start() refuses a mismatched one.
+  [[nodiscard]] static LaunchPermit mint(std::string execution_id, std::string action_id,
+                                         std::string process_id, std::string plan_digest,
+                                         bool user_checked = false) {
+    return LaunchPermit{std::move(execution_id), std::move(action_id), std::move(process_id),
+                        std::move(plan_digest), user_checked};
+  }
+};
+
+// The common case of a test: start `request` under a permit minted for it.
+[[nodiscard]] inline Result<StartResult> start_with_test_permit(ExecutionManager& manager,
+                                                                LaunchRequest request,
+                                                                bool user_checked = false) {
+  auto permit = TestPermitMinter::for_request(request, user_checked);
+  if (!permit) return permit.error();
+  return manager.start(std::move(request), std::move(*permit));
+}
+
+}  // namespace custos::supervisor

@@ -43,7 +43,13 @@ TEST(DaemonAuth, OtherUidMayOnlyCallHostInfo) {
     if (!c.connected()) return 10;
     auto info = c.call(1, "host.info");
     if (!info || !info->contains("result")) return 11;
-    auto denied = c.call(2, "exec.list");
+    // exec.list is open to everyone but shows a non-admin only its own executions (none).
+    auto own = c.call(4, "exec.list");
+    if (!own || !own->contains("result") ||
+        !own->at("result").at("executions").as_array().empty()) {
+      return 17;
+    }
+    auto denied = c.call(2, "holder.quiescence", {{"session_id", "s1"}, {"generation", 1}});
     if (!denied) return 12;
     if (error_code_of(*denied) != "auth.denied") return 13;
     if (error_number_of(*denied) != -32006) return 14;
@@ -75,7 +81,8 @@ TEST(DaemonAuth, AdminGroupMembersMayCallEverything) {
   auto probe = [&] {
     LineClient c{sock};
     if (!c.connected()) return 10;
-    auto r = c.call(1, "exec.list");
+    // An admin-only question (a quiescence scan for any holder).
+    auto r = c.call(1, "holder.quiescence", {{"session_id", "s1"}, {"generation", 1}});
     if (!r) return 11;
     if (r->contains("result")) return 0;
     return error_code_of(*r) == "auth.denied" ? 20 : 12;

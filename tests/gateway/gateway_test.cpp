@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <grp.h>
 #include <random>
 #include <sstream>
 #include <time.h>
@@ -645,6 +646,118 @@ TEST_F(GatewayTest, TheLaunchedExecutionIsTheAuthorizedOne) {
   ASSERT_TRUE(rec.has_value()) << rec.error().message();
   EXPECT_EQ(rec->plan_digest, st->plan_digest);
   ASSERT_TRUE(terminal(st->execution_id));
+}
+
+}  // namespace
+}  // namespace custos::gateway
+
+namespace custos::gateway {
+namespace {
+
+// The kernel's limit on run_as, tested with a daemon that really runs without privilege: a
+// forked child drops to an ordinary uid and builds the daemon's chain (registry, its sink, the
+// authority store, gateway, manager). A grant allowing run_as 65534 cannot be honoured there
+// (setresuid needs CAP_SETUID), so the start is refused typed (auth.user) before the claim is
+// consumed; running as its own uid still works.
+TEST(GatewayWithoutPrivilege, AForeignPlanUserIsRefusedTypedBeforeConsumption) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create the unprivileged child";
+  char tmpl[] = "/tmp/custos-gw-unpriv-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::filesystem::path const dir = tmpl;
+  constexpr std::uint32_t kUid = 4243;
+  ASSERT_EQ(::chown(dir.c_str(), kUid, kUid), 0);
+  pid_t const pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kUid, kUid, kUid) != 0 ||
+        ::setresuid(kUid, kUid, kUid) != 0) {
+      ::_exit(90);
+    }
+    int rc = 0;
+    {
+      boost::asio::io_context io;
+      auto reg = registry::Registry::open(dir / "registry");
+      if (!reg) ::_exit(91);
+      supervisor::RegistrySink inner(**reg);
+      RegistryDatabase db(**reg);
+      AuthorityStore store(db);
+      ExecutionGateway gw(io, store, GatewayOptions{reg->get(), &inner});
+      supervisor::ManagerConfig cfg;
+      cfg.boundary = supervisor::BoundaryPreference::marker;
+      cfg.state_dir = dir / "state";
+      cfg.sink = &gw.sink();
+      cfg.become_subreaper = false;
+      supervisor::ExecutionManager m(io, std::move(cfg));
+      gw.attach(m);
+      std::filesystem::create_directories(dir / "ws");
+      Grant g;
+      g.id = "g-unpriv";
+      g.principal = Principal{PrincipalKind::uid, kUid};
+      g.operations = {OperationClass::exec_native};
+      g.executables = {ExecutableRule{"/usr/bin", true}};
+      g.workspaces = {WorkspaceRule{"w1", (dir / "ws").string(), core::WorkspaceAccess::read_only}};
+      g.environment_ids = {"env1"};
+      g.resource_ids = {"res1"};
+      g.run_as_uids = {65534};
+      if (!gw.grant(Caller{kUid, kUid, {}, true}, g)) ::_exit(92);
+      auto make = [&](std::string action, std::optional<core::UserSpec> user) {
+        supervisor::LaunchRequest r;
+        r.identity.project_id = "p1";
+        r.identity.session_id = "s1";
+        r.identity.run_id = "r1";
+        r.identity.attempt_id = "a1";
+        r.identity.turn_id = "t1";
+        r.identity.action_id = std::move(action);
+        r.identity.process_id = "proc-1";
+        r.identity.workspace_id = "w1";
+        r.identity.resource_id = "res1";
+        r.identity.environment_id = "env1";
+        r.identity.generation = 1;
+        r.plan.command.executable = "/usr/bin/id";
+        r.plan.command.argv = {"/usr/bin/id", "-u"};
+        r.plan.workspace.root = (dir / "ws").string();
+        r.plan.user = std::move(user);
+        return r;
+      };
+      AuthorityClaim c;
+      c.epoch = *store.epoch();
+      c.grant_id = "g-unpriv";
+      Caller const runner{kUid, kUid, {}, false};
+      auto refused = gw.start(runner, make("act-foreign", core::UserSpec{65534, 65534, {}}), c);
+      auto const grant = store.get_grant("g-unpriv");
+      if (refused.has_value()) {
+        rc = 10;
+      } else if (refused.error().code != Errc::auth_user) {
+        rc = 11;
+      } else if (!grant || !*grant || (*grant)->second.executions != 0) {
+        rc = 12;  // the budget moved: something was consumed
+      } else if (!m.list({}).empty()) {
+        rc = 13;
+      } else {
+        // Its own identity is no switch at all: that runs.
+        auto own = gw.start(runner, make("act-own", std::nullopt), c);
+        if (!own) {
+          rc = 14;
+        } else {
+          bool done = false;
+          (void)m.wait(own->execution_id, std::chrono::seconds(20),
+                       [&](Result<core::TerminalRecord> r) { done = r.has_value(); });
+          auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(25);
+          while (!done && std::chrono::steady_clock::now() < deadline) {
+            io.restart();
+            io.run_for(std::chrono::milliseconds(10));
+          }
+          if (!done) rc = 15;
+        }
+      }
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

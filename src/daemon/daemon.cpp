@@ -4,6 +4,7 @@
 #include "custos/daemon/daemon.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,7 @@
 #include <set>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "custos/daemon/version.hpp"
@@ -376,8 +378,7 @@ class Daemon {
     signals_.async_wait([this](boost::system::error_code ec, int sig) {
       if (ec) return;
       if (sig == SIGCHLD) {
-        // Orphans reparented to us (subreaper) are reaped and attributed promptly.
-        if (manager_) manager_->reap_orphans_now();
+        schedule_orphan_reap();
       } else if (sig == SIGHUP) {
         auto r = reopen_logs(config_);
         if (!r)
@@ -388,6 +389,30 @@ class Daemon {
         begin_shutdown(sig);
       }
       wait_signal();
+    });
+  }
+
+  // Orphans reparented to us (subreaper) are reaped and attributed promptly, but every launch
+  // ends with a SIGCHLD for the execution's own root, which the manager already reaps through
+  // its pidfd: a full orphan pass (a read of every thread's /proc children list, then waitid)
+  // for it is wasted loop time. So the pass is posted behind the handlers already queued (the
+  // root's pidfd wait usually among them), several SIGCHLDs share one pass, and it only runs
+  // when a peek (WNOWAIT: nothing is reaped) shows an exited child is still waiting. The
+  // manager's periodic reap stays the backstop.
+  void schedule_orphan_reap() {
+    if (!manager_ || orphan_reap_posted_) return;
+    orphan_reap_posted_ = true;
+    asio::post(io_, [this] {
+      orphan_reap_posted_ = false;
+      if (!manager_) return;
+      siginfo_t info{};
+      int r = 0;
+      do {
+        r = ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+      } while (r != 0 && errno == EINTR);
+      // ECHILD: no children at all; si_pid 0: children, none exited.
+      if (r != 0 || info.si_pid == 0) return;
+      manager_->reap_orphans_now();
     });
   }
 
@@ -477,6 +502,7 @@ class Daemon {
                               {"kept_running", json::array{}}};
   std::string boot_id_;
   bool shutting_down_ = false;
+  bool orphan_reap_posted_ = false;
   int exit_code_ = 0;
 };
 

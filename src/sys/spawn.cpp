@@ -5,12 +5,16 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <mutex>
+#include <new>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <type_traits>
 #include <unistd.h>
 
 #include "custos/sys/openat2.hpp"
@@ -35,6 +39,7 @@ struct CloneArgs {
 };
 static_assert(sizeof(CloneArgs) == 88);
 
+constexpr std::uint64_t kCloneVm = 0x00000100ULL;
 constexpr std::uint64_t kClonePidfd = 0x00001000ULL;
 constexpr std::uint64_t kCloneNewCgroup = 0x02000000ULL;
 constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
@@ -76,16 +81,19 @@ struct ChildReport {
   int step;
 };
 
-// Everything the child reads, prepared in the parent before clone3. Only plain data and pointers
-// into memory that the child's copy of the address space keeps valid until execve.
+// Everything the child reads, prepared in the parent before clone3 inside the child's arena (see
+// ChildArena): plain data and pointers into that same arena, which stays mapped and untouched by
+// the parent until the child has exec'd or died.
 struct ChildPlan {
   char const* path = nullptr;
   char* const* argv = nullptr;
   char* const* envp = nullptr;
-  std::array<int, 3> stdio{-1, -1, -1};
+  // Plain arrays, not std::array: at -O0 its operator[] is an instrumented out-of-line call,
+  // which the child must not make.
+  int stdio[3] = {-1, -1, -1};
   int ctty_fd = -1;
   bool new_session = true;
-  std::array<int, 3> keep{-1, -1, -1};  // sorted ascending, all >= 3; -1 entries at the end
+  int keep[3] = {-1, -1, -1};  // sorted ascending, all >= 3; -1 entries at the end
   Rlimit const* rlimits = nullptr;
   std::size_t rlimit_count = 0;
   bool set_credentials = false;
@@ -99,75 +107,108 @@ struct ChildPlan {
 };
 
 // --- child side: raw syscalls only, no allocation, no locks, no return ---------------------
+//
+// The child shares the daemon's memory (CLONE_VM) and runs on its own stack in the arena until
+// execve. So it must not write anything the daemon uses: no libc call at all (even syscall(3)
+// stores errno in the *parent thread's* TLS, which the child still points at), no sanitizer
+// instrumentation (ASan/UBSan runtimes keep shared state), no stack protector read of the
+// parent's TLS. Every function below is marked accordingly and only makes raw syscalls, whose
+// results carry -errno in the return value.
 
-[[noreturn]] void child_fail(ChildPlan const& plan, int step, int err) noexcept {
-  ChildReport const report{err, step};
+#define CUSTOS_CHILD_CODE \
+  __attribute__((no_sanitize("address", "undefined"), no_stack_protector, noinline))
+#define CUSTOS_CHILD_INLINE \
+  __attribute__((no_sanitize("address", "undefined"), no_stack_protector, always_inline)) inline
+
+CUSTOS_CHILD_INLINE long raw_syscall(long nr, long a = 0, long b = 0, long c = 0, long d = 0) {
+  long ret = 0;
+  register long r10 asm("r10") = d;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+template <typename T>
+CUSTOS_CHILD_INLINE long arg(T v) {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<long>(v);
+  } else {
+    return static_cast<long>(v);
+  }
+}
+
+[[noreturn]] CUSTOS_CHILD_CODE void child_fail(ChildPlan const& plan, int step, long neg_err) {
+  ChildReport const report{static_cast<int>(-neg_err), step};
   // Best effort: if the parent is gone there is nobody to tell.
-  static_cast<void>(::syscall(SYS_write, plan.error_fd, &report, sizeof report));
-  ::syscall(SYS_exit_group, 127);
+  raw_syscall(SYS_write, plan.error_fd, arg(&report), sizeof report);
+  raw_syscall(SYS_exit_group, 127);
   __builtin_unreachable();
 }
 
-[[noreturn]] void child_main(ChildPlan const& plan) noexcept {
+[[noreturn]] CUSTOS_CHILD_CODE void child_main(void* plan_arg) {
+  ChildPlan const& plan = *static_cast<ChildPlan const*>(plan_arg);
+  long r = 0;
   // 1. Default dispositions for every signal (the daemon may ignore SIGPIPE or have handlers
   //    that must never run in the child), then an empty mask (the parent blocked everything
-  //    around clone3 so no handler could run before this point).
+  //    around clone3 so no handler could run before this point). Without CLONE_SIGHAND the
+  //    child's dispositions are its own copy: this does not touch the daemon's.
   KernelSigaction dfl{};
   dfl.handler = SIG_DFL;
   for (int sig = 1; sig <= kMaxSignal; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     // EINVAL for signal numbers the kernel reserves is expected and harmless.
-    static_cast<void>(::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask));
+    raw_syscall(SYS_rt_sigaction, sig, arg(&dfl), 0, sizeof dfl.mask);
   }
   std::uint64_t const empty_mask = 0;
-  if (::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty_mask, nullptr, sizeof empty_mask) != 0) {
-    child_fail(plan, kStepSignals, errno);
-  }
+  r = raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, arg(&empty_mask), 0, sizeof empty_mask);
+  if (r != 0) child_fail(plan, kStepSignals, r);
 
   // 2. New session; with a pty, make its slave the controlling terminal.
-  if (plan.new_session && ::syscall(SYS_setsid) < 0) child_fail(plan, kStepSetsid, errno);
-  if (plan.ctty_fd >= 0 && ::syscall(SYS_ioctl, plan.ctty_fd, TIOCSCTTY, 0) != 0) {
-    child_fail(plan, kStepControllingTty, errno);
+  if (plan.new_session && (r = raw_syscall(SYS_setsid)) < 0) child_fail(plan, kStepSetsid, r);
+  if (plan.ctty_fd >= 0 && (r = raw_syscall(SYS_ioctl, plan.ctty_fd, TIOCSCTTY, 0)) != 0) {
+    child_fail(plan, kStepControllingTty, r);
   }
 
   // 3. stdio. First move any source sitting on 0..2 out of the way so that dup2 onto one
   //    stdio number cannot clobber the source of another.
-  std::array<int, 3> src = plan.stdio;
+  int src[3] = {plan.stdio[0], plan.stdio[1], plan.stdio[2]};
   for (int i = 0; i < 3; ++i) {
-    if (src[static_cast<std::size_t>(i)] < 3 && src[static_cast<std::size_t>(i)] != i) {
-      long const moved = ::syscall(SYS_fcntl, src[static_cast<std::size_t>(i)], F_DUPFD_CLOEXEC, 3);
-      if (moved < 0) child_fail(plan, kStepStdio, errno);
-      src[static_cast<std::size_t>(i)] = static_cast<int>(moved);
+    if (src[i] < 3 && src[i] != i) {
+      long const moved = raw_syscall(SYS_fcntl, src[i], F_DUPFD_CLOEXEC, 3);
+      if (moved < 0) child_fail(plan, kStepStdio, moved);
+      src[i] = static_cast<int>(moved);
     }
   }
   for (int i = 0; i < 3; ++i) {
-    int const s = src[static_cast<std::size_t>(i)];
-    if (s == i) {
+    if (src[i] == i) {
       // Already in place: dup2 would be a no-op that leaves FD_CLOEXEC set.
-      if (::syscall(SYS_fcntl, i, F_SETFD, 0) != 0) child_fail(plan, kStepStdio, errno);
-    } else if (::syscall(SYS_dup2, s, i) < 0) {
-      child_fail(plan, kStepStdio, errno);
+      if ((r = raw_syscall(SYS_fcntl, i, F_SETFD, 0)) != 0) child_fail(plan, kStepStdio, r);
+    } else if ((r = raw_syscall(SYS_dup2, src[i], i)) < 0) {
+      child_fail(plan, kStepStdio, r);
     }
   }
 
   // 4. Close every other inherited descriptor except the ones still needed before execve (all
   //    of them O_CLOEXEC, so execve closes them).
   unsigned int low = 3;
-  for (int k : plan.keep) {
+  for (int i = 0; i < 3; ++i) {
+    int const k = plan.keep[i];
     if (k < 0) break;
     auto const uk = static_cast<unsigned int>(k);
-    if (uk > low && ::syscall(SYS_close_range, low, uk - 1, 0U) != 0) {
-      child_fail(plan, kStepCloseRange, errno);
+    if (uk > low && (r = raw_syscall(SYS_close_range, low, uk - 1, 0)) != 0) {
+      child_fail(plan, kStepCloseRange, r);
     }
     low = uk + 1;
   }
-  if (::syscall(SYS_close_range, low, ~0U, 0U) != 0) child_fail(plan, kStepCloseRange, errno);
+  if ((r = raw_syscall(SYS_close_range, low, ~0U, 0)) != 0) child_fail(plan, kStepCloseRange, r);
 
   // 5. Resource limits, while still privileged enough to lower hard limits.
   for (std::size_t i = 0; i < plan.rlimit_count; ++i) {
     struct rlimit64 const lim{plan.rlimits[i].soft, plan.rlimits[i].hard};
-    if (::syscall(SYS_prlimit64, 0, plan.rlimits[i].resource, &lim, nullptr) != 0) {
-      child_fail(plan, kStepRlimit, errno);
+    if ((r = raw_syscall(SYS_prlimit64, 0, plan.rlimits[i].resource, arg(&lim), 0)) != 0) {
+      child_fail(plan, kStepRlimit, r);
     }
   }
 
@@ -175,39 +216,63 @@ struct ChildPlan {
   //    others). Raw syscalls on purpose: glibc's wrappers broadcast to all threads of the
   //    parent's image, which do not exist in this child.
   if (plan.set_credentials) {
-    if (::syscall(SYS_setgroups, plan.group_count, plan.groups) != 0) {
-      child_fail(plan, kStepSetgroups, errno);
+    if ((r = raw_syscall(SYS_setgroups, static_cast<long>(plan.group_count), arg(plan.groups))) !=
+        0) {
+      child_fail(plan, kStepSetgroups, r);
     }
-    if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) {
-      child_fail(plan, kStepSetresgid, errno);
+    if ((r = raw_syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid)) != 0) {
+      child_fail(plan, kStepSetresgid, r);
     }
-    if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) {
-      child_fail(plan, kStepSetresuid, errno);
+    if ((r = raw_syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid)) != 0) {
+      child_fail(plan, kStepSetresuid, r);
     }
   }
 
   // 7. Working directory, resolved beneath the workspace root by the parent.
-  if (plan.cwd_fd >= 0 && ::syscall(SYS_fchdir, plan.cwd_fd) != 0)
-    child_fail(plan, kStepChdir, errno);
+  if (plan.cwd_fd >= 0 && (r = raw_syscall(SYS_fchdir, plan.cwd_fd)) != 0) {
+    child_fail(plan, kStepChdir, r);
+  }
 
   // 8. Barrier: tell the parent that setup is complete, then wait. Nothing of the target runs
   //    until the parent has recorded ownership. EOF means the parent gave up (or died): leave
   //    without running anything.
   ChildReport const ready{0, kStepReady};
-  if (::syscall(SYS_write, plan.error_fd, &ready, sizeof ready) != sizeof ready) {
-    ::syscall(SYS_exit_group, 127);
+  if (raw_syscall(SYS_write, plan.error_fd, arg(&ready), sizeof ready) != sizeof ready) {
+    raw_syscall(SYS_exit_group, 127);
   }
   char go = 0;
   for (;;) {
-    long const n = ::syscall(SYS_read, plan.barrier_fd, &go, 1);
+    long const n = raw_syscall(SYS_read, plan.barrier_fd, arg(&go), 1);
     if (n == 1) break;
-    if (n < 0 && errno == EINTR) continue;
-    child_fail(plan, kStepBarrier, n < 0 ? errno : ECANCELED);
+    if (n == -EINTR) continue;
+    child_fail(plan, kStepBarrier, n < 0 ? n : -ECANCELED);
   }
 
   // 9. execve with exactly the prepared environment.
-  ::syscall(SYS_execve, plan.path, plan.argv, plan.envp);
-  child_fail(plan, kStepExecve, errno);
+  r = raw_syscall(SYS_execve, arg(plan.path), arg(plan.argv), arg(plan.envp));
+  child_fail(plan, kStepExecve, r);
+}
+
+// clone3 into a child that shares this address space (CLONE_VM, no CLONE_VFORK: the parent goes
+// on while the child waits at its barrier) and starts on `args->stack`, where it calls fn(arg)
+// and never returns. Returns the child's pid or -errno, without touching errno. The child path
+// leaves C++ right after the syscall: nothing in this frame is used on the new stack.
+__attribute__((noinline)) long clone3_on_stack(CloneArgs* args, void (*fn)(void*), void* fn_arg) {
+  long ret = 0;
+  asm volatile(
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      // Child: fresh stack (16-byte aligned top), no caller frame to unwind into.
+      "xor %%ebp, %%ebp\n\t"
+      "mov %[fn_arg], %%rdi\n\t"
+      "call *%[fn]\n\t"
+      "ud2\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "a"(SYS_clone3), "D"(args), "S"(sizeof(CloneArgs)), [fn] "r"(fn), [fn_arg] "r"(fn_arg)
+      : "rcx", "r11", "memory");
+  return ret;
 }
 
 // --- parent side ------------------------------------------------------------------------------
@@ -258,13 +323,93 @@ Result<UniqueFd> above_stdio(UniqueFd fd) {
   return UniqueFd(moved);
 }
 
-std::vector<char*> pointer_array(std::vector<std::string> const& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  // execve takes char* const[] but never writes through it.
-  for (auto const& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
+// ---- the child's arena -------------------------------------------------------------------
+//
+// One mapping per staged child: [guard page][stack][plan data]. The stack grows down from the
+// start of the plan data towards the PROT_NONE guard page, so an overflow faults instead of
+// overwriting memory. Arenas of the standard size are kept in a small pool, so a launch costs
+// no mmap/mprotect/munmap (and no TLB shootdown of the daemon's other threads) in the steady
+// state; a plan whose argv/envp do not fit gets a mapping of its own.
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kChildStack = 60 * 1024;
+constexpr std::size_t kStandardData = 64 * 1024;
+constexpr std::size_t kStandardArena = kPage + kChildStack + kStandardData;
+constexpr std::size_t kArenaPoolMax = 8;
+
+struct ArenaPool {
+  std::mutex mu;
+  std::vector<void*> free;
+};
+
+ArenaPool& arena_pool() {
+  static ArenaPool* const pool = new ArenaPool();  // never destroyed: children may outlive main
+  return *pool;
+}
+
+Result<detail::ChildArena> make_arena(std::size_t data_bytes) {
+  std::size_t const data =
+      data_bytes <= kStandardData ? kStandardData : (data_bytes + kPage - 1) / kPage * kPage;
+  std::size_t const size = kPage + kChildStack + data;
+  if (size == kStandardArena) {
+    std::lock_guard const lock(arena_pool().mu);
+    auto& free = arena_pool().free;
+    if (!free.empty()) {
+      void* const base = free.back();
+      free.pop_back();
+      return detail::ChildArena(base, size);
+    }
+  }
+  void* const base =
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) return Error(Errc::sys_error, "mmap of the child's stack", errno);
+  if (::mprotect(base, kPage, PROT_NONE) != 0) {
+    int const err = errno;
+    ::munmap(base, size);
+    return Error(Errc::sys_error, "mprotect of the child's guard page", err);
+  }
+  return detail::ChildArena(base, size);
+}
+
+// Bump allocation of the plan data inside the arena.
+class ArenaWriter {
+ public:
+  ArenaWriter(char* begin, char* end) noexcept : p_(begin), end_(end) {}
+  template <typename T>
+  T* take(std::size_t count) noexcept {
+    auto const addr = reinterpret_cast<std::uintptr_t>(p_);
+    std::uintptr_t const aligned = (addr + alignof(T) - 1) & ~(std::uintptr_t{alignof(T)} - 1);
+    p_ = reinterpret_cast<char*>(aligned + sizeof(T) * count);
+    return reinterpret_cast<T*>(aligned);
+  }
+  char* copy(std::string const& s) noexcept {
+    char* const out = take<char>(s.size() + 1);
+    std::memcpy(out, s.data(), s.size());
+    out[s.size()] = '\0';
+    return out;
+  }
+  char** pointers(std::vector<std::string> const& strings) noexcept {
+    char** const out = take<char*>(strings.size() + 1);
+    for (std::size_t i = 0; i < strings.size(); ++i) out[i] = copy(strings[i]);
+    out[strings.size()] = nullptr;
+    return out;
+  }
+  [[nodiscard]] bool overflowed() const noexcept { return p_ > end_; }
+
+ private:
+  char* p_;
+  char* end_;
+};
+
+// Bytes of plan data spawn_staged writes for `spec` (an upper bound: every item padded).
+std::size_t plan_bytes(SpawnSpec const& spec) {
+  std::size_t n = sizeof(ChildPlan) + 64;
+  n += spec.executable.size() + 1;
+  for (auto const& a : spec.argv) n += a.size() + 1;
+  for (auto const& e : spec.envp) n += e.size() + 1;
+  n += (spec.argv.size() + spec.envp.size() + 2) * sizeof(char*) + 16;
+  n += spec.rlimits.size() * sizeof(Rlimit) + 16;
+  if (spec.credentials) n += spec.credentials->groups.size() * sizeof(gid_t) + 16;
+  return n;
 }
 
 // Blocks every signal for the calling thread for the duration of clone3, so that the child
@@ -322,13 +467,53 @@ char const* spawn_step_name(int step) noexcept {
   return kStepNames[static_cast<std::size_t>(step)];
 }
 
-StagedChild::StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable,
-                         std::chrono::milliseconds timeout) noexcept
+namespace detail {
+
+ChildArena::ChildArena(ChildArena&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+ChildArena& ChildArena::operator=(ChildArena&& other) noexcept {
+  if (this != &other) {
+    reset();
+    base_ = std::exchange(other.base_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+ChildArena::~ChildArena() {
+  reset();
+}
+
+void ChildArena::reset() noexcept {
+  if (base_ == nullptr) return;
+  void* const base = std::exchange(base_, nullptr);
+  std::size_t const size = std::exchange(size_, 0);
+  if (size == kStandardArena) {
+    std::lock_guard const lock(arena_pool().mu);
+    auto& free = arena_pool().free;
+    if (free.size() < kArenaPoolMax) {
+      free.push_back(base);
+      return;
+    }
+  }
+  ::munmap(base, size);
+}
+
+void ChildArena::leak() noexcept {
+  base_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace detail
+
+StagedChild::StagedChild(Pidfd pidfd, UniqueFd channel, detail::ChildArena arena,
+                         std::string executable, std::chrono::milliseconds timeout) noexcept
     : pidfd_(std::move(pidfd)),
       executable_(std::move(executable)),
       timeout_(timeout),
-      barrier_(std::move(barrier)),
-      error_(std::move(error)) {}
+      channel_(std::move(channel)),
+      arena_(std::move(arena)) {}
 
 StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
   if (this != &other) {
@@ -337,8 +522,8 @@ StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
     identity_ = std::move(other.identity_);
     executable_ = std::move(other.executable_);
     timeout_ = other.timeout_;
-    barrier_ = std::move(other.barrier_);
-    error_ = std::move(other.error_);
+    channel_ = std::move(other.channel_);
+    arena_ = std::move(other.arena_);  // ours is released only now, with our child reaped
   }
   return *this;
 }
@@ -353,8 +538,12 @@ void StagedChild::kill_and_reap() noexcept {
   // Errors are ignored on purpose: there is no caller to report them to, and a failed kill of
   // a child we still hold a pidfd for cannot happen short of EPERM from a foreign LSM.
   static_cast<void>(pidfd_.send_signal(SIGKILL));
-  barrier_.reset();
-  static_cast<void>(pidfd_.wait());
+  channel_.reset();
+  if (!pidfd_.wait()) {
+    // Not reaped: the child may still run on the arena's stack in our memory. Never reuse or
+    // unmap it (a leak of one arena is the price of an impossible failure).
+    arena_.leak();
+  }
   pidfd_ = Pidfd();
 }
 
@@ -363,20 +552,21 @@ Result<RunningChild> StagedChild::release() && {
   char const go = 1;
   for (;;) {
     // MSG_NOSIGNAL: a child that already died must not SIGPIPE the daemon.
-    ssize_t const n = ::send(self.barrier_.get(), &go, 1, MSG_NOSIGNAL);
+    ssize_t const n = ::send(self.channel_.get(), &go, 1, MSG_NOSIGNAL);
     if (n == 1 || (n < 0 && errno != EINTR)) break;
   }
-  self.barrier_.reset();
 
-  // Wait for the verdict: EOF (the CLOEXEC write end closed by a successful execve, or by the
+  // Wait for the verdict: EOF (the child's CLOEXEC end closed by a successful execve, or by the
   // child's death) or one report. This blocks only for the few syscalls between the barrier
   // and execve.
   ChildReport report{};
   // On a timeout `self` goes out of scope armed: the child is killed and reaped.
-  std::size_t const got = CUSTOS_TRY(read_report(self.error_, report, self.timeout_));
-  self.error_.reset();
+  std::size_t const got = CUSTOS_TRY(read_report(self.channel_, report, self.timeout_));
+  self.channel_.reset();
 
   if (got == 0) {
+    // execve replaced the child's memory before it closed its descriptors (or the child died),
+    // so the arena is no longer in use: `self` returns it as it goes out of scope.
     return RunningChild(std::move(self.pidfd_), std::move(self.identity_));
   }
   std::string const context =
@@ -421,54 +611,67 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     if (!devnull.valid()) return Error(Errc::sys_error, "open /dev/null", errno);
   }
 
+  // One socketpair is both the barrier and the report channel: the child writes its reports
+  // ({errno, step}, "ready") to its end and reads the go byte from it; its end is O_CLOEXEC, so
+  // a successful execve closes it and the parent reads EOF.
   int sv[2] = {-1, -1};
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return Error(Errc::sys_error, "socketpair for the spawn barrier", errno);
   }
-  UniqueFd barrier_parent(sv[0]);
-  UniqueFd barrier_child = CUSTOS_TRY(above_stdio(UniqueFd(sv[1])));
-  auto [error_read, error_write_raw] = CUSTOS_TRY(make_pipe());
-  UniqueFd error_write = CUSTOS_TRY(above_stdio(std::move(error_write_raw)));
+  UniqueFd channel_parent(sv[0]);
+  UniqueFd channel_child = CUSTOS_TRY(above_stdio(UniqueFd(sv[1])));
 
-  std::vector<char*> const argv = pointer_array(spec.argv);
-  std::vector<char*> const envp = pointer_array(spec.envp);
-
-  ChildPlan plan;
-  plan.path = spec.executable.c_str();
-  plan.argv = argv.data();
-  plan.envp = envp.data();
+  // The plan, argv/envp and the child's stack live in the arena; the child reads nothing else
+  // of ours.
+  detail::ChildArena arena = CUSTOS_TRY(make_arena(plan_bytes(spec)));
+  char* const arena_base = static_cast<char*>(arena.base());
+  char* const stack_low = arena_base + kPage;
+  char* const data = stack_low + kChildStack;
+  ArenaWriter w(data, arena_base + arena.size());
+  ChildPlan* const plan = new (w.take<ChildPlan>(1)) ChildPlan();
+  plan->path = w.copy(spec.executable);
+  plan->argv = w.pointers(spec.argv);
+  plan->envp = w.pointers(spec.envp);
   if (use_pty) {
-    plan.stdio = {spec.pty_slave_fd, spec.pty_slave_fd, spec.pty_slave_fd};
-    if (spec.controlling_tty) plan.ctty_fd = spec.pty_slave_fd;
+    for (int& fd : plan->stdio) fd = spec.pty_slave_fd;
+    if (spec.controlling_tty) plan->ctty_fd = spec.pty_slave_fd;
   } else {
-    plan.stdio = {spec.stdin_fd >= 0 ? spec.stdin_fd : devnull.get(),
-                  spec.stdout_fd >= 0 ? spec.stdout_fd : devnull.get(),
-                  spec.stderr_fd >= 0 ? spec.stderr_fd : devnull.get()};
+    plan->stdio[0] = spec.stdin_fd >= 0 ? spec.stdin_fd : devnull.get();
+    plan->stdio[1] = spec.stdout_fd >= 0 ? spec.stdout_fd : devnull.get();
+    plan->stdio[2] = spec.stderr_fd >= 0 ? spec.stderr_fd : devnull.get();
   }
-  plan.new_session = spec.new_session;
-  plan.keep = {barrier_child.get(), error_write.get(), cwd.valid() ? cwd.get() : -1};
-  // Sort ascending with the -1 (absent) entry last.
-  std::sort(plan.keep.begin(), plan.keep.end(), [](int a, int b) {
-    if (a < 0) return false;
-    if (b < 0) return true;
-    return a < b;
-  });
-  plan.rlimits = spec.rlimits.data();
-  plan.rlimit_count = spec.rlimits.size();
+  plan->new_session = spec.new_session;
+  plan->keep[0] = channel_child.get();
+  plan->keep[1] = cwd.valid() ? cwd.get() : -1;
+  // Ascending with the -1 (absent) entry last.
+  if (plan->keep[1] >= 0 && plan->keep[1] < plan->keep[0]) std::swap(plan->keep[0], plan->keep[1]);
+  if (!spec.rlimits.empty()) {
+    Rlimit* const limits = w.take<Rlimit>(spec.rlimits.size());
+    std::copy(spec.rlimits.begin(), spec.rlimits.end(), limits);
+    plan->rlimits = limits;
+  }
+  plan->rlimit_count = spec.rlimits.size();
   if (spec.credentials) {
-    plan.set_credentials = true;
-    plan.uid = spec.credentials->uid;
-    plan.gid = spec.credentials->gid;
-    plan.groups = spec.credentials->groups.data();
-    plan.group_count = spec.credentials->groups.size();
+    plan->set_credentials = true;
+    plan->uid = spec.credentials->uid;
+    plan->gid = spec.credentials->gid;
+    auto const& groups = spec.credentials->groups;
+    gid_t* const g = w.take<gid_t>(std::max<std::size_t>(groups.size(), 1));
+    std::copy(groups.begin(), groups.end(), g);
+    plan->groups = g;
+    plan->group_count = groups.size();
   }
-  plan.cwd_fd = cwd.valid() ? cwd.get() : -1;
-  plan.barrier_fd = barrier_child.get();
-  plan.error_fd = error_write.get();
+  plan->cwd_fd = cwd.valid() ? cwd.get() : -1;
+  plan->barrier_fd = channel_child.get();
+  plan->error_fd = channel_child.get();
+  if (w.overflowed()) {
+    // plan_bytes() is an upper bound of what the writer takes; this cannot happen.
+    return Error(Errc::sys_error, "spawn plan larger than its arena", EOVERFLOW);
+  }
 
   int pidfd_raw = -1;
   CloneArgs args{};
-  args.flags = kClonePidfd;
+  args.flags = kCloneVm | kClonePidfd;
   if (spec.cgroup_fd >= 0) {
     args.flags |= kCloneIntoCgroup;
     args.cgroup = static_cast<std::uint64_t>(spec.cgroup_fd);
@@ -476,19 +679,19 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   }
   args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd_raw);
   args.exit_signal = SIGCHLD;
+  args.stack = reinterpret_cast<std::uint64_t>(stack_low);
+  args.stack_size = kChildStack;
 
   long pid = -1;
-  int clone_errno = 0;
   {
     SignalBlock const blocked;
-    // Fork-style clone3 (no CLONE_VM, no CLONE_VFORK): the child gets a copy of this address
-    // space, so `plan` and the arrays it points to stay valid in the child until execve while
-    // the parent goes on to record the child's identity.
-    pid = ::syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0) child_main(plan);
-    clone_errno = errno;
+    // CLONE_VM without CLONE_VFORK: no copy of the daemon's address space (page tables, anon
+    // VMAs) and nothing to tear down at execve, while the parent still goes on to record the
+    // child's identity. The child runs child_main on the arena's stack.
+    pid = clone3_on_stack(&args, &child_main, plan);
   }
   if (pid < 0) {
+    int const clone_errno = static_cast<int>(-pid);
     if (clone_errno == ENOSYS) {
       return Error(Errc::sys_unsupported, "clone3 is not available on this kernel", clone_errno);
     }
@@ -497,16 +700,16 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
 
   // From here on the StagedChild is the guard: any early return kills and reaps the child.
   StagedChild staged(Pidfd::adopt(UniqueFd(pidfd_raw), static_cast<std::int32_t>(pid)),
-                     std::move(barrier_parent), std::move(error_read), spec.executable,
+                     std::move(channel_parent), std::move(arena), spec.executable,
                      spec.setup_timeout);
 
   // Wait until the child has finished its setup and sits on the barrier, so that a setup
   // failure (cwd, credentials, limits ...) is reported here, before any ownership is recorded,
   // and so that everything the setup changed (limits, session, cgroup) is in place when the
   // caller looks at the staged child.
-  error_write.reset();
+  channel_child.reset();  // the child's copy is now the only one: its exit or execve means EOF
   ChildReport report{};
-  std::size_t const got = CUSTOS_TRY(read_report(staged.error_, report, spec.setup_timeout));
+  std::size_t const got = CUSTOS_TRY(read_report(staged.channel_, report, spec.setup_timeout));
   if (got != sizeof report || report.step != kStepReady) {
     std::string context =
         "step=" + std::string(got == sizeof report ? spawn_step_name(report.step) : "setup") +
@@ -518,7 +721,7 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     return Error(Errc::spawn_failed, context, err);
   }
   staged.identity_ = CUSTOS_TRY(read_identity(staged.pidfd_));
-  // barrier_child, cwd and devnull close as the function returns; the child holds its copies.
+  // cwd and devnull close as the function returns; the child holds its copies.
   return staged;
 }
 

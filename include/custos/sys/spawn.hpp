@@ -6,10 +6,12 @@
 //   record(staged.identity());                      // durable ownership first
 //   auto running = CUSTOS_TRY(std::move(staged).release());  // now execve happens
 // Dropping a StagedChild without release() SIGKILLs the child through its pidfd and reaps it.
-// The child setup order is documented in docs/process-model.md.
+// The child shares the caller's memory until execve (CLONE_VM on a stack of its own) and makes
+// only raw syscalls. The child setup order is documented in docs/process-model.md.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,6 +57,33 @@ struct SpawnSpec {
 
 class RunningChild;
 
+namespace detail {
+// The memory a staged child runs in until execve: spawn_staged clones it with CLONE_VM onto a
+// stack in this mapping ([guard page][stack][plan, argv, envp]), so it must stay mapped and
+// untouched until the child has exec'd or was reaped. Move-only; destruction returns it to a
+// small pool (or unmaps it). Internal to spawn_staged/StagedChild.
+class ChildArena {
+ public:
+  ChildArena() noexcept = default;
+  ChildArena(void* base, std::size_t size) noexcept : base_(base), size_(size) {}
+  ChildArena(ChildArena&& other) noexcept;
+  ChildArena& operator=(ChildArena&& other) noexcept;
+  ChildArena(ChildArena const&) = delete;
+  ChildArena& operator=(ChildArena const&) = delete;
+  ~ChildArena();
+
+  [[nodiscard]] void* base() const noexcept { return base_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  // Forgets the mapping without unmapping it (its child could not be reaped).
+  void leak() noexcept;
+
+ private:
+  void reset() noexcept;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+};
+}  // namespace detail
+
 // A child blocked on its barrier. Move-only; the destructor kills and reaps an unreleased child.
 class StagedChild {
  public:
@@ -68,17 +97,17 @@ class StagedChild {
   [[nodiscard]] Pidfd const& pidfd() const noexcept { return pidfd_; }
   [[nodiscard]] PidfsIdentity const& identity() const noexcept { return identity_; }
 
-  // Lets the child run: writes the barrier byte, then blocks until the child's error pipe closes
-  // (execve succeeded: CLOEXEC closed it) or carries an {errno, step} report. Only the steps
-  // after the barrier ("barrier", "execve") can fail here; setup failures surface earlier, from
-  // spawn_staged().
-  // Errors: spawn.failed with the step name in the context ("step=execve ...") and the child's
-  // errno; the child has then exited and been reaped. The StagedChild is consumed either way.
+  // Lets the child run: writes the barrier byte, then blocks until the child's end of the
+  // channel closes (execve succeeded: CLOEXEC closed it) or carries an {errno, step} report. Only
+  // the steps after the barrier ("barrier", "execve") can fail here; setup failures surface
+  // earlier, from spawn_staged(). Errors: spawn.failed with the step name in the context
+  // ("step=execve ...") and the child's errno; the child has then exited and been reaped. The
+  // StagedChild is consumed either way.
   [[nodiscard]] Result<RunningChild> release() &&;
 
  private:
   friend Result<StagedChild> spawn_staged(SpawnSpec const& spec);
-  StagedChild(Pidfd pidfd, UniqueFd barrier, UniqueFd error, std::string executable,
+  StagedChild(Pidfd pidfd, UniqueFd channel, detail::ChildArena arena, std::string executable,
               std::chrono::milliseconds timeout) noexcept;
   void kill_and_reap() noexcept;
 
@@ -86,8 +115,11 @@ class StagedChild {
   PidfsIdentity identity_;
   std::string executable_;  // for error contexts only
   std::chrono::milliseconds timeout_{0};
-  UniqueFd barrier_;  // our end of the barrier socketpair
-  UniqueFd error_;    // read end of the child's CLOEXEC error pipe
+  // Our end of the socketpair that is both the barrier (we send the go byte) and the child's
+  // report channel (reports in, EOF once its CLOEXEC end closes at execve).
+  UniqueFd channel_;
+  // Declared last: destroyed after the destructor body has killed and reaped the child.
+  detail::ChildArena arena_;
 };
 
 // A child that has passed execve. Holds its Pidfd and identity. If the pidfd is still held when

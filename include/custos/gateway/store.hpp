@@ -35,6 +35,11 @@ class Database {
   // One BEGIN IMMEDIATE transaction committed with synchronous=FULL; `fn` failing rolls back
   // everything it did.
   [[nodiscard]] virtual Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) = 0;
+  // The same with synchronous=NORMAL: only for a write a crash may lose because startup redoes
+  // it from durable state (budget settlement: ExecutionGateway::settle_recovered re-settles
+  // every unsettled use whose terminal record is durable).
+  [[nodiscard]] virtual Result<void> write_normal(
+      std::function<Result<void>(registry::sql::Db&)> fn) = 0;
   // Reads under the connection's lock (no transaction of its own beyond SQLite's implicit one).
   [[nodiscard]] virtual Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) = 0;
   // `also`, then the registry's one-use claim of (action_id, process_id) for execution_id, in
@@ -52,6 +57,8 @@ class RegistryDatabase final : public Database {
  public:
   explicit RegistryDatabase(registry::Registry& reg) noexcept : reg_(&reg) {}
   [[nodiscard]] Result<void> write(std::function<Result<void>(registry::sql::Db&)> fn) override;
+  [[nodiscard]] Result<void> write_normal(
+      std::function<Result<void>(registry::sql::Db&)> fn) override;
   [[nodiscard]] Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) override;
   [[nodiscard]] Result<void> consume_claim_with(
       std::string_view action_id, std::string_view process_id, std::string_view execution_id,

@@ -1100,8 +1100,10 @@ void Supervisor::final_stage() {
   unwatch_cgroup_events();  // the tree-empty wait is over
   // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
   // left the cgroup (root without nsdelegate) but kept its environment. It reads every process
-  // that started after the root (older ones are skipped by start time before any environ
-  // read), which takes milliseconds with many processes: it runs on the worker thread.
+  // that started after the root (older ones are skipped by start time before any environ read,
+  // their start times cached across sweeps), which takes a fraction of a millisecond per /proc
+  // pass: it runs on the worker thread, through the manager's MarkerSweeper, so teardowns that
+  // end at the same time share their passes.
   std::optional<sys::Marker> marker = marker_;
   auto const opts = sweep_options(SIGKILL, manager_->config_.marker_sweep_rounds);
   auto orphans = std::make_shared<std::vector<sys::Pidfd>>();
@@ -1109,26 +1111,38 @@ void Supervisor::final_stage() {
   bool const check_orphans = boundary_ == Boundary::marker;
   if (check_orphans) collect_orphan_candidates(*orphans, looked);
   ++pending_;
-  asio::post(manager_->workers_,
-             [self = shared_from_this(), marker, opts, orphans, looked, check_orphans]() {
-               auto scan = std::make_shared<FinalScan>();
-               if (marker) scan->sweep = sys::marker_sweep(*marker, opts);
-               if (check_orphans) {
-                 // Processes still in the middle of dying from the kill get a short bounded moment.
-                 auto const until = Clock::now() + kOrphanSettle;
-                 while (!orphans->empty()) {
-                   std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
-                   if (orphans->empty() || Clock::now() >= until) break;
-                   ::usleep(2000);  // the worker's own time: the loop is not blocked
-                 }
-                 scan->orphans_alive = !looked || !orphans->empty();
-               }
-               asio::post(self->io_, [self, scan]() {
-                 --self->pending_;
-                 if (!self->detached_) self->finish_final_stage(*scan);
-                 self->maybe_close();
-               });
-             });
+  // Runs on the worker with the sweep's result (none without a marker).
+  auto finish = [self = shared_from_this(), orphans, looked,
+                 check_orphans](std::optional<Result<sys::MarkerSweepResult>> sweep) {
+    auto scan = std::make_shared<FinalScan>();
+    scan->sweep = std::move(sweep);
+    if (check_orphans) {
+      // Processes still in the middle of dying from the kill get a short bounded moment.
+      auto const until = Clock::now() + kOrphanSettle;
+      while (!orphans->empty()) {
+        std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
+        if (orphans->empty() || Clock::now() >= until) break;
+        ::usleep(2000);  // the worker's own time: the loop is not blocked
+      }
+      scan->orphans_alive = !looked || !orphans->empty();
+    }
+    asio::post(self->io_, [self, scan]() {
+      --self->pending_;
+      if (!self->detached_) self->finish_final_stage(*scan);
+      self->maybe_close();
+    });
+  };
+  if (!marker) {
+    asio::post(manager_->workers_, [finish]() mutable { finish(std::nullopt); });
+    return;
+  }
+  sys::MarkerSweeper::Request req{
+      sys::MarkerSweepTarget{*marker, opts.not_before_ticks},
+      [finish](Result<sys::MarkerSweepResult> r) mutable { finish(std::move(r)); }};
+  // A run already scheduled (or running) serves this request too; otherwise schedule one.
+  if (manager_->sweeper_.enqueue(std::move(req))) {
+    asio::post(manager_->workers_, [mgr = manager_]() { mgr->sweeper_.run_pending(); });
+  }
 }
 
 void Supervisor::finish_final_stage(FinalScan const& scan) {

@@ -34,8 +34,9 @@ void register_host_methods(Dispatcher& d,
 // "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of API.md.
 void register_introspection(Dispatcher& d);
 
-// exec.check, exec.start, exec.get, exec.list, exec.wait, exec.cancel, exec.input, exec.resize,
-// exec.subscribe, exec.unsubscribe, exec.output (API.md), admin-only until the gateway issue.
+// exec.check, exec.get, exec.list, exec.wait, exec.cancel, exec.input, exec.resize,
+// exec.subscribe, exec.unsubscribe, exec.output (API.md), admin-only here. exec.start is not
+// among them: a launch needs the gateway's permit (register_gateway_methods adds it).
 // `manager` (and `registry`, may be null) must outlive every connection of the server (the
 // daemon closes them first). exec.get and exec.wait fall back to the registry for executions
 // the manager no longer holds (a previous daemon's, or evicted from its terminal history).
@@ -44,8 +45,9 @@ void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
 
 // authority.grant/revoke/list, lease.acquire/release/list, holder.quiescence, and exec.start /
 // exec.input through the gateway (docs/authority.md). Call after register_exec_methods: it
-// replaces exec.start and exec.input, and opens exec.get/wait/cancel/resize/subscribe/output to
-// the caller that started the execution (admins as before). `gw` must outlive the connections.
+// adds exec.start, replaces exec.input, opens exec.get/wait/cancel/resize/subscribe/output to
+// the caller that started the execution (admins as before) and exec.list to every caller (its
+// own executions; admins all). `gw` must outlive the connections.
 void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw);
 
 // Methods of API.md this build does not serve yet (callers get -32601). Empty since the

@@ -1147,6 +1147,9 @@ void Supervisor::final_stage() {
 
 void Supervisor::finish_final_stage(FinalScan const& scan) {
   std::vector<std::string> why;  // every reason the cleanup cannot be confirmed
+  auto const sweeper = manager_->sweeper_.stats();
+  manager_->stats_.final_sweep_requests = sweeper.requests;
+  manager_->stats_.final_sweeps = sweeper.sweeps;
   if (scan.sweep) {
     auto const& sw = *scan.sweep;
     if (!sw) {

@@ -272,5 +272,50 @@ TEST_F(SupervisorTest, OrphansAreReapedNoZombieAccumulates) {
   EXPECT_TRUE(drive([&] { return zombie_children().empty(); }, 5s));
 }
 
+// Teardowns that end together share their final /proc sweeps (one multi-marker pass), and each
+// execution still gets its own verdict: every root escaped its cgroup (root, no nsdelegate)
+// keeping its marker, and every one of them is found and killed by the final sweep.
+TEST_F(SupervisorTest, ConcurrentTeardownsShareFinalSweepsAndCatchEveryEscapee) {
+  if (!have_cgroup() || ::geteuid() != 0) GTEST_SKIP() << "needs root and a writable cgroup";
+  std::string const escape = cgroup_path_ + "-escape";
+  ASSERT_EQ(::mkdir(escape.c_str(), 0755), 0);
+  manager(BoundaryPreference::cgroup);
+  constexpr int kExecutions = 8;
+  std::vector<Collected> out(kExecutions);
+  std::vector<StartResult> started;
+  for (int i = 0; i < kExecutions; ++i) {
+    started.push_back(start(
+        sh("sh -c 'echo $$ > " + escape + "/cgroup.procs; echo $$; exec sleep 100' & sleep 100"),
+        &out[static_cast<std::size_t>(i)]));
+  }
+  std::vector<sys::Pidfd> escapees;
+  for (int i = 0; i < kExecutions; ++i) {
+    auto& c = out[static_cast<std::size_t>(i)];
+    ASSERT_TRUE(drive([&] { return lines(c.stream_text("stdout")) >= 1; }, 10s)) << i;
+    auto fds = pidfds_from(c.stream_text("stdout"));
+    ASSERT_EQ(fds.size(), 1U) << i;
+    escapees.push_back(std::move(fds[0]));
+  }
+  auto const before = manager_->stats();
+  for (auto const& st : started) {
+    ASSERT_TRUE(manager_->cancel(st.execution_id, core::Trigger::user, "stop")->accepted);
+  }
+  for (auto const& st : started) {
+    auto rec = terminal(st.execution_id);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
+  }
+  for (auto const& fd : escapees) EXPECT_FALSE(fd.alive()) << "escapee pid " << fd.pid();
+  auto const after = manager_->stats();
+  EXPECT_EQ(after.final_sweep_requests - before.final_sweep_requests,
+            static_cast<std::uint64_t>(kExecutions));
+  EXPECT_GE(after.final_sweeps - before.final_sweeps, 1U);
+  EXPECT_LE(after.final_sweeps - before.final_sweeps, static_cast<std::uint64_t>(kExecutions));
+  for (int i = 0; i < 100 && ::rmdir(escape.c_str()) != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE(std::filesystem::exists(escape));
+}
+
 }  // namespace
 }  // namespace custos::supervisor::testing

@@ -170,6 +170,10 @@ struct ManagerStats {
   std::uint64_t orphans_reaped = 0;
   std::uint64_t orphans_attributed = 0;  // of those, attributed to a known execution
   std::uint64_t pending_waits = 0;       // wait() calls not yet answered nor withdrawn (a gauge)
+  // Final marker sweeps: teardowns that asked for one, and the multi-marker /proc sweeps that
+  // served them (fewer when teardowns ending together shared a sweep).
+  std::uint64_t final_sweep_requests = 0;
+  std::uint64_t final_sweeps = 0;
 };
 
 }  // namespace custos::supervisor

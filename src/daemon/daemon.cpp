@@ -130,7 +130,9 @@ class Daemon {
 
   Result<void> open_registry() {
     registry_ = CUSTOS_TRY(registry::Registry::open(config_.state_dir));
-    sink_ = std::make_unique<supervisor::RegistrySink>(*registry_);
+    // With the loop, writes that gate nothing are committed once per loop turn for every
+    // execution (docs/durability.md).
+    sink_ = std::make_unique<supervisor::RegistrySink>(*registry_, &io_);
     // The gateway's authority tables are the registry's (schema v4), on its connection.
     authority_db_ = std::make_unique<gateway::RegistryDatabase>(*registry_);
     authority_ = std::make_unique<gateway::AuthorityStore>(*authority_db_);
@@ -148,6 +150,10 @@ class Daemon {
     options.policy = config_.restart_policy;
     auto report = CUSTOS_TRY(registry::recover(*registry_, options));
     CUSTOS_TRYV(registry::apply_restart_policy(*registry_, report, options));
+    // keep_running: the re-acquired executions stay controllable through their recovered
+    // pidfds (exec.cancel below), not through the manager, which did not spawn them.
+    if (options.policy == registry::RestartPolicy::keep_running)
+      kept_ = std::make_unique<registry::KeptExecutions>(*registry_, report, options);
     recovery_view_ = recovery_json(report);
     std::size_t live = 0, absent = 0, indeterminate = 0;
     for (auto const& e : report.executions) {
@@ -334,8 +340,38 @@ class Daemon {
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
     rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
+    if (kept_ && !kept_->empty()) wrap_cancel_for_kept();
     rpc::register_gateway_methods(*dispatcher_, *gateway_);
     return ok();
+  }
+
+  // exec.cancel of an execution a keep_running restart re-acquired: killed through its cgroup
+  // and recovered pidfd, one terminal record with recovery live_owned (registry::
+  // KeptExecutions). Every other id goes to the manager's handler. Wrapped before the gateway
+  // puts its owner-or-admin check in front of exec.cancel, so that check applies here too.
+  void wrap_cancel_for_kept() {
+    rpc::Handler const* found = dispatcher_->find("exec.cancel");
+    if (found == nullptr) return;
+    rpc::Handler inner = *found;
+    dispatcher_->add(
+        "exec.cancel", rpc::Access::admin,
+        [this, inner](std::shared_ptr<rpc::Session> const& s, json::object const& p,
+                      rpc::Reply reply) {
+          auto const* id = p.if_contains("execution_id");
+          if (id == nullptr || !id->is_string() || !kept_->contains(id->get_string())) {
+            return inner(s, p, std::move(reply));
+          }
+          std::string const eid{id->get_string()};
+          auto r = kept_->cancel(eid, core::Trigger::user);
+          if (!r) return reply(r.error());
+          spdlog::info("recovery: {} cancelled through its recovered pidfd ({}): {}", eid,
+                       core::classification_wire(r->terminal.classification), r->detail);
+          // Its budget was left reserved by the previous daemon: settle it now.
+          if (auto settled = gateway_->settle_recovered(); !settled)
+            spdlog::warn("gateway: settling {}: {}", eid, settled.error().message());
+          reply(json::value(json::object{{"accepted", r->accepted},
+                                         {"trigger", core::trigger_wire(r->trigger)}}));
+        });
   }
 
   Result<void> listen() {
@@ -483,6 +519,7 @@ class Daemon {
   // unsubscribe from the manager), then the manager (it writes through the sink), then the
   // registry.
   std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<registry::KeptExecutions> kept_;  // keep_running: recovered, still running
   std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<gateway::RegistryDatabase> authority_db_;
   std::unique_ptr<gateway::AuthorityStore> authority_;

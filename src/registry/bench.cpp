@@ -64,7 +64,13 @@ Ownership bench_owner(std::size_t i) {
   return o;
 }
 
-// The durable writes of one execution's life, as the supervisor makes them.
+// The durable writes of one execution's life, as the supervisor makes them through
+// supervisor::RegistrySink with an event loop (docs/durability.md, "Which writes wait"):
+//   claim + record (FULL) | starting + staged | committed + running | exited (the loop turn
+//   that saw the exit ends: flush) | closed + 2 x output accounting + terminal.
+// Five transactions and ten writes; the exit gets its own flush because in the daemon the exit
+// and the close are observed in different loop turns (the pipes drain and the final marker
+// sweep runs in between), which is the pessimistic case for a lone execution.
 Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
                            TerminalBlob const& terminal) {
   // A real plan (core-encoded), so the record passes the same checks as a daemon's.
@@ -82,14 +88,22 @@ Result<void> one_execution(Registry& reg, std::string const& id, std::size_t i,
   auto const identity = CUSTOS_TRY(core::parse_identity(ident));
   auto const parsed = CUSTOS_TRY(core::parse_plan(plan));
   NewExecution const ex = CUSTOS_TRY(make_new_execution(id, identity, parsed));
+  constexpr auto deferred = WriteMode::deferred;
   CUSTOS_TRYV(reg.record_authorized(ex));
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::starting, deferred));
   CUSTOS_TRYV(
       reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
-  CUSTOS_TRYV(reg.record_committed(id));
+  CUSTOS_TRYV(reg.record_committed(id, deferred));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));
-  CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited));
-  CUSTOS_TRYV(reg.record_phase(id, core::Phase::closed));
-  return reg.record_terminal(id, terminal);
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited, deferred));
+  CUSTOS_TRYV(reg.flush());
+  CUSTOS_TRYV(reg.record_phase(id, core::Phase::closed, deferred));
+  core::StreamAccounting const acc{0, 0, 0, true};
+  CUSTOS_TRYV(reg.record_output(id, 0, acc, deferred));
+  CUSTOS_TRYV(reg.record_output(id, 1, acc, deferred));
+  CUSTOS_TRYV(reg.record_terminal(id, terminal));
+  if (auto e = reg.take_deferred_error(id)) return *e;
+  return ok();
 }
 
 }  // namespace

@@ -184,11 +184,15 @@ Result<void> validate_record(ExecutionRecord const& rec, bool deep) {
   if (rec.checksum.empty() || rec.checksum != record_checksum(rec)) {
     return corrupt(rec, "checksum mismatch (stored " + rec.checksum + ")");
   }
-  if (rec.execution_id.empty() || rec.action_id.empty() || rec.process_id.empty()) {
-    return corrupt(rec, "empty execution, action or process id");
-  }
   if (rec.plan_digest != sha256_tagged(rec.plan_canonical)) {
     return corrupt(rec, "plan digest does not match the canonical plan bytes");
+  }
+  return validate_record_content(rec, deep);
+}
+
+Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
+  if (rec.execution_id.empty() || rec.action_id.empty() || rec.process_id.empty()) {
+    return corrupt(rec, "empty execution, action or process id");
   }
   if (deep) {
     auto req = core::decode_execution(rec.plan_canonical);

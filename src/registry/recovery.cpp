@@ -298,103 +298,175 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
   return report;
 }
 
+namespace {
+
+// Ends one live_owned execution: kills its tree (the cgroup when it has one, then the root
+// through the recovered pidfd, then the marker sweep), waits for it, and writes its one
+// terminal record (recovery live_owned) with `trigger` unless the record already holds the
+// first accepted one. Shared by the default restart policy and by KeptExecutions::cancel.
+Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOptions const& options,
+                         core::Trigger trigger) {
+  std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
+  ExecutionRecord const rec = CUSTOS_TRY(registry.get(e.execution_id));
+  sys::Pidfd const& pidfd = *e.pidfd;
+
+  // Cancel and reap: the whole tree at once where a cgroup boundary exists, then the root
+  // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
+  bool confirmed = true;
+  if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
+    if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail) !=
+        core::Cleanup::confirmed) {
+      confirmed = false;
+    }
+  }
+  auto sent = pidfd.send_signal(SIGKILL);
+  if (!sent) {
+    e.detail += "; SIGKILL through the pidfd: " + sent.error().message();
+    confirmed = false;
+  }
+  if (!wait_exited(pidfd, options.kill_timeout)) {
+    e.detail += "; the root process did not exit in time";
+    confirmed = false;
+  }
+  if (options.marker_sweep && !rec.boundary.marker_hex.empty()) {
+    if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, rec.ownership.start_time_ticks,
+                      e.detail))
+      confirmed = false;
+  }
+  e.cleanup = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
+
+  // The raw exit: from PIDFD_GET_INFO once whoever inherited the process has reaped it;
+  // otherwise the SIGKILL this recovery delivered (the pidfd proves it reached our process).
+  std::optional<core::ExitStatus> exit;
+  if (auto info = pidfd.get_exit_info(); info && *info) {
+    if ((*info)->code) exit = core::ExitStatus::exited(*(*info)->code);
+    if ((*info)->signal) exit = core::ExitStatus::signaled(*(*info)->signal);
+  }
+  if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
+
+  core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
+  t.trigger = rec.trigger ? rec.trigger : std::optional<core::Trigger>{trigger};
+  t.escalation.forced = true;
+  std::vector<core::Phase> steps;
+  if (rec.ownership.state == OwnershipState::staged) {
+    // The last durable write is the staged slot: the daemon died at the barrier, or after
+    // releasing it but before `committed` reached the WAL (the same loop step). Either way no
+    // exit of the program was observed; recovery killed what it found.
+    t.spawn_error = core::SpawnFailure{
+        "barrier", 0,
+        "the daemon restarted before the commit of the launch was recorded; killed by recovery"};
+  } else {
+    if (!exit) {
+      // Neither observed nor delivered: nobody can say how it ended.
+      e.detail += "; exit not observable";
+      t = base_terminal(rec, core::RecoveryPath::indeterminate, e.cleanup);
+      t.classification = core::Classification::recovery_indeterminate;
+      e.classification = core::RecoveryPath::indeterminate;
+      TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
+      CUSTOS_TRYV(registry.record_recovered(rec.execution_id, {}, blob, e.classification));
+      e.terminal_written = true;
+      return ok();
+    }
+    t.exit = *exit;
+    e.exit = exit;
+    switch (rec.phase) {
+      case core::Phase::starting:
+        steps = {core::Phase::running, core::Phase::exited, core::Phase::closed};
+        break;
+      case core::Phase::running:
+        steps = {core::Phase::stopping, core::Phase::exited, core::Phase::closed};
+        break;
+      case core::Phase::stopping:
+        steps = {core::Phase::exited, core::Phase::closed};
+        break;
+      case core::Phase::exited:
+        steps = {core::Phase::closed};
+        break;
+      default:
+        break;
+    }
+  }
+  auto verdict = core::make_terminal_record(
+      core::ClassifyInput{t.exit, t.spawn_error.has_value(), t.trigger, t.tree.cleanup, false,
+                          core::RecoveryPath::live_owned},
+      t.spawn_error);
+  if (!verdict) return verdict.error();
+  t.classification = verdict->classification;
+  TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
+  CUSTOS_TRYV(
+      registry.record_recovered(rec.execution_id, steps, blob, core::RecoveryPath::live_owned));
+  e.terminal_written = true;
+  return ok();
+}
+
+}  // namespace
+
 Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
                                   RecoveryOptions const& options) {
   if (options.policy == RestartPolicy::keep_running) return ok();
-  std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
   for (RecoveredExecution& e : report.executions) {
     if (e.classification != core::RecoveryPath::live_owned || e.terminal_written || !e.pidfd) {
       continue;
     }
-    ExecutionRecord const rec = CUSTOS_TRY(registry.get(e.execution_id));
-    sys::Pidfd const& pidfd = *e.pidfd;
-
-    // Cancel and reap: the whole tree at once where a cgroup boundary exists, then the root
-    // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
-    bool confirmed = true;
-    if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
-      if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail) !=
-          core::Cleanup::confirmed) {
-        confirmed = false;
-      }
-    }
-    auto sent = pidfd.send_signal(SIGKILL);
-    if (!sent) {
-      e.detail += "; SIGKILL through the pidfd: " + sent.error().message();
-      confirmed = false;
-    }
-    if (!wait_exited(pidfd, options.kill_timeout)) {
-      e.detail += "; the root process did not exit in time";
-      confirmed = false;
-    }
-    if (options.marker_sweep && !rec.boundary.marker_hex.empty()) {
-      if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, rec.ownership.start_time_ticks,
-                        e.detail))
-        confirmed = false;
-    }
-    e.cleanup = confirmed ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
-
-    // The raw exit: from PIDFD_GET_INFO once whoever inherited the process has reaped it;
-    // otherwise the SIGKILL this recovery delivered (the pidfd proves it reached our process).
-    std::optional<core::ExitStatus> exit;
-    if (auto info = pidfd.get_exit_info(); info && *info) {
-      if ((*info)->code) exit = core::ExitStatus::exited(*(*info)->code);
-      if ((*info)->signal) exit = core::ExitStatus::signaled(*(*info)->signal);
-    }
-    if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
-
-    core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
-    t.trigger = rec.trigger ? rec.trigger
-                            : std::optional<core::Trigger>{core::Trigger::supervisor_shutdown};
-    t.escalation.forced = true;
-    std::vector<core::Phase> steps;
-    if (rec.ownership.state == OwnershipState::staged) {
-      // Still at the barrier when the daemon died: the program never ran.
-      t.spawn_error = core::SpawnFailure{
-          "barrier", 0, "the daemon restarted before the barrier was released; killed by recovery"};
-    } else {
-      if (!exit) {
-        // Neither observed nor delivered: nobody can say how it ended.
-        e.detail += "; exit not observable";
-        t = base_terminal(rec, core::RecoveryPath::indeterminate, e.cleanup);
-        t.classification = core::Classification::recovery_indeterminate;
-        e.classification = core::RecoveryPath::indeterminate;
-        TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
-        CUSTOS_TRYV(registry.record_recovered(rec.execution_id, {}, blob, e.classification));
-        e.terminal_written = true;
-        continue;
-      }
-      t.exit = *exit;
-      e.exit = exit;
-      switch (rec.phase) {
-        case core::Phase::starting:
-          steps = {core::Phase::running, core::Phase::exited, core::Phase::closed};
-          break;
-        case core::Phase::running:
-          steps = {core::Phase::stopping, core::Phase::exited, core::Phase::closed};
-          break;
-        case core::Phase::stopping:
-          steps = {core::Phase::exited, core::Phase::closed};
-          break;
-        case core::Phase::exited:
-          steps = {core::Phase::closed};
-          break;
-        default:
-          break;
-      }
-    }
-    auto verdict = core::make_terminal_record(
-        core::ClassifyInput{t.exit, t.spawn_error.has_value(), t.trigger, t.tree.cleanup, false,
-                            core::RecoveryPath::live_owned},
-        t.spawn_error);
-    if (!verdict) return verdict.error();
-    t.classification = verdict->classification;
-    TerminalBlob blob = CUSTOS_TRY(terminal_blob(t));
-    CUSTOS_TRYV(
-        registry.record_recovered(rec.execution_id, steps, blob, core::RecoveryPath::live_owned));
-    e.terminal_written = true;
+    CUSTOS_TRYV(finish_live(registry, e, options, core::Trigger::supervisor_shutdown));
   }
   return ok();
+}
+
+KeptExecutions::KeptExecutions(Registry& registry, RecoveryReport& report, RecoveryOptions options)
+    : registry_(&registry), options_(std::move(options)) {
+  for (RecoveredExecution& e : report.executions) {
+    if (e.classification != core::RecoveryPath::live_owned || e.terminal_written || !e.pidfd) {
+      continue;
+    }
+    RecoveredExecution kept;
+    kept.execution_id = e.execution_id;
+    kept.classification = e.classification;
+    kept.detail = e.detail;
+    kept.pid_looked_up = e.pid_looked_up;
+    kept.pidfd = std::move(e.pidfd);
+    e.pidfd.reset();
+    kept_.emplace(kept.execution_id, std::move(kept));
+  }
+}
+
+bool KeptExecutions::contains(std::string_view execution_id) const {
+  return kept_.find(execution_id) != kept_.end();
+}
+
+std::vector<std::string> KeptExecutions::ids() const {
+  std::vector<std::string> out;
+  out.reserve(kept_.size());
+  for (auto const& [id, e] : kept_) out.push_back(id);
+  return out;
+}
+
+Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execution_id,
+                                                         core::Trigger trigger) {
+  auto it = kept_.find(execution_id);
+  if (it == kept_.end()) {
+    return Error{Errc::exec_not_found,
+                 std::string{execution_id} + " is not a recovered execution kept running"};
+  }
+  // The trigger first, as the supervisor does: the first accepted one stays (a trigger the
+  // previous daemon recorded wins; a different one is then refused and reported as not
+  // accepted).
+  Cancelled out;
+  auto const before = CUSTOS_TRY(registry_->get(execution_id));
+  out.accepted = !before.trigger.has_value();
+  if (out.accepted) CUSTOS_TRYV(registry_->record_trigger(execution_id, trigger));
+  out.trigger = before.trigger ? *before.trigger : trigger;
+  RecoveredExecution e = std::move(it->second);
+  kept_.erase(it);
+  CUSTOS_TRYV(finish_live(*registry_, e, options_, trigger));
+  auto const after = CUSTOS_TRY(registry_->get(execution_id));
+  if (!after.terminal) {
+    return Error{Errc::internal, std::string{execution_id} + ": no terminal record after cancel"};
+  }
+  out.terminal = CUSTOS_TRY(decode_terminal(*after.terminal));
+  out.cleanup = e.cleanup;
+  out.detail = std::move(e.detail);
+  return out;
 }
 
 }  // namespace custos::registry

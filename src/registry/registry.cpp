@@ -110,7 +110,10 @@ Registry::Registry(std::filesystem::path state_dir, OpenOptions options, sys::Un
       lock_fd_(std::move(lock_fd)),
       db_(std::move(db)) {}
 
-Registry::~Registry() = default;
+Registry::~Registry() {
+  // A clean stop must not lose what was deferred: commit it (a failure has nobody to tell).
+  (void)flush();
+}
 
 std::filesystem::path Registry::db_path() const {
   return state_dir_ / kDbName;
@@ -208,83 +211,214 @@ Result<void> Registry::set_synchronous(Durability d) {
   return ok();
 }
 
-void Registry::run_batch(std::vector<Job*> const& batch) {
+namespace {
+template <class Batch>
+std::uint64_t counted(Batch const& batch) {
+  std::uint64_t n = 0;
+  for (auto const& j : batch) n += !j->changes.empty() ? j->changes.size() : (j->counted ? 1 : 0);
+  return n;
+}
+}  // namespace
+
+void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
   std::lock_guard<std::mutex> g(db_mu_);
   // The batch commits with the strictest durability any of its jobs asked for: one fsync then
   // covers every job in it (and, WAL being ordered, every earlier NORMAL commit too).
   Durability d = Durability::normal;
-  for (Job const* j : batch) {
+  for (auto const& j : batch) {
     if (j->durability == Durability::full) d = Durability::full;
   }
+  auto run = [this](Job& j) { return j.changes.empty() ? j.fn(db_) : apply_changes(db_, j); };
+  // A job that failed as a whole (or whose transaction failed) fails every change in it.
+  auto fail = [](Job& j, Error const& e) {
+    j.result = e;
+    for (Change& c : j.changes) {
+      if (c.result) c.result = e;
+    }
+  };
   auto fail_all = [&](Error const& e) {
-    for (Job* j : batch) j->result = e;
+    for (auto const& j : batch) fail(*j, e);
   };
   if (auto r = set_synchronous(d); !r) return fail_all(r.error());
   if (auto r = db_.exec_cached("BEGIN IMMEDIATE"); !r) return fail_all(r.error());
   if (batch.size() == 1) {
     // Alone in its transaction: a refused job simply rolls the transaction back.
-    Job* j = batch.front();
-    j->result = j->fn(db_);
-    if (!j->result) {
+    Job& j = *batch.front();
+    j.result = run(j);
+    if (!j.result) {
       (void)db_.exec_cached("ROLLBACK");
+      fail(j, j.result.error());
+      stats_.writes += counted(batch);
       return;
     }
   } else {
-    for (Job* j : batch) {
+    for (auto const& j : batch) {
       // Each job runs inside its own savepoint, so one refused job does not undo the others.
       if (auto r = db_.exec_cached("SAVEPOINT job"); !r) {
-        j->result = r.error();
+        fail(*j, r.error());
         continue;
       }
-      j->result = j->fn(db_);
-      if (!j->result) (void)db_.exec_cached("ROLLBACK TO job");
+      j->result = run(*j);
+      if (!j->result) {
+        (void)db_.exec_cached("ROLLBACK TO job");
+        fail(*j, j->result.error());
+      }
       (void)db_.exec_cached("RELEASE job");
     }
   }
   if (auto r = db_.exec_cached("COMMIT"); !r) {
     (void)db_.exec_cached("ROLLBACK");
-    for (Job* j : batch) {
-      if (j->result) j->result = r.error();
-    }
+    fail_all(r.error());
+    stats_.writes += counted(batch);
     return;
   }
-  stats_.writes += batch.size();
+  stats_.writes += counted(batch);
   stats_.transactions += 1;
   if (d == Durability::full) stats_.full_commits += 1;
 }
 
-Result<void> Registry::write(Durability d, std::function<Result<void>(sql::Db&)> fn) {
-  Job job;
-  job.fn = std::move(fn);
-  job.durability = d;
-  std::unique_lock<std::mutex> lk(queue_mu_);
-  queue_.push_back(&job);
-  while (!job.done) {
+Result<void> Registry::apply_changes(sql::Db& db, Job& job) {
+  ExecutionRecord rec = CUSTOS_TRY(load_for_update(db, job.execution_id));
+  bool changed = false;
+  if (job.changes.size() == 1) {
+    Change& c = job.changes.front();
+    c.result = c.fn(rec);
+    changed = c.result.has_value();
+  } else {
+    for (Change& c : job.changes) {
+      // On a copy: a refused change leaves nothing of itself behind.
+      ExecutionRecord trial = rec;
+      c.result = c.fn(trial);
+      if (c.result) {
+        rec = std::move(trial);
+        changed = true;
+      }
+    }
+  }
+  if (!changed) {
+    // Every change was refused: nothing to store; the job's error is the first refusal.
+    return job.changes.front().result.error();
+  }
+  return store(db, rec);
+}
+
+void Registry::keep_deferred_errors(Job const& job) {
+  // Nobody waits for a deferred write: keep its refusal for the execution's owner.
+  auto keep = [this](std::string const& id, char const* what, Error e) {
+    ++deferred_failed_;
+    if (deferred_errors_.contains(id)) return;
+    e.context = std::string{"deferred "} + what + ": " + e.context;
+    deferred_errors_.emplace(id, std::move(e));
+  };
+  if (job.changes.empty()) {
+    if (job.deferred > 0 && !job.result) keep(job.execution_id, job.what, job.result.error());
+    return;
+  }
+  for (Change const& c : job.changes) {
+    if (c.deferred && !c.result) keep(job.execution_id, c.what, c.result.error());
+  }
+}
+
+void Registry::drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk) {
+  while (!job->done) {
     if (!leader_active_) {
       // Leader: take everything queued so far (bounded) into one transaction. Writers that
-      // arrive while it commits queue up and the next leader takes them together.
+      // arrive while it commits queue up and the next leader takes them together. Deferred
+      // writes queued earlier ride along, ahead of the writes queued after them.
       leader_active_ = true;
-      std::vector<Job*> batch;
+      std::vector<std::shared_ptr<Job>> batch;
       while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(queue_.front());
+        batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
+        deferred_queued_ -= batch.back()->deferred;
       }
       lk.unlock();
       run_batch(batch);
       lk.lock();
-      for (Job* j : batch) j->done = true;
+      for (auto const& j : batch) {
+        j->done = true;
+        keep_deferred_errors(*j);
+      }
       leader_active_ = false;
       queue_cv_.notify_all();
     } else {
       queue_cv_.wait(lk);
     }
   }
-  return std::move(job.result);
+}
+
+Result<void> Registry::write(Durability d, JobFn fn) {
+  auto job = std::make_shared<Job>();
+  job->fn = std::move(fn);
+  job->durability = d;
+  std::unique_lock<std::mutex> lk(queue_mu_);
+  queue_.push_back(job);
+  drive(job, lk);
+  return std::move(job->result);
+}
+
+void Registry::enqueue_deferred(Durability d, std::string execution_id, char const* what,
+                                JobFn fn) {
+  auto job = std::make_shared<Job>();
+  job->fn = std::move(fn);
+  job->durability = d;
+  job->deferred = 1;
+  job->execution_id = std::move(execution_id);
+  job->what = what;
+  std::lock_guard<std::mutex> lk(queue_mu_);
+  queue_.push_back(std::move(job));
+  ++deferred_queued_;
+  ++deferred_total_;
+}
+
+Result<void> Registry::flush() {
+  std::unique_lock<std::mutex> lk(queue_mu_);
+  if (deferred_queued_ == 0) return ok();
+  lk.unlock();
+  // A crash here loses every queued write: the deferred crash tests stop the daemon exactly
+  // at this instant.
+  failpoint("flush_with_writes_queued");
+  lk.lock();
+  if (deferred_queued_ == 0) return ok();  // another thread's write took them meanwhile
+  // An empty job queued behind them: once it is done, so is everything queued before it.
+  auto marker = std::make_shared<Job>();
+  marker->fn = [](sql::Db&) -> Result<void> { return ok(); };
+  marker->counted = false;
+  queue_.push_back(marker);
+  drive(marker, lk);
+  return std::move(marker->result);
+}
+
+Result<void> Registry::settle_deferred() {
+  // Reads see every write the registry has accepted, deferred or not.
+  if (deferred_pending() == 0) return ok();
+  return flush();
+}
+
+std::size_t Registry::deferred_pending() const {
+  std::lock_guard<std::mutex> lk(queue_mu_);
+  return deferred_queued_;
+}
+
+std::optional<Error> Registry::take_deferred_error(std::string_view execution_id) {
+  std::lock_guard<std::mutex> lk(queue_mu_);
+  auto it = deferred_errors_.find(execution_id);
+  if (it == deferred_errors_.end()) return std::nullopt;
+  Error e = std::move(it->second);
+  deferred_errors_.erase(it);
+  return e;
 }
 
 WriteStats Registry::write_stats() const {
-  std::lock_guard<std::mutex> g(db_mu_);
-  return stats_;
+  WriteStats out;
+  {
+    std::lock_guard<std::mutex> g(db_mu_);
+    out = stats_;
+  }
+  std::lock_guard<std::mutex> lk(queue_mu_);
+  out.deferred = deferred_total_;
+  out.deferred_failed = deferred_failed_;
+  return out;
 }
 
 // ---- records: load / store --------------------------------------------------------------------
@@ -335,19 +469,40 @@ Result<void> Registry::store(sql::Db& db, ExecutionRecord& rec) {
   if (insert) rec.created_ns = rec.updated_ns;
   rec.checksum = record_checksum(rec);
   // Never write a record that would be quarantined at the next open (the plan bytes are
-  // decoded once, when the record is created; later writes cannot change them).
-  CUSTOS_TRYV(validate_record(rec, /*deep=*/insert));
+  // decoded once, when the record is created; later writes cannot change them). The checksum
+  // was just computed from these bytes and the plan digest was verified when the record was
+  // loaded (or, for a new one, by the caller), so only the content is re-checked here.
+  CUSTOS_TRYV(validate_record_content(rec, /*deep=*/insert));
   return detail::write_row(db, rec, insert);
 }
 
-Result<void> Registry::modify(Durability d, std::string_view execution_id,
+Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view execution_id,
+                              char const* what,
                               std::function<Result<void>(ExecutionRecord&)> change) {
-  std::string const id{execution_id};
-  return write(d, [this, &id, &change](sql::Db& db) -> Result<void> {
-    ExecutionRecord rec = CUSTOS_TRY(load_for_update(db, id));
-    CUSTOS_TRYV(change(rec));
-    return store(db, rec);
-  });
+  std::unique_lock<std::mutex> lk(queue_mu_);
+  // Joins the record job of the same execution at the tail of the queue (not yet taken by a
+  // leader, so still ours to extend): one load and one store for both.
+  std::shared_ptr<Job> job;
+  if (!queue_.empty() && !queue_.back()->changes.empty() &&
+      queue_.back()->execution_id == execution_id) {
+    job = queue_.back();
+  } else {
+    job = std::make_shared<Job>();
+    job->execution_id = std::string{execution_id};
+    queue_.push_back(job);
+  }
+  if (d == Durability::full) job->durability = Durability::full;
+  // The change owns what it uses: a deferred one runs after this call has returned.
+  job->changes.push_back(Change{std::move(change), mode == WriteMode::deferred, what, ok()});
+  std::size_t const mine = job->changes.size() - 1;
+  if (mode == WriteMode::deferred) {
+    ++job->deferred;
+    ++deferred_queued_;
+    ++deferred_total_;
+    return ok();
+  }
+  drive(job, lk);
+  return std::move(job->changes[mine].result);
 }
 
 // ---- claims -----------------------------------------------------------------------------------
@@ -361,32 +516,43 @@ Result<void> Registry::consume_claim(std::string_view action_id, std::string_vie
 Result<void> Registry::consume_claim_with(std::string_view action_id, std::string_view process_id,
                                           std::string_view execution_id,
                                           std::function<Result<void>(sql::Db&)> also) {
+  return claim_job(action_id, process_id, execution_id, std::move(also),
+                   [](sql::Db&) -> Result<void> { return ok(); });
+}
+
+Result<void> Registry::claim_job(std::string_view action_id, std::string_view process_id,
+                                 std::string_view execution_id, JobFn before, JobFn after) {
   if (action_id.empty() || process_id.empty() || execution_id.empty()) {
     return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
   }
   std::string const a{action_id}, p{process_id}, e{execution_id};
-  // One job: `also` and the claim share its savepoint, so a refusal by either undoes both.
+  // One job: `before`, the claim and `after` share its savepoint, so a refusal by any of them
+  // undoes all three.
   if (auto wr =
           write(Durability::full,
                 [&](sql::Db& db) -> Result<void> {
-                  if (auto r = also(db); !r) return r;
-                  sql::StmtLease q = CUSTOS_TRY(db.cached(
-                      "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-                  CUSTOS_TRYV(q->bind(1, std::string_view{a}));
-                  CUSTOS_TRYV(q->bind(2, std::string_view{p}));
-                  if (CUSTOS_TRY(q->step())) {
-                    return Error{Errc::registry_claim_consumed,
-                                 "action " + a + " / process " + p +
-                                     " was already consumed by execution " + q->text(0)};
+                  if (auto r = before(db); !r) return r;
+                  {
+                    // Scoped: `after` may lease the same cached statements.
+                    sql::StmtLease q = CUSTOS_TRY(db.cached(
+                        "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+                    CUSTOS_TRYV(q->bind(1, std::string_view{a}));
+                    CUSTOS_TRYV(q->bind(2, std::string_view{p}));
+                    if (CUSTOS_TRY(q->step())) {
+                      return Error{Errc::registry_claim_consumed,
+                                   "action " + a + " / process " + p +
+                                       " was already consumed by execution " + q->text(0)};
+                    }
+                    sql::StmtLease ins =
+                        CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
+                                             "execution_id, consumed_ns) VALUES (?,?,?,?)"));
+                    CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
+                    CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
+                    CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
+                    CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
+                    CUSTOS_TRYV(ins->run());
                   }
-                  sql::StmtLease ins =
-                      CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
-                                           "execution_id, consumed_ns) VALUES (?,?,?,?)"));
-                  CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
-                  CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
-                  CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
-                  CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
-                  return ins->run();
+                  return after(db);
                 });
       !wr)
     return std::move(wr).error();
@@ -399,12 +565,14 @@ Result<void> Registry::transact(Durability d, std::function<Result<void>(sql::Db
 }
 
 Result<void> Registry::read(std::function<Result<void>(sql::Db&)> fn) {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   return fn(db_);
 }
 
 Result<std::optional<Claim>> Registry::find_claim(std::string_view action_id,
                                                   std::string_view process_id) {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   sql::Stmt q = CUSTOS_TRY(db_.prepare(
       "SELECT execution_id, consumed_ns FROM claims WHERE action_id = ? AND process_id = ?"));
@@ -416,6 +584,7 @@ Result<std::optional<Claim>> Registry::find_claim(std::string_view action_id,
 }
 
 Result<std::vector<Claim>> Registry::orphan_claims() {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   sql::Stmt q = CUSTOS_TRY(db_.prepare(
       "SELECT c.action_id, c.process_id, c.execution_id, c.consumed_ns FROM claims c "
@@ -428,45 +597,60 @@ Result<std::vector<Claim>> Registry::orphan_claims() {
 
 // ---- records: writes --------------------------------------------------------------------------
 
-Result<void> Registry::create_execution(NewExecution const& ex) {
+Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex) {
+  {
+    sql::StmtLease q = CUSTOS_TRY(
+        db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+    CUSTOS_TRYV(q->bind(1, std::string_view{ex.action_id}));
+    CUSTOS_TRYV(q->bind(2, std::string_view{ex.process_id}));
+    if (!CUSTOS_TRY(q->step())) {
+      return Error{Errc::registry_not_found,
+                   "no consumed claim for action " + ex.action_id + " / process " + ex.process_id};
+    }
+    if (q->text(0) != ex.execution_id) {
+      return Error{Errc::registry_claim_consumed,
+                   "the claim of action " + ex.action_id + " belongs to execution " + q->text(0)};
+    }
+  }
+  if (auto existing = CUSTOS_TRY(select_record(db, ex.execution_id)); existing) {
+    return Error{Errc::registry_corrupt_record, "execution " + ex.execution_id + " exists"};
+  }
+  ExecutionRecord rec;
+  rec.execution_id = ex.execution_id;
+  rec.action_id = ex.action_id;
+  rec.process_id = ex.process_id;
+  rec.session_id = ex.session_id;
+  rec.plan_canonical = ex.plan_canonical;
+  rec.plan_digest = ex.plan_digest;
+  rec.backend = ex.backend;
+  rec.phase = core::Phase::authorized;
+  return store(db, rec);
+}
+
+Result<void> Registry::create_execution(NewExecution const& ex, WriteMode mode) {
   if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
     return Error{Errc::auth_digest_mismatch,
                  ex.execution_id + ": plan digest does not match the canonical plan bytes"};
   }
-  return write(options_.ownership_durability, [this, &ex](sql::Db& db) -> Result<void> {
-    {
-      sql::StmtLease q = CUSTOS_TRY(
-          db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-      CUSTOS_TRYV(q->bind(1, std::string_view{ex.action_id}));
-      CUSTOS_TRYV(q->bind(2, std::string_view{ex.process_id}));
-      if (!CUSTOS_TRY(q->step())) {
-        return Error{Errc::registry_not_found, "no consumed claim for action " + ex.action_id +
-                                                   " / process " + ex.process_id};
-      }
-      if (q->text(0) != ex.execution_id) {
-        return Error{Errc::registry_claim_consumed,
-                     "the claim of action " + ex.action_id + " belongs to execution " + q->text(0)};
-      }
-    }
-    if (auto existing = CUSTOS_TRY(select_record(db, ex.execution_id)); existing) {
-      return Error{Errc::registry_corrupt_record, "execution " + ex.execution_id + " exists"};
-    }
-    ExecutionRecord rec;
-    rec.execution_id = ex.execution_id;
-    rec.action_id = ex.action_id;
-    rec.process_id = ex.process_id;
-    rec.session_id = ex.session_id;
-    rec.plan_canonical = ex.plan_canonical;
-    rec.plan_digest = ex.plan_digest;
-    rec.backend = ex.backend;
-    rec.phase = core::Phase::authorized;
-    return store(db, rec);
-  });
+  if (mode == WriteMode::deferred) {
+    enqueue_deferred(options_.ownership_durability, ex.execution_id, "create_execution",
+                     [this, ex](sql::Db& db) { return create_record_job(db, ex); });
+    return ok();
+  }
+  return write(options_.ownership_durability,
+               [this, &ex](sql::Db& db) { return create_record_job(db, ex); });
 }
 
 Result<void> Registry::record_authorized(NewExecution const& ex) {
-  CUSTOS_TRYV(consume_claim(ex.action_id, ex.process_id, ex.execution_id));
-  return create_execution(ex);
+  if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
+    return Error{Errc::auth_digest_mismatch,
+                 ex.execution_id + ": plan digest does not match the canonical plan bytes"};
+  }
+  // The claim and its record in one job of a FULL transaction: one fsync instead of a FULL and
+  // a NORMAL commit, and the record is as durable as the claim.
+  return claim_job(
+      ex.action_id, ex.process_id, ex.execution_id, [](sql::Db&) -> Result<void> { return ok(); },
+      [this, &ex](sql::Db& db) { return create_record_job(db, ex); });
 }
 
 namespace {
@@ -492,8 +676,9 @@ Result<void> Registry::record_staged(std::string_view execution_id, Ownership co
   if (staged.state != OwnershipState::staged) {
     return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
   }
-  if (auto wr = modify(options_.ownership_durability, execution_id,
-                       [&](ExecutionRecord& rec) -> Result<void> {
+  // Always immediate: the barrier is released only after this returned.
+  if (auto wr = modify(options_.ownership_durability, WriteMode::now, execution_id, "record_staged",
+                       [staged, boundary](ExecutionRecord& rec) -> Result<void> {
                          if (rec.ownership.state == OwnershipState::legacy_unverified) {
                            return Error{Errc::registry_legacy_unverified,
                                         rec.execution_id + ": legacy ownership is never replaced"};
@@ -516,9 +701,9 @@ Result<void> Registry::record_staged(std::string_view execution_id, Ownership co
   return ok();
 }
 
-Result<void> Registry::record_committed(std::string_view execution_id) {
-  if (auto wr = modify(options_.ownership_durability, execution_id,
-                       [&](ExecutionRecord& rec) -> Result<void> {
+Result<void> Registry::record_committed(std::string_view execution_id, WriteMode mode) {
+  if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_committed",
+                       [](ExecutionRecord& rec) -> Result<void> {
                          if (rec.ownership.state == OwnershipState::legacy_unverified) {
                            return Error{
                                Errc::registry_legacy_unverified,
@@ -537,12 +722,13 @@ Result<void> Registry::record_committed(std::string_view execution_id) {
   return ok();
 }
 
-Result<void> Registry::record_phase(std::string_view execution_id, core::Phase phase) {
+Result<void> Registry::record_phase(std::string_view execution_id, core::Phase phase,
+                                    WriteMode mode) {
   if (phase == core::Phase::terminal) {
     return Error{Errc::registry_illegal_phase, "terminal is written by record_terminal only"};
   }
-  if (auto wr = modify(options_.ownership_durability, execution_id,
-                       [&](ExecutionRecord& rec) -> Result<void> {
+  if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_phase",
+                       [phase](ExecutionRecord& rec) -> Result<void> {
                          if (phase == core::Phase::running &&
                              rec.ownership.state != OwnershipState::committed) {
                            return illegal_step(rec, "running needs committed pidfs ownership");
@@ -556,29 +742,31 @@ Result<void> Registry::record_phase(std::string_view execution_id, core::Phase p
   return ok();
 }
 
-Result<void> Registry::record_trigger(std::string_view execution_id, core::Trigger trigger) {
-  return modify(
-      options_.ownership_durability, execution_id, [&](ExecutionRecord& rec) -> Result<void> {
-        if (rec.phase == core::Phase::terminal) {
-          return illegal_step(rec, "trigger after the terminal record");
-        }
-        if (rec.trigger && *rec.trigger != trigger) {
-          return illegal_step(rec, "a different trigger was accepted first (" +
-                                       std::string{core::trigger_wire(*rec.trigger)} + ")");
-        }
-        rec.trigger = trigger;
-        return ok();
-      });
+Result<void> Registry::record_trigger(std::string_view execution_id, core::Trigger trigger,
+                                      WriteMode mode) {
+  return modify(options_.ownership_durability, mode, execution_id, "record_trigger",
+                [trigger](ExecutionRecord& rec) -> Result<void> {
+                  if (rec.phase == core::Phase::terminal) {
+                    return illegal_step(rec, "trigger after the terminal record");
+                  }
+                  if (rec.trigger && *rec.trigger != trigger) {
+                    return illegal_step(rec, "a different trigger was accepted first (" +
+                                                 std::string{core::trigger_wire(*rec.trigger)} +
+                                                 ")");
+                  }
+                  rec.trigger = trigger;
+                  return ok();
+                });
 }
 
 Result<void> Registry::record_output(std::string_view execution_id, int stream_index,
-                                     core::StreamAccounting const& accounting) {
+                                     core::StreamAccounting const& accounting, WriteMode mode) {
   if (stream_index != 0 && stream_index != 1) {
     return Error{Errc::internal, "stream index must be 0 or 1"};
   }
   CUSTOS_TRYV(accounting.check());
-  return modify(options_.ownership_durability, execution_id,
-                [&](ExecutionRecord& rec) -> Result<void> {
+  return modify(options_.ownership_durability, mode, execution_id, "record_output",
+                [stream_index, accounting](ExecutionRecord& rec) -> Result<void> {
                   if (rec.phase == core::Phase::terminal) {
                     return illegal_step(rec, "accounting after the terminal record");
                   }
@@ -593,14 +781,15 @@ Result<void> Registry::record_output(std::string_view execution_id, int stream_i
 }
 
 Result<void> Registry::record_publication(std::string_view execution_id, int stream_index,
-                                          std::uint64_t published_bytes, bool done) {
+                                          std::uint64_t published_bytes, bool done,
+                                          WriteMode mode) {
   if (stream_index != 0 && stream_index != 1) {
     return Error{Errc::internal, "stream index must be 0 or 1"};
   }
   // Publication happens after the terminal record and never rewrites it: only the progress
   // columns change.
-  return modify(options_.ownership_durability, execution_id,
-                [&](ExecutionRecord& rec) -> Result<void> {
+  return modify(options_.ownership_durability, mode, execution_id, "record_publication",
+                [stream_index, published_bytes, done](ExecutionRecord& rec) -> Result<void> {
                   auto& s = stream_index == 0 ? rec.out : rec.err;
                   if (published_bytes < s.published_bytes || (s.publication_done && !done)) {
                     return Error{Errc::accounting_invariant,
@@ -619,8 +808,9 @@ Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBl
     return Error{Errc::registry_corrupt_record,
                  std::string{execution_id} + ": terminal digest does not match its bytes"};
   }
-  return modify(options_.terminal_durability, execution_id,
-                [&](ExecutionRecord& rec) -> Result<void> {
+  // Immediate: queued deferred writes are committed first, in this same transaction.
+  return modify(options_.terminal_durability, WriteMode::now, execution_id, "record_terminal",
+                [&t, via](ExecutionRecord& rec) -> Result<void> {
                   if (rec.phase == core::Phase::terminal) {
                     return illegal_step(rec, "a terminal record exists; exactly one is allowed");
                   }
@@ -638,7 +828,8 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
                  std::string{execution_id} + ": terminal digest does not match its bytes"};
   }
   return modify(
-      options_.terminal_durability, execution_id, [&](ExecutionRecord& rec) -> Result<void> {
+      options_.terminal_durability, WriteMode::now, execution_id, "record_recovered",
+      [&steps, &t, via](ExecutionRecord& rec) -> Result<void> {
         for (core::Phase const p : steps) {
           if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
           if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed) {
@@ -658,11 +849,13 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
 // ---- reads ------------------------------------------------------------------------------------
 
 Result<ExecutionRecord> Registry::get(std::string_view execution_id) {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   return load_trusted(db_, execution_id);
 }
 
 Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   std::string sql = "SELECT ";
   sql += detail::record_columns();
@@ -690,6 +883,7 @@ Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
 }
 
 Result<std::vector<ExecutionRecord>> Registry::non_terminal() {
+  CUSTOS_TRYV(settle_deferred());
   // Selected by SQL, so a registry with many finished executions does not load them all.
   std::lock_guard<std::mutex> g(db_mu_);
   std::string sql = "SELECT ";
@@ -708,6 +902,7 @@ Result<std::vector<ExecutionRecord>> Registry::non_terminal() {
 }
 
 Result<std::size_t> Registry::count_terminal() {
+  CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   auto n = CUSTOS_TRY(db_.query_int("SELECT count(*) FROM executions WHERE phase = 'terminal'"));
   return static_cast<std::size_t>(n.value_or(0));

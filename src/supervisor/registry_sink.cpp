@@ -1,9 +1,38 @@
 #include "custos/supervisor/registry_sink.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/identity.hpp"
 
 namespace custos::supervisor {
+
+RegistrySink::~RegistrySink() {
+  // The handler still queued on the loop (if any) must not touch this sink.
+  *flush_posted_ = false;
+  flush_posted_.reset();
+  (void)registry_->flush();
+}
+
+void RegistrySink::schedule_flush() {
+  if (loop_ == nullptr || *flush_posted_) return;
+  *flush_posted_ = true;
+  std::weak_ptr<bool> weak = flush_posted_;
+  registry::Registry* reg = registry_;
+  // Runs after the handler that queued the write (and every handler already queued): one
+  // transaction per loop turn for every execution's deferred writes. A failure is kept per
+  // execution by the registry and reported with that execution's terminal record.
+  boost::asio::post(*loop_, [weak, reg] {
+    auto posted = weak.lock();
+    if (!posted) return;
+    *posted = false;
+    (void)reg->flush();
+  });
+}
+
+Result<> RegistrySink::flush() {
+  return registry_->flush();
+}
 
 Result<> RegistrySink::record_authorized(std::string const& execution_id,
                                          core::ExecutionIdentity const& identity,
@@ -23,27 +52,43 @@ Result<> RegistrySink::record_staged(std::string const& execution_id,
 }
 
 Result<> RegistrySink::record_committed(std::string const& execution_id) {
-  return registry_->record_committed(execution_id);
+  auto r = registry_->record_committed(execution_id, deferrable());
+  schedule_flush();
+  return r;
 }
 
 Result<> RegistrySink::record_phase(std::string const& execution_id, core::Phase phase) {
-  return registry_->record_phase(execution_id, phase);
+  if (phase == core::Phase::running) {
+    // Immediate: it commits the committed slot queued just before it, in one transaction.
+    return registry_->record_phase(execution_id, phase, registry::WriteMode::now);
+  }
+  auto r = registry_->record_phase(execution_id, phase, deferrable());
+  schedule_flush();
+  return r;
 }
 
 Result<> RegistrySink::record_trigger(std::string const& execution_id, core::Trigger trigger) {
-  return registry_->record_trigger(execution_id, trigger);
+  return registry_->record_trigger(execution_id, trigger, registry::WriteMode::now);
 }
 
 Result<> RegistrySink::record_output(std::string const& execution_id, StreamId stream,
                                      core::StreamAccounting const& accounting) {
-  return registry_->record_output(execution_id, registry::stream_index(stream), accounting);
+  auto r = registry_->record_output(execution_id, registry::stream_index(stream), accounting,
+                                    deferrable());
+  schedule_flush();
+  return r;
 }
 
 Result<> RegistrySink::record_terminal(std::string const& execution_id,
                                        core::TerminalRecord const& record) {
   auto blob = registry::terminal_blob(record);
-  if (!blob) return blob.error();
-  return registry_->record_terminal(execution_id, *blob);
+  Result<> r = blob ? registry_->record_terminal(execution_id, *blob) : Result<>{blob.error()};
+  // Deferred writes of this execution were committed by now (ahead of the terminal record);
+  // a refusal among them is this execution's to report.
+  auto deferred = registry_->take_deferred_error(execution_id);
+  if (!r) return r;
+  if (deferred) return *deferred;
+  return ok();
 }
 
 }  // namespace custos::supervisor

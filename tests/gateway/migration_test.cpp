@@ -90,7 +90,7 @@ TEST(AuthorityMigration, FromV3KeepsClaimsAndAddsTheAuthorityTables) {
   auto migrated = registry::Registry::open(t.path() / "old");
   ASSERT_TRUE(migrated.has_value()) << migrated.error().message();
   EXPECT_EQ((*migrated)->opened_version(), 3);
-  EXPECT_EQ(registry::kSchemaVersion, 4);
+  EXPECT_GE(registry::kSchemaVersion, 4);
 
   auto fresh = registry::Registry::open(t.path() / "new");
   ASSERT_TRUE(fresh.has_value()) << fresh.error().message();
@@ -142,7 +142,7 @@ TEST(AuthorityMigration, FromV3KeepsClaimsAndAddsTheAuthorityTables) {
   migrated->reset();
   auto again = registry::Registry::open(t.path() / "old");
   ASSERT_TRUE(again.has_value()) << again.error().message();
-  EXPECT_EQ((*again)->opened_version(), 4);
+  EXPECT_EQ((*again)->opened_version(), registry::kSchemaVersion);
   RegistryDatabase rdb2(**again);
   AuthorityStore store2(rdb2);
   EXPECT_EQ(*store2.epoch(), 1U);

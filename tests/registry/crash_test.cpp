@@ -30,16 +30,32 @@ namespace {
 constexpr char const* kId = "ex-crash";
 constexpr char const* kAction = "act-crash";
 
+// How the "daemon" writes:
+//   immediate  every write committed before the call returns (a sink without an event loop);
+//   deferred   as supervisor::RegistrySink with a loop: starting, committed, stopping, exited,
+//              closed and the output accounting are queued and committed by the next immediate
+//              write or flush (the end of the loop turn), so a crash can hit with writes queued;
+//   gateway    the gateway's shape: the claim in its own FULL transaction, then the record.
+enum class Mode : std::uint8_t { immediate, deferred, gateway };
+
 // The daemon's launch path, step by step, as the supervisor drives it through the registry.
 // Runs in a forked child; every failure exits with a distinct code, success with 0 (a failpoint
 // SIGKILLs it somewhere on the way).
 [[noreturn]] void crashing_daemon(std::filesystem::path const& state, std::string const& point,
-                                  std::string const& cgroup_path, sys::Marker const& marker) {
+                                  std::string const& cgroup_path, sys::Marker const& marker,
+                                  Mode mode) {
   ::setenv(std::string{kFailpointEnv}.c_str(), point.c_str(), 1);
   auto reg = Registry::open(state);
   if (!reg) ::_exit(20);
   Registry& r = **reg;
-  if (!r.record_authorized(make_execution(kId, kAction))) ::_exit(21);
+  WriteMode const later = mode == Mode::deferred ? WriteMode::deferred : WriteMode::now;
+  if (mode == Mode::gateway) {
+    if (!r.consume_claim(kAction, "proc-1", kId)) ::_exit(21);
+    if (!r.create_execution(make_execution(kId, kAction))) ::_exit(21);
+  } else {
+    if (!r.record_authorized(make_execution(kId, kAction))) ::_exit(21);
+  }
+  if (!r.record_phase(kId, core::Phase::starting, later)) ::_exit(21);
   sys::UniqueFd cg;
   if (!cgroup_path.empty()) {
     cg.reset(::open(cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -57,7 +73,7 @@ constexpr char const* kAction = "act-crash";
   if (!r.record_staged(kId, staged_ownership(staged->identity()), b)) ::_exit(24);
   auto running = std::move(*staged).release();
   if (!running) ::_exit(25);
-  if (!r.record_committed(kId)) ::_exit(26);
+  if (!r.record_committed(kId, later)) ::_exit(26);
   if (!r.record_phase(kId, core::Phase::running)) ::_exit(27);
   // Let the shell fork its background child, so the tree holds two processes.
   for (int i = 0; i < 200; ++i) {
@@ -66,7 +82,7 @@ constexpr char const* kAction = "act-crash";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!r.record_trigger(kId, core::Trigger::user)) ::_exit(28);
-  if (!r.record_phase(kId, core::Phase::stopping)) ::_exit(29);
+  if (!r.record_phase(kId, core::Phase::stopping, later)) ::_exit(29);
   // Stop the tree as the supervisor does, then reap the root.
   if (!cgroup_path.empty()) {
     auto dir = sys::CgroupDir::open(cgroup_path);
@@ -80,8 +96,13 @@ constexpr char const* kAction = "act-crash";
   }
   auto st = running->pidfd().wait();
   if (!st) ::_exit(32);
-  if (!r.record_phase(kId, core::Phase::exited)) ::_exit(33);
-  if (!r.record_phase(kId, core::Phase::closed)) ::_exit(34);
+  if (!r.record_phase(kId, core::Phase::exited, later)) ::_exit(33);
+  // The loop turn that saw the exit ends: the queued writes are committed (the failpoint
+  // flush_with_writes_queued crashes right before).
+  if (!r.flush()) ::_exit(38);
+  if (!r.record_phase(kId, core::Phase::closed, later)) ::_exit(34);
+  core::StreamAccounting const none{};
+  if (!r.record_output(kId, 0, none, later) || !r.record_output(kId, 1, none, later)) ::_exit(39);
   auto term = core::make_terminal_record(
       core::ClassifyInput{core::ExitStatus::signaled(SIGKILL), false, core::Trigger::user,
                           core::Cleanup::confirmed, false, core::RecoveryPath::observed},
@@ -92,16 +113,21 @@ constexpr char const* kAction = "act-crash";
   auto blob = terminal_blob(*term);
   if (!blob) ::_exit(36);
   if (!r.record_terminal(kId, *blob)) ::_exit(37);
+  if (r.take_deferred_error(kId)) ::_exit(40);
   ::_exit(0);
 }
 
 struct CrashCase {
   std::string point;
   bool cgroup;
+  Mode mode = Mode::immediate;
 };
 
 std::string case_name(::testing::TestParamInfo<CrashCase> const& info) {
-  return info.param.point + (info.param.cgroup ? "_cgroup" : "_marker");
+  return info.param.point + (info.param.cgroup ? "_cgroup" : "_marker") +
+         (info.param.mode == Mode::deferred  ? "_deferred"
+          : info.param.mode == Mode::gateway ? "_gateway"
+                                             : "");
 }
 
 class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
@@ -164,7 +190,7 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
 
   pid_t const daemon = ::fork();
   ASSERT_GE(daemon, 0);
-  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker);
+  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode);
   int status = 0;
   ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
@@ -204,11 +230,25 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   CUSTOS_EXPECT_ERRC((*reg)->consume_claim(kAction, "proc-1", "ex-retry"),
                      Errc::registry_claim_consumed);
 
-  if (param.point == "after_claim") {
+  if (param.point == "after_claim" && param.mode == Mode::gateway) {
+    // The claim was committed alone: the record never was. The claim is an orphan, kept.
     EXPECT_TRUE(report->executions.empty());
     ASSERT_EQ(report->orphan_claims.size(), 1u);
     EXPECT_EQ(report->orphan_claims[0].execution_id, kId);
     EXPECT_TRUE(tree.empty());
+    return;
+  }
+  if (param.point == "after_claim") {
+    // Claim and record were one transaction: the record exists, nothing was ever staged.
+    EXPECT_TRUE(report->orphan_claims.empty());
+    EXPECT_TRUE(tree.empty());
+    ASSERT_EQ(report->executions.size(), 1u);
+    EXPECT_EQ(report->executions[0].classification, core::RecoveryPath::absent_without_terminal);
+    EXPECT_TRUE(report->executions[0].terminal_written);
+    auto rec = (*reg)->get(kId);
+    ASSERT_TRUE(rec && rec->terminal);
+    EXPECT_EQ(rec->terminal->classification, "recovery_indeterminate");
+    EXPECT_EQ(rec->ownership.state, OwnershipState::unassigned);
     return;
   }
 
@@ -221,8 +261,9 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
     // barrier closing and exited, or recovery found it alive and killed it.
     allowed = {core::RecoveryPath::live_owned, core::RecoveryPath::absent_without_terminal};
     classifications = {"cancelled", "recovery_indeterminate"};
-  } else if (param.point == "before_terminal") {
-    // The tree had been stopped and reaped; only the terminal record was lost.
+  } else if (param.point == "before_terminal" || param.point == "flush_with_writes_queued") {
+    // The tree had been stopped and reaped; only the terminal record (and, deferred, the
+    // queued phase writes) was lost.
     allowed = {core::RecoveryPath::absent_without_terminal};
     classifications = {"recovery_indeterminate"};
   } else {
@@ -263,12 +304,17 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
 
 std::vector<CrashCase> all_cases() {
   std::vector<CrashCase> out;
-  for (bool cg : {true, false}) {
-    for (char const* p : {"after_claim", "after_staged", "after_committed", "while_running",
-                          "while_stopping", "before_terminal"}) {
-      out.push_back(CrashCase{p, cg});
+  for (Mode mode : {Mode::immediate, Mode::deferred}) {
+    for (bool cg : {true, false}) {
+      for (char const* p : {"after_claim", "after_staged", "after_committed", "while_running",
+                            "while_stopping", "flush_with_writes_queued", "before_terminal"}) {
+        // Nothing is ever queued when every write is immediate: that flush is a no-op.
+        if (mode == Mode::immediate && std::string_view{p} == "flush_with_writes_queued") continue;
+        out.push_back(CrashCase{p, cg, mode});
+      }
     }
   }
+  out.push_back(CrashCase{"after_claim", false, Mode::gateway});
   return out;
 }
 

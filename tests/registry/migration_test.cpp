@@ -171,6 +171,41 @@ TEST(RegistryMigration, FromV1ThenReopenIsCurrent) {
             std::to_string(kSchemaVersion));
 }
 
+// v4 -> v5 drops the phase index. A v4 file is a current one with the index put back and the
+// version set to 4 (v5 changes nothing else); its records and claims survive the step.
+TEST(RegistryMigration, FromV4DropsThePhaseIndexAndKeepsRecords) {
+  TempDir t;
+  {
+    auto reg = Registry::open(t.state());
+    ASSERT_TRUE(reg) << reg.error().message();
+    CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution("ex-4", "act-4")));
+  }
+  raw_exec(t.db(),
+           "CREATE INDEX executions_by_phase ON executions (phase); "
+           "UPDATE meta SET value = '4' WHERE key = 'schema_version';");
+  auto index_count = [&] {
+    auto db = sql::Db::open(t.db().string(), false);
+    return db
+        ->query_int(
+            "SELECT count(*) FROM sqlite_master WHERE type='index' AND "
+            "name='executions_by_phase'")
+        ->value_or(-1);
+  };
+  EXPECT_EQ(index_count(), 1);
+  {
+    auto reg = Registry::open(t.state());
+    ASSERT_TRUE(reg) << reg.error().message();
+    EXPECT_EQ((*reg)->opened_version(), 4);
+    auto rec = (*reg)->get("ex-4");
+    ASSERT_TRUE(rec) << rec.error().message();
+    EXPECT_EQ(rec->phase, core::Phase::authorized);
+    EXPECT_TRUE((*reg)->quarantined()->empty());
+    CUSTOS_EXPECT_ERRC((*reg)->consume_claim("act-4", "proc-1", "ex-again"),
+                       Errc::registry_claim_consumed);
+  }
+  EXPECT_EQ(index_count(), 0);
+}
+
 TEST(RegistryMigration, FromV2KeepsStagedPidfsOwnership) {
   TempDir t;
   std::filesystem::create_directories(t.state());

@@ -26,12 +26,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "custos/core/cancellation.hpp"
 #include "custos/core/result.hpp"
+#include "custos/core/terminal.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/sys/pidfd.hpp"
 
@@ -100,5 +103,42 @@ struct RecoveryReport {
 // Errors: registry.* on a write failure.
 [[nodiscard]] Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
                                                 RecoveryOptions const& options = {});
+
+// The live_owned executions a keep_running restart left running, held by their recovered
+// pidfds so that exec.cancel can still end them (the ExecutionManager cannot adopt a process it
+// did not spawn: no pipes, no exit notification as parent). Single-threaded (the daemon's loop).
+//
+// Limit, stated plainly: nothing watches a kept execution. If it ends on its own, its record
+// stays non-terminal until exec.cancel (which then finds it gone and records how it ended, when
+// PIDFD_GET_INFO can still say) or the next daemon start (recovery: absent_without_terminal).
+class KeptExecutions {
+ public:
+  // Takes the pidfd of every live_owned entry of `report` that has no terminal record yet (the
+  // report's entries keep everything else). Empty for any other policy's report.
+  KeptExecutions(Registry& registry, RecoveryReport& report, RecoveryOptions options);
+
+  [[nodiscard]] bool contains(std::string_view execution_id) const;
+  [[nodiscard]] std::vector<std::string> ids() const;
+  [[nodiscard]] bool empty() const noexcept { return kept_.empty(); }
+
+  struct Cancelled {
+    bool accepted = false;                        // `trigger` became the first accepted trigger
+    core::Trigger trigger = core::Trigger::user;  // the first accepted trigger
+    core::TerminalRecord terminal;                // the one terminal record just written
+    core::Cleanup cleanup = core::Cleanup::unconfirmed;
+    std::string detail;
+  };
+  // Records `trigger` (unless the previous daemon recorded one first), kills the tree — the
+  // execution's cgroup (cgroup.kill, wait empty, rmdir), SIGKILL through the recovered pidfd,
+  // the final marker sweep — waits for it (bounded by RecoveryOptions::kill_timeout, on the
+  // caller's thread) and writes the one terminal record with recovery `live_owned`. The
+  // execution is no longer kept afterwards. Errors: exec.not_found (not kept here); registry.*.
+  [[nodiscard]] Result<Cancelled> cancel(std::string_view execution_id, core::Trigger trigger);
+
+ private:
+  Registry* registry_;
+  RecoveryOptions options_;
+  std::map<std::string, RecoveredExecution, std::less<>> kept_;
+};
 
 }  // namespace custos::registry

@@ -12,7 +12,9 @@
 //   - ownership slots unassigned -> staged -> committed (pidfs identity); legacy_unverified
 //     (pid/start time only) is kept and shown but refused for any process action;
 //   - every phase change is checked with core::is_legal_progression before it is written;
-//   - concurrent writers share transactions and fsyncs (group commit).
+//   - concurrent writers share transactions and fsyncs (group commit);
+//   - writes that gate nothing may be deferred (WriteMode::deferred): queued in order and
+//     committed with the next immediate write or flush(), one transaction for all of them.
 //
 // Thread safety: every public member may be called from any thread. Writes are queued and
 // committed in batches by whichever caller becomes the batch leader (no background thread, so a
@@ -25,6 +27,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,7 +53,8 @@ inline constexpr std::string_view kSchemaId = "custos-registry";
 //   3  artifact publication progress per stream, the quarantine table
 //   4  the gateway's authority tables: epoch, principals, grants, budgets, lease epochs,
 //      leases, authority uses (docs/authority.md "Storage")
-inline constexpr int kSchemaVersion = 4;
+//   5  the index on executions.phase is dropped (no query used it; each phase write paid a page)
+inline constexpr int kSchemaVersion = 5;
 
 // How hard a write is pushed to disk when its transaction commits (WAL mode):
 //   full    synchronous=FULL: the WAL is fsync'ed at commit; survives power loss.
@@ -58,6 +62,17 @@ inline constexpr int kSchemaVersion = 4;
 //           crash of the daemon process, not of the machine. The next FULL commit or checkpoint
 //           makes it durable, in order.
 enum class Durability : std::uint8_t { normal, full };
+
+// When a write is committed (docs/durability.md, "What each write must survive"):
+//   now       before the call returns (group commit with whatever else is queued).
+//   deferred  queued in order and committed by the next `now` write (in its transaction, ahead
+//             of it), by flush(), or when the Registry is destroyed. The call only checks what
+//             it can check without the database; a refusal found at commit is kept per
+//             execution for take_deferred_error(). A daemon crash loses queued writes: use it
+//             only for writes whose loss recovery handles (the record is then older than
+//             reality, which recovery never turns into success), and only with a caller that
+//             flushes promptly (RegistrySink: once per event-loop turn).
+enum class WriteMode : std::uint8_t { now, deferred };
 
 struct OpenOptions {
   // Create the state directory and database when missing.
@@ -181,6 +196,10 @@ struct ExecutionRecord {
 // Errors: registry.corrupt_record (checksum, digest, encoding), registry.illegal_phase
 // (a phase the record could not legally be in).
 [[nodiscard]] Result<void> validate_record(ExecutionRecord const& rec, bool deep = true);
+// validate_record without the two checks over the whole bytes (checksum, plan digest): for a
+// record the caller has just verified or sealed itself (the write path: loaded and verified,
+// changed, checksum recomputed from the very bytes that are stored).
+[[nodiscard]] Result<void> validate_record_content(ExecutionRecord const& rec, bool deep);
 
 struct Claim {
   std::string action_id;
@@ -207,9 +226,11 @@ struct ListFilter {
 
 // Counters of the write path, for benchmarks and doctor output.
 struct WriteStats {
-  std::uint64_t writes = 0;        // jobs committed or failed
-  std::uint64_t transactions = 0;  // transactions committed
-  std::uint64_t full_commits = 0;  // of which synchronous=FULL
+  std::uint64_t writes = 0;           // jobs committed or failed
+  std::uint64_t transactions = 0;     // transactions committed
+  std::uint64_t full_commits = 0;     // of which synchronous=FULL
+  std::uint64_t deferred = 0;         // of the writes, queued as WriteMode::deferred
+  std::uint64_t deferred_failed = 0;  // deferred writes refused at commit
 };
 
 class Registry {
@@ -248,10 +269,14 @@ class Registry {
   // ---- records --------------------------------------------------------------------------------
   // Creates the record in phase `authorized`. The claim must already be consumed for this
   // execution_id. Errors: registry.not_found (no claim for it), registry.corrupt_record (an
-  // execution with that id exists), registry.io.
-  [[nodiscard]] Result<void> create_execution(NewExecution const& ex);
-  // consume_claim + create_execution, as the launch path does them (two transactions: the claim
-  // is durable first; the failpoint after_claim sits between them).
+  // execution with that id exists), registry.io. Deferred: the digest is checked now, the rest
+  // at commit (record_staged of the same execution commits it, in its transaction, first).
+  [[nodiscard]] Result<void> create_execution(NewExecution const& ex,
+                                              WriteMode mode = WriteMode::now);
+  // consume_claim + create_execution as ONE synchronous=FULL job: the claim and its record are
+  // durable together (no orphan claim can come from this path; the gateway's path, claim with
+  // its authority use and then the record, still can). The failpoint after_claim fires after
+  // the commit. Errors: as consume_claim and create_execution; on any error neither is written.
   [[nodiscard]] Result<void> record_authorized(NewExecution const& ex);
 
   // Ownership unassigned -> staged with the child's pidfs identity (child waits at its barrier),
@@ -262,22 +287,32 @@ class Registry {
   [[nodiscard]] Result<void> record_staged(std::string_view execution_id, Ownership const& staged,
                                            BoundaryInfo const& boundary);
   // Ownership staged -> committed (same identity, exactly). Phase stays starting; the caller
-  // records `running` next.
-  [[nodiscard]] Result<void> record_committed(std::string_view execution_id);
+  // records `running` next (deferred committed + immediate running = one transaction).
+  // The write itself (never its order) may be deferred; the failpoints of these writes fire
+  // after the commit for `now` and right after queueing for `deferred` (a crash then loses the
+  // queued write: that is the case the deferred crash tests exercise).
+  [[nodiscard]] Result<void> record_committed(std::string_view execution_id,
+                                              WriteMode mode = WriteMode::now);
   // One phase step, checked with core::is_legal_progression. `running` and later phases need
   // committed ownership. Errors: registry.illegal_phase, registry.not_found, corrupt_record.
-  [[nodiscard]] Result<void> record_phase(std::string_view execution_id, core::Phase phase);
+  [[nodiscard]] Result<void> record_phase(std::string_view execution_id, core::Phase phase,
+                                          WriteMode mode = WriteMode::now);
   // The first accepted trigger; a second different trigger is refused (registry.illegal_phase).
-  [[nodiscard]] Result<void> record_trigger(std::string_view execution_id, core::Trigger trigger);
+  [[nodiscard]] Result<void> record_trigger(std::string_view execution_id, core::Trigger trigger,
+                                            WriteMode mode = WriteMode::now);
   // Output accounting of one stream (checked with StreamAccounting::check()).
   // `stream_index` 0 = stdout/pty, 1 = stderr.
   [[nodiscard]] Result<void> record_output(std::string_view execution_id, int stream_index,
-                                           core::StreamAccounting const& accounting);
+                                           core::StreamAccounting const& accounting,
+                                           WriteMode mode = WriteMode::now);
   // Artifact publication progress of one stream; never goes backwards.
   [[nodiscard]] Result<void> record_publication(std::string_view execution_id, int stream_index,
-                                                std::uint64_t published_bytes, bool done);
+                                                std::uint64_t published_bytes, bool done,
+                                                WriteMode mode = WriteMode::now);
   // The one terminal record; `via` is how it was reached (observed normally). Phase moves to
-  // terminal with core::is_legal_progression(from, terminal, via).
+  // terminal with core::is_legal_progression(from, terminal, via). Always immediate: every write
+  // deferred before it is committed in the same transaction, ahead of it, so when this returns
+  // the record and everything that led to it are in the WAL (tell waiters only after that).
   // Errors: registry.illegal_phase (already terminal, or not reachable), corrupt_record when the
   // digest does not match the bytes.
   [[nodiscard]] Result<void> record_terminal(std::string_view execution_id, TerminalBlob const& t,
@@ -306,6 +341,17 @@ class Registry {
 
   [[nodiscard]] WriteStats write_stats() const;
 
+  // ---- deferred writes ----------------------------------------------------------------------
+  // Commits every write deferred so far (one transaction per max_batch writes; nothing when
+  // none is queued). The failpoint `flush_with_writes_queued` fires first when writes are
+  // queued. Errors: registry.io when the transaction itself failed (each deferred write's own
+  // refusal goes to take_deferred_error instead).
+  [[nodiscard]] Result<void> flush();
+  // Deferred writes queued and not yet committed.
+  [[nodiscard]] std::size_t deferred_pending() const;
+  // The first refusal of a deferred write of this execution since the last call, if any.
+  [[nodiscard]] std::optional<Error> take_deferred_error(std::string_view execution_id);
+
   // ---- hooks for the gateway's authority tables (docs/authority.md "Storage") -------------------
   // `fn` as one job of the write queue: its own savepoint inside a BEGIN IMMEDIATE transaction,
   // committed with durability `d` (group commit applies). `fn` failing rolls back all it did.
@@ -321,22 +367,53 @@ class Registry {
                                                 std::function<Result<void>(sql::Db&)> also);
 
  private:
+  using JobFn = std::function<Result<void>(sql::Db&)>;
+  // One write to one execution record. Consecutive changes of the same record queued behind
+  // each other share one job: the record is loaded and verified once, each change is applied
+  // in order (a refused one is skipped, the others stay), and it is stored once.
+  struct Change {
+    std::function<Result<void>(ExecutionRecord&)> fn;
+    bool deferred = false;
+    char const* what = "";
+    Result<void> result = ok();
+  };
   struct Job {
-    std::function<Result<void>(sql::Db&)> fn;
+    JobFn fn;                     // a plain job (claims, creation, transact, flush marker)
+    std::vector<Change> changes;  // or a record job: the changes of `execution_id`
+    std::string execution_id;     // record job; deferred plain job: whose error it is
     Durability durability = Durability::normal;
     Result<void> result = ok();
     bool done = false;
+    std::size_t deferred = 0;  // deferred writes in this job: nobody waits for their results
+    char const* what = "";     // deferred plain job: which write, for the error message
+    bool counted = true;       // false for flush()'s empty marker job (not a write)
   };
 
   Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);
 
-  Result<void> write(Durability d, std::function<Result<void>(sql::Db&)> fn);
-  void run_batch(std::vector<Job*> const& batch);
+  Result<void> write(Durability d, JobFn fn);
+  // `before`, the one-use claim, `after`: one job of a synchronous=FULL transaction.
+  Result<void> claim_job(std::string_view action_id, std::string_view process_id,
+                         std::string_view execution_id, JobFn before, JobFn after);
+  // Inserts the record of `ex` (phase authorized) inside a job; its claim must exist.
+  Result<void> create_record_job(sql::Db& db, NewExecution const& ex);
+  void enqueue_deferred(Durability d, std::string execution_id, char const* what, JobFn fn);
+  // flush() when deferred writes are queued: called by every read first.
+  Result<void> settle_deferred();
+  // Runs batches until `job` is done (leading or waiting); `lk` holds queue_mu_.
+  void drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk);
+  void run_batch(std::vector<std::shared_ptr<Job>> const& batch);
+  // A record job inside the transaction: load + verify once, apply, store once.
+  Result<void> apply_changes(sql::Db& db, Job& job);
+  // Moves the refusals of the deferred writes of a finished job to deferred_errors_.
+  void keep_deferred_errors(Job const& job);
   Result<void> set_synchronous(Durability d);
   // Loads a record inside a write job, refusing quarantined ones.
   Result<ExecutionRecord> load_for_update(sql::Db& db, std::string_view execution_id);
   Result<void> store(sql::Db& db, ExecutionRecord& rec);
-  Result<void> modify(Durability d, std::string_view execution_id,
+  // Load, `change`, validate and store one record as one job. Deferred: queued (the change
+  // must own everything it uses) and ok() is returned at once.
+  Result<void> modify(Durability d, WriteMode mode, std::string_view execution_id, char const* what,
                       std::function<Result<void>(ExecutionRecord&)> change);
 
   std::filesystem::path state_dir_;
@@ -351,10 +428,15 @@ class Registry {
   std::optional<Durability> current_sync_;
   WriteStats stats_;
 
-  std::mutex queue_mu_;
+  // Guarded by queue_mu_ (mutable: deferred_pending() is const).
+  mutable std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<Job*> queue_;
+  std::deque<std::shared_ptr<Job>> queue_;
   bool leader_active_ = false;
+  std::size_t deferred_queued_ = 0;
+  std::uint64_t deferred_total_ = 0;
+  std::uint64_t deferred_failed_ = 0;
+  std::map<std::string, Error, std::less<>> deferred_errors_;
 };
 
 // The pid namespace inode of the calling process (/proc/self/ns/pid), 0 when unreadable.

@@ -1,8 +1,24 @@
 // RegistrySink: the OwnershipSink backed by the SQLite registry — the wiring the daemon passes
-// in ManagerConfig::sink. Each call is one registry write; the registry decides durability
-// (the claim is FULL-synced; ownership and phases survive a daemon crash) and fires its crash
-// failpoints (docs/durability.md).
+// in ManagerConfig::sink. The registry decides durability (the claim is FULL-synced; ownership
+// and phases survive a daemon crash) and fires its crash failpoints (docs/durability.md).
+//
+// With an event loop, writes that gate nothing are deferred and committed once per loop turn,
+// in one transaction shared by every execution (docs/durability.md, "Which writes wait"):
+//   record_authorized   claim + record, one synchronous=FULL transaction      now
+//   phase starting      deferred: record_staged commits it, in its transaction  deferred
+//   record_staged       before the barrier is released                         now
+//   record_committed    deferred: the `running` write right after commits it    deferred
+//   phase running       commits committed + running together                   now
+//   record_trigger      before the graceful signal (recovery classifies by it) now
+//   phases stopping, exited, closed; output accounting                         deferred
+//   record_terminal     commits everything queued before it, then returns, so
+//                       waiters learn the result only once it is in the WAL    now
+// Without a loop every write is immediate (one transaction each).
 #pragma once
+
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
 
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/ownership_sink.hpp"
@@ -11,11 +27,19 @@ namespace custos::supervisor {
 
 class RegistrySink final : public OwnershipSink {
  public:
-  // `registry` must outlive the sink (the daemon owns both).
-  explicit RegistrySink(registry::Registry& registry) noexcept : registry_(&registry) {}
+  // `registry` must outlive the sink (the daemon owns both). `loop`: the event loop the
+  // manager runs on; deferred writes are flushed by a handler posted to it (at most one
+  // pending at a time). Null: no write is deferred.
+  explicit RegistrySink(registry::Registry& registry,
+                        boost::asio::io_context* loop = nullptr) noexcept
+      : registry_(&registry), loop_(loop) {}
+  ~RegistrySink() override;
+  RegistrySink(RegistrySink const&) = delete;
+  RegistrySink& operator=(RegistrySink const&) = delete;
 
-  // consume_claim(action_id, process_id) + create the record (phase authorized). A claim that
-  // was ever consumed before is registry.claim_consumed: nothing is launched.
+  // consume_claim(action_id, process_id) + create the record (phase authorized), one FULL
+  // transaction. A claim that was ever consumed before is registry.claim_consumed: nothing is
+  // launched.
   [[nodiscard]] Result<> record_authorized(std::string const& execution_id,
                                            core::ExecutionIdentity const& identity,
                                            core::ExecutionPlan const& plan,
@@ -30,11 +54,25 @@ class RegistrySink final : public OwnershipSink {
                                         core::Trigger trigger) override;
   [[nodiscard]] Result<> record_output(std::string const& execution_id, StreamId stream,
                                        core::StreamAccounting const& accounting) override;
+  // Also reports (as its error) the first refusal of a deferred write of this execution; the
+  // terminal record itself is written either way.
   [[nodiscard]] Result<> record_terminal(std::string const& execution_id,
                                          core::TerminalRecord const& record) override;
 
+  // Commits whatever is deferred now (the posted handler does the same).
+  [[nodiscard]] Result<> flush();
+
  private:
+  [[nodiscard]] registry::WriteMode deferrable() const noexcept {
+    return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
+  }
+  // Posts one flush to the loop unless one is pending already.
+  void schedule_flush();
+
   registry::Registry* registry_;
+  boost::asio::io_context* loop_;
+  // Shared with the posted flush handler: it does nothing once the sink is gone.
+  std::shared_ptr<bool> flush_posted_ = std::make_shared<bool>(false);
 };
 
 }  // namespace custos::supervisor

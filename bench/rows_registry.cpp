@@ -1,0 +1,273 @@
+// The registry's rows (issue 4, docs/durability.md "Benchmark rows"):
+//   1. durable writes per execution, sequential, as multiples of one synchronous=FULL commit
+//      (registry::bench_durable_overhead measures its own floor in the same directory and run);
+//   2. the same with 16 concurrent launchers (group commit), informational;
+//   3. launch throughput with 16 executions in flight through an ExecutionManager whose sink is
+//      the registry (supervisor::RegistrySink on the manager's loop, as the daemon wires it),
+//      against the same manager configuration with a null sink, measured in the same run in
+//      alternating blocks: is the registry the bottleneck? Target >= 0.8.
+#include <boost/asio/io_context.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "custos/core/plan.hpp"
+#include "custos/registry/bench.hpp"
+#include "custos/registry/registry.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/registry_sink.hpp"
+
+#include "../tests/support/launch_permit_minter.hpp"
+#include "bench.hpp"
+
+namespace custos::bench {
+namespace {
+
+namespace fs = std::filesystem;
+namespace sup = custos::supervisor;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// One ExecutionManager on its own loop, cgroup subtree and directory; with a registry sink or
+// none. Everything it created is removed by the destructor.
+class Launcher {
+ public:
+  Launcher(Env const& env, std::string const& name, bool with_registry) {
+    if (!env.cgroup_root.empty()) {
+      std::string const sub = env.cgroup_root + "/" + name;
+      if (::mkdir(sub.c_str(), 0755) == 0) subtree_ = sub;
+    }
+    dir_ = fs::path(env.work_dir) / name;
+    std::error_code ec;
+    fs::create_directories(dir_ / "ws", ec);
+    if (with_registry) {
+      auto reg = registry::Registry::open(dir_ / "registry");
+      if (!reg) {
+        error_ = "registry: " + reg.error().message();
+      } else {
+        registry_ = std::move(*reg);
+        sink_ = std::make_unique<sup::RegistrySink>(*registry_, &io_);
+      }
+    }
+    sup::ManagerConfig cfg;
+    cfg.cgroup_subtree = subtree_;
+    cfg.boundary =
+        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
+    cfg.state_dir = dir_ / "state";
+    cfg.sink = sink_.get();
+    mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
+  }
+  Launcher(Launcher const&) = delete;
+  Launcher& operator=(Launcher const&) = delete;
+
+  ~Launcher() {
+    if (mgr_->live_count() > 0) {
+      bool done = false;
+      mgr_->shutdown(sup::ShutdownPolicy::cancel, 20s, [&] {
+        done = true;
+        io_.stop();
+      });
+      drive([&] { return done; }, 30s);
+    }
+    mgr_.reset();
+    // The posted flush (if any) runs here; then the sink and the registry close.
+    io_.restart();
+    (void)io_.poll();
+    sink_.reset();
+    registry_.reset();
+    if (!subtree_.empty()) {
+      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
+        ::usleep(1000);
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  [[nodiscard]] std::string const& error() const { return error_; }
+  [[nodiscard]] bool has_cgroup() const { return !subtree_.empty(); }
+  [[nodiscard]] registry::Registry* registry() const { return registry_.get(); }
+
+  Result<sup::StartResult> start(std::string const& program) {
+    sup::LaunchRequest r;
+    auto& id = r.identity;
+    id.project_id = "bench";
+    id.session_id = "bench";
+    id.run_id = "r1";
+    id.attempt_id = "a1";
+    id.turn_id = "t1";
+    id.action_id = "act-" + std::to_string(++seq_);
+    id.process_id = "proc-1";
+    id.workspace_id = "w1";
+    id.resource_id = "res1";
+    id.environment_id = "env1";
+    id.generation = 1;
+    id.revision = 1;
+    r.plan.command.executable = program;
+    r.plan.command.argv = {program};
+    r.plan.workspace.root = (dir_ / "ws").string();
+    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
+                                static_cast<std::uint32_t>(::getegid()), ::getpid()};
+    return sup::start_with_test_permit(*mgr_, std::move(r));
+  }
+
+  // `total` launches of `program` with `in_flight` kept running; launches per second, or
+  // nothing with `why` set.
+  std::optional<double> concurrent(std::string const& program, std::size_t in_flight_max,
+                                   std::size_t total, Clock::time_point deadline,
+                                   std::string& why) {
+    std::size_t started = 0, finished = 0, in_flight = 0;
+    bool failed = false;
+    auto const t0 = Clock::now();
+    while (finished < total && !failed && Clock::now() < deadline) {
+      while (in_flight < in_flight_max && started < total) {
+        auto r = start(program);
+        if (!r) {
+          why = "start failed: " + r.error().message();
+          failed = true;
+          break;
+        }
+        ++started;
+        ++in_flight;
+        mgr_->wait(r->execution_id, 10000ms, [&](Result<core::TerminalRecord> t) {
+          --in_flight;
+          ++finished;
+          if (!t || t->classification != core::Classification::exited) failed = true;
+          io_.stop();
+        });
+      }
+      drive(
+          [&] {
+            return (in_flight < in_flight_max && started < total) || failed || finished >= total;
+          },
+          10s);
+    }
+    double const secs = seconds_since(t0);
+    drive([&] { return in_flight == 0; }, 20s);
+    if (failed) {
+      if (why.empty()) why = "an execution did not end as exited";
+      return std::nullopt;
+    }
+    if (finished < total) {
+      why = "the run's time limit was reached";
+      return std::nullopt;
+    }
+    return static_cast<double>(finished) / secs;
+  }
+
+ private:
+  bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout) {
+    auto const deadline = Clock::now() + timeout;
+    while (!pred()) {
+      auto const now = Clock::now();
+      if (now >= deadline) return false;
+      io_.restart();
+      io_.run_for(std::min<Clock::duration>(20ms, deadline - now));
+    }
+    return true;
+  }
+
+  boost::asio::io_context io_;
+  std::string subtree_;
+  fs::path dir_;
+  std::string error_;
+  std::unique_ptr<registry::Registry> registry_;
+  std::unique_ptr<sup::RegistrySink> sink_;
+  std::unique_ptr<sup::ExecutionManager> mgr_;
+  std::uint64_t seq_ = 0;
+};
+
+Row concurrent_launch_row(Env const& env) {
+  Row row = unmeasured(
+      "registry: 16 concurrent launches through the registry sink vs the same manager with a "
+      "null sink",
+      "launches/s", "same manager, null sink (same run, alternating blocks)", std::nullopt, 0.8,
+      Better::higher, "");
+  Launcher with(env, "reg-with", true);
+  Launcher without(env, "reg-without", false);
+  if (!with.error().empty()) {
+    row.note = with.error();
+    return row;
+  }
+  if (!with.has_cgroup() || !without.has_cgroup()) {
+    row.note = "no writable cgroup v2 for the executions";
+    return row;
+  }
+  // Alternating blocks share the host's noise between both sides; the sums give launches/s
+  // over each side's whole measured time.
+  constexpr std::size_t kInFlight = 16;
+  std::size_t const per_block = kInFlight * (env.quick ? 10 : 30);
+  int const blocks = env.quick ? 2 : 4;
+  double secs_with = 0, secs_without = 0;
+  std::size_t n_with = 0, n_without = 0;
+  auto const before = with.registry()->write_stats();
+  for (int b = 0; b < blocks; ++b) {
+    std::string why;
+    for (int side = 0; side < 2; ++side) {
+      // Which side goes first alternates too.
+      bool const reg_side = (b + side) % 2 == 0;
+      Launcher& l = reg_side ? with : without;
+      auto rate = l.concurrent(env.noop_path, kInFlight, per_block, env.deadline, why);
+      if (!rate) {
+        row.note = std::string{reg_side ? "registry sink: " : "null sink: "} + why;
+        return row;
+      }
+      (reg_side ? secs_with : secs_without) += static_cast<double>(per_block) / *rate;
+      (reg_side ? n_with : n_without) += per_block;
+    }
+  }
+  auto const after = with.registry()->write_stats();
+  row.value = static_cast<double>(n_with) / secs_with;
+  row.floor_value = static_cast<double>(n_without) / secs_without;
+  row.note = std::to_string(n_with) + " launches each side; registry: " +
+             std::to_string(after.transactions - before.transactions) + " transactions (" +
+             std::to_string(after.full_commits - before.full_commits) + " FULL) for " +
+             std::to_string(after.writes - before.writes) + " writes";
+  return row;
+}
+
+}  // namespace
+
+std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
+  // registry::bench_durable_overhead measures its own FULL-commit floor in the same directory
+  // and run right before the product figures, so the ratio compares like with like
+  // (docs/durability.md "Benchmark rows").
+  std::size_t const n = env.quick ? 50 : 400;
+  auto r = registry::bench_durable_overhead(env.work_dir, n, 16);
+  Row seq{
+      "registry: durable writes per execution, sequential (claim+record FULL, then 4 NORMAL "
+      "transactions)",
+      "us",
+      std::nullopt,
+      "one SQLite WAL synchronous=FULL commit (same run)",
+      std::nullopt,
+      1.5,
+      Better::lower,
+      ""};
+  Row par{"registry: durable writes per execution, 16 concurrent launchers (group commit)",
+          "us",
+          std::nullopt,
+          "one SQLite WAL synchronous=FULL commit (same run)",
+          std::nullopt,
+          std::nullopt,
+          Better::lower,
+          ""};
+  if (!r) {
+    seq.note = par.note = r.error().message();
+  } else {
+    seq.value = r->sequential_us;
+    seq.floor_value = r->full_commit_us;
+    seq.note = std::to_string(r->executions) + " executions, median";
+    par.value = r->concurrent_us;
+    par.floor_value = r->full_commit_us;
+    par.note = std::to_string(r->concurrent_transactions) + " transactions and " +
+               std::to_string(r->concurrent_full_commits) + " fsyncs for " +
+               std::to_string(r->concurrent_writes) + " writes";
+  }
+  return {seq, par, concurrent_launch_row(env)};
+}
+
+}  // namespace custos::bench

@@ -1,0 +1,130 @@
+// A recovered live_owned execution stays controllable: the daemon is SIGKILLed by a failpoint
+// while its execution runs, restarts with the keep_running policy, leaves the tree running, and
+// exec.cancel then kills the whole tree through the execution's cgroup and recovered pidfd and
+// writes exactly one terminal record that says how it was reached (recovery live_owned).
+#include <fstream>
+#include <set>
+#include <string>
+#include <sys/syscall.h>
+
+#include "custos/registry/failpoint.hpp"
+
+#include "harness.hpp"
+
+namespace custos::e2e {
+namespace {
+
+// Every pid in the cgroup tree below `root` (recursively).
+std::set<pid_t> pids_below(fs::path const& root) {
+  std::set<pid_t> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path().filename() != "cgroup.procs") continue;
+    std::ifstream in(it->path());
+    pid_t pid = 0;
+    while (in >> pid) out.insert(pid);
+  }
+  return out;
+}
+
+TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
+  DaemonOptions o;
+  o.extra_args = {"--restart-policy", "keep_running"};
+  // Recovery's and exec.cancel's writes fire no failpoint, so the restarted daemon (same
+  // environment) is not stopped by it; it launches nothing new here.
+  o.env = {"CUSTOS_FAILPOINT=while_running"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+
+  {
+    // The daemon dies inside exec.start, right after `running` reached the registry.
+    auto c = d.client();
+    auto r = c.call(1, "exec.start",
+                    start_params({"/bin/sh", "-c", "sleep 1000 & exec sleep 1000"}), 5000ms);
+    EXPECT_FALSE(r && r->contains("result")) << json::serialize(*r);
+  }
+  auto status = d.wait_exit(30s);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
+
+  // The tree the crash left behind, held by pidfd (the shell forks its background sleep).
+  std::set<pid_t> pids;
+  for (int i = 0; i < 200 && pids.size() < 2; ++i) {
+    pids = pids_below(d.cgroup());
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(pids.size(), 2U) << "the execution's tree: a shell and its background sleep";
+  std::vector<int> tree;
+  for (pid_t p : pids) {
+    int fd = pidfd_open(p);
+    ASSERT_GE(fd, 0) << p;
+    tree.push_back(fd);
+  }
+
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto h = c.call(2, "host.info");
+  ASSERT_TRUE(h && h->contains("result"));
+  auto const& kept = h->at("result").at("registry").at("kept_running").as_array();
+  ASSERT_EQ(kept.size(), 1U) << json::serialize(h->at("result").at("registry"));
+  std::string const id{kept[0].as_string()};
+  std::this_thread::sleep_for(200ms);
+  for (int fd : tree) EXPECT_TRUE(pid_alive(fd)) << "keep_running must leave the tree running";
+
+  // Not terminal yet: exec.wait cannot wait for it (the manager does not hold it).
+  auto g = c.call(3, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+  EXPECT_EQ(g->at("result").at("phase").as_string(), "running") << json::serialize(*g);
+
+  auto x = c.call(4, "exec.cancel", {{"execution_id", id}}, 20000ms);
+  ASSERT_TRUE(x && x->contains("result")) << (x ? json::serialize(*x) : "no reply");
+  EXPECT_TRUE(x->at("result").at("accepted").as_bool());
+  EXPECT_EQ(x->at("result").at("trigger").as_string(), "user");
+
+  // Zero survivors: every process of the tree ended, the execution's cgroup is gone.
+  for (int fd : tree) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 5000), 1) << "a process of the recovered tree survived exec.cancel";
+    ::close(fd);
+  }
+  EXPECT_TRUE(pids_below(d.cgroup()).empty());
+
+  // Exactly one terminal record, reached through recovery.
+  auto rec = c.call(5, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(rec && rec->contains("result")) << (rec ? json::serialize(*rec) : "");
+  auto const& r = rec->at("result").as_object();
+  EXPECT_EQ(r.at("phase").as_string(), "terminal");
+  auto const& t = r.at("terminal").as_object();
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  EXPECT_EQ(t.at("trigger").as_string(), "user") << json::serialize(t);
+  auto w = c.call(6, "exec.wait", {{"execution_id", id}, {"timeout_ms", 1000}});
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "");
+  EXPECT_EQ(w->at("result").at("classification").as_string(), "cancelled");
+
+  // No longer kept: a second cancel cannot produce a second terminal record.
+  auto again = c.call(7, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->contains("result") && again->at("result").at("accepted").as_bool())
+      << json::serialize(*again);
+  auto rec2 = c.call(8, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(rec2 && rec2->contains("result"));
+  EXPECT_EQ(json::serialize(rec2->at("result").at("terminal")), json::serialize(r.at("terminal")));
+
+  // And a later restart finds nothing left to recover.
+  ASSERT_TRUE(d.signal(SIGTERM));
+  ASSERT_TRUE(d.wait_exit(30s));
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c2 = d.client();
+  auto h2 = c2.call(9, "host.info");
+  ASSERT_TRUE(h2 && h2->contains("result"));
+  EXPECT_TRUE(h2->at("result").at("registry").at("kept_running").as_array().empty());
+}
+
+}  // namespace
+}  // namespace custos::e2e

@@ -1,0 +1,200 @@
+// Deferred writes (WriteMode::deferred): queued in order, committed with the next immediate
+// write or flush() in one transaction, refusals kept per execution, lost on a crash (and then
+// handled by recovery; tests/registry/crash_test.cpp crashes with writes queued).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "custos/registry/recovery.hpp"
+
+#include "helpers.hpp"
+
+namespace custos::registry::test {
+namespace {
+
+std::unique_ptr<Registry> open_ok(TempDir const& t) {
+  auto r = Registry::open(t.state());
+  EXPECT_TRUE(r) << (r ? "" : r.error().message());
+  return r ? std::move(*r) : nullptr;
+}
+
+// The phase as stored in the file, read through a second connection (the registry holds the
+// file in exclusive locking mode, so only after it is closed) — or, while it is open, what a
+// crash would leave: see ForkedCrashLosesOnlyTheQueuedWrites.
+std::string stored_phase(TempDir const& t, std::string const& id) {
+  auto db = sql::Db::open(t.db().string(), false);
+  if (!db) return "<open: " + db.error().message() + ">";
+  auto v = db->query_text("SELECT phase FROM executions WHERE execution_id = '" + id + "'");
+  return v && *v ? **v : "<none>";
+}
+
+void staged_running(Registry& reg, std::string const& id) {
+  CUSTOS_ASSERT_OK(reg.record_authorized(make_execution(id, "act-" + id)));
+  CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::starting, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(
+      reg.record_staged(id, fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(reg.record_committed(id, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::running));
+}
+
+TEST(RegistryDeferred, RideInTheNextImmediateTransactionAheadOfIt) {
+  TempDir t;
+  auto reg = open_ok(t);
+  auto const before = reg->write_stats();
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::starting, WriteMode::deferred));
+  EXPECT_EQ(reg->deferred_pending(), 1u);
+  // staged needs the phase starting or authorized; committed after it needs staged: both are
+  // legal only because the queued writes run first, in order.
+  CUSTOS_ASSERT_OK(
+      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+  CUSTOS_ASSERT_OK(reg->record_committed("ex-1", WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::running));
+  auto const after = reg->write_stats();
+  // claim+record, starting+staged, committed+running: three transactions for five writes.
+  EXPECT_EQ(after.transactions - before.transactions, 3u);
+  EXPECT_EQ(after.writes - before.writes, 5u);
+  EXPECT_EQ(after.deferred - before.deferred, 2u);
+  EXPECT_EQ(after.full_commits - before.full_commits, 1u);
+  auto rec = reg->get("ex-1");
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->phase, core::Phase::running);
+  EXPECT_EQ(rec->ownership.state, OwnershipState::committed);
+}
+
+TEST(RegistryDeferred, ReadsSeeQueuedWritesAndFlushCommitsThemOnce) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  staged_running(*reg, "ex-2");
+  auto const before = reg->write_stats();
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-2", core::Phase::exited, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_output("ex-2", 0, {5, 5, 0, true}, WriteMode::deferred));
+  EXPECT_EQ(reg->deferred_pending(), 3u);
+  EXPECT_EQ(reg->write_stats().transactions, before.transactions);  // nothing committed yet
+  // A read settles the queue first: it sees what the registry accepted.
+  auto rec = reg->get("ex-2");
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->phase, core::Phase::exited);
+  EXPECT_EQ(rec->out.accounting.observed, 5u);
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+  auto const after = reg->write_stats();
+  EXPECT_EQ(after.transactions - before.transactions, 1u);  // all three, both executions
+  EXPECT_EQ(after.writes - before.writes, 3u);              // the flush marker is no write
+  // Nothing queued: flush is free.
+  CUSTOS_ASSERT_OK(reg->flush());
+  EXPECT_EQ(reg->write_stats().transactions, after.transactions);
+}
+
+TEST(RegistryDeferred, RefusalIsKeptPerExecutionAndSparesItsNeighbours) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  staged_running(*reg, "ex-2");
+  // Illegal for ex-1 (running -> closed skips exited); only the database can tell, at commit.
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::closed, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-2", core::Phase::exited, WriteMode::deferred));
+  // What needs no database is refused at once, deferred or not.
+  CUSTOS_EXPECT_ERRC(reg->record_output("ex-2", 0, {5, 1, 0, true}, WriteMode::deferred),
+                     Errc::accounting_invariant);
+  CUSTOS_ASSERT_OK(reg->flush());
+  auto e1 = reg->take_deferred_error("ex-1");
+  ASSERT_TRUE(e1);
+  EXPECT_EQ(e1->code, Errc::registry_illegal_phase);
+  EXPECT_NE(e1->context.find("deferred record_phase"), std::string::npos) << e1->context;
+  EXPECT_FALSE(reg->take_deferred_error("ex-1"));  // taken once
+  EXPECT_FALSE(reg->take_deferred_error("ex-2"));
+  EXPECT_EQ(reg->get("ex-1")->phase, core::Phase::running);
+  EXPECT_EQ(reg->get("ex-2")->phase, core::Phase::exited);
+  EXPECT_EQ(reg->write_stats().deferred_failed, 1u);
+}
+
+TEST(RegistryDeferred, WritesOfOneRecordShareALoadButAreRefusedOneByOne) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  auto const before = reg->write_stats();
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  // Illegal after exited: skipped alone; the writes around it stay.
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::stopping, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_output("ex-1", 1, {3, 3, 0, true}, WriteMode::deferred));
+  // An immediate write joins them and gets its own result.
+  CUSTOS_EXPECT_ERRC(reg->record_phase("ex-1", core::Phase::running), Errc::registry_illegal_phase);
+  auto const after = reg->write_stats();
+  EXPECT_EQ(after.transactions - before.transactions, 1u);
+  EXPECT_EQ(after.writes - before.writes, 4u);
+  auto rec = reg->get("ex-1");
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->phase, core::Phase::exited);
+  EXPECT_EQ(rec->err.accounting.observed, 3u);
+  auto e = reg->take_deferred_error("ex-1");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, Errc::registry_illegal_phase);
+  EXPECT_EQ(reg->write_stats().deferred_failed, 1u);
+}
+
+TEST(RegistryDeferred, TerminalCommitsQueuedWritesFirstInItsTransaction) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  auto const before = reg->write_stats();
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::closed, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_output("ex-1", 0, {7, 7, 0, true}, WriteMode::deferred));
+  // Legal only after exited and closed were applied: the queue runs ahead of the terminal.
+  CUSTOS_ASSERT_OK(reg->record_terminal("ex-1", fake_terminal()));
+  EXPECT_EQ(reg->write_stats().transactions - before.transactions, 1u);
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+  reg.reset();
+  EXPECT_EQ(stored_phase(t, "ex-1"), "terminal");
+}
+
+TEST(RegistryDeferred, ClosingTheRegistryCommitsWhatIsQueued) {
+  TempDir t;
+  {
+    auto reg = open_ok(t);
+    staged_running(*reg, "ex-1");
+    CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  }
+  EXPECT_EQ(stored_phase(t, "ex-1"), "exited");
+}
+
+TEST(RegistryDeferred, ForkedCrashLosesOnlyTheQueuedWrites) {
+  TempDir t;
+  {
+    auto reg = open_ok(t);
+    staged_running(*reg, "ex-1");
+  }
+  pid_t const child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto reg = Registry::open(t.state());
+    if (!reg) ::_exit(2);
+    if (!(*reg)->record_phase("ex-1", core::Phase::exited, WriteMode::deferred)) ::_exit(3);
+    if ((*reg)->deferred_pending() != 1) ::_exit(4);
+    ::_exit(0);  // like a crash: no destructor, no flush
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The record is older than reality (running), never newer, never corrupt.
+  EXPECT_EQ(stored_phase(t, "ex-1"), "running");
+  auto reg = open_ok(t);
+  EXPECT_TRUE(reg->quarantined()->empty());
+  // Recovery ends it exactly once: the fabricated pid names no process of ours.
+  RecoveryOptions o;
+  o.boot_id = "01234567-89ab-cdef-0123-456789abcdef";
+  o.marker_sweep = false;
+  auto report = recover(*reg, o);
+  ASSERT_TRUE(report) << report.error().message();
+  ASSERT_EQ(report->executions.size(), 1u);
+  EXPECT_NE(report->executions[0].classification, core::RecoveryPath::live_owned);
+  EXPECT_TRUE(report->executions[0].terminal_written);
+  EXPECT_EQ(reg->get("ex-1")->terminal->classification, "recovery_indeterminate");
+}
+
+}  // namespace
+}  // namespace custos::registry::test

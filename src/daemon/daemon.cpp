@@ -405,7 +405,7 @@ class Daemon {
     signals_.add(SIGHUP);
     signals_.add(SIGCHLD);
     // A client that disappears mid-write must not kill the daemon.
-    std::signal(SIGPIPE, SIG_IGN);
+    (void)std::signal(SIGPIPE, SIG_IGN);
     wait_signal();
     return ok();
   }

@@ -148,7 +148,7 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
   // building or forwarding the response (bad_alloc while serializing, a throwing continuation)
   // becomes internal.error for this call instead of unwinding through io_context::run().
   Reply reply = [once, done = std::move(done), reply_id, is_notification,
-                 this](Result<json::value> r) {
+                 this](Result<json::value> const& r) {
     if (*once) return;
     *once = true;
     auto respond_later = [&](Result<json::value> const& res) {

@@ -16,7 +16,7 @@ void register_host_methods(Dispatcher& d,
 
 void register_introspection(Dispatcher& d) {
   d.add("rpc.methods", Access::any,
-        [&d](std::shared_ptr<Session> const&, json::object const&, Reply reply) {
+        [&d](std::shared_ptr<Session> const&, json::object const&, Reply const& reply) {
           auto names = d.method_names();
           std::sort(names.begin(), names.end());
           json::array out;

@@ -91,7 +91,7 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     if (inner() != nullptr) r = inner()->record_terminal(execution_id, record);
     // Settled even when the record write failed: the budget follows what happened to the
     // process, not whether its record reached the disk.
-    auto const settled = g_->store_->settle(execution_id, record);
+    auto settled = g_->store_->settle(execution_id, record);
     g_->on_terminal(execution_id, record);
     if (!r) return r;
     return settled;

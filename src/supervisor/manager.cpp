@@ -150,8 +150,8 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit 
     return Error(Errc::auth_denied, "the launch permit's execution id is empty or already used");
   }
   // Spent here: the permit is a local by value, and its id moves into the execution.
-  LaunchPermit spent = std::move(permit);
-  std::string const id = spent.execution_id();
+  LaunchPermit const spent = std::move(permit);
+  std::string const& id = spent.execution_id();
 
   PlanView view = view_plan(request.plan);
   auto sup = std::make_shared<Supervisor>(*this, id, std::move(request), std::move(view),

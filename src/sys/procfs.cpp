@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -507,8 +508,31 @@ Result<MarkerSweepResult> marker_sweep(Marker const& marker, MarkerSweepOptions 
   return std::move(many[0]);
 }
 
+namespace {
+
+bool read_proc_hides_processes(std::string const& proc_root) {
+  if (auto root = open_dir_path("/")) {
+    if (auto mi = read_file_at(*root, "proc/self/mountinfo", std::size_t{4} * 1024 * 1024)) {
+      return proc_hides_processes(*mi, proc_root);
+    }
+  }
+  return false;
+}
+
+Result<std::vector<MarkerSweepResult>> sweep_many(std::span<MarkerSweepTarget const> targets,
+                                                  MarkerSweepOptions const& options, bool hides);
+
+}  // namespace
+
 Result<std::vector<MarkerSweepResult>> marker_sweep_many(std::span<MarkerSweepTarget const> targets,
                                                          MarkerSweepOptions const& options) {
+  return sweep_many(targets, options, read_proc_hides_processes(options.proc_root));
+}
+
+namespace {
+
+Result<std::vector<MarkerSweepResult>> sweep_many(std::span<MarkerSweepTarget const> targets,
+                                                  MarkerSweepOptions const& options, bool hides) {
   std::uint64_t const ns = CUSTOS_TRY(expected_ns(options.pid_ns_inode, options.proc_root));
   bool const can_signal = proc_root_is_ours(options.proc_root);
   std::vector<MarkerSweepResult> results(targets.size());
@@ -517,12 +541,6 @@ Result<std::vector<MarkerSweepResult>> marker_sweep_many(std::span<MarkerSweepTa
   scan_targets.reserve(targets.size());
   for (auto const& t : targets) {
     scan_targets.push_back(ScanTarget{marker_needle(t.marker), t.not_before_ticks});
-  }
-  bool hides = false;
-  if (auto root = open_dir_path("/")) {
-    if (auto mi = read_file_at(*root, "proc/self/mountinfo", std::size_t{4} * 1024 * 1024)) {
-      hides = proc_hides_processes(*mi, options.proc_root);
-    }
   }
   for (auto& r : results) r.proc_hides_processes = hides;
 
@@ -577,6 +595,8 @@ Result<std::vector<MarkerSweepResult>> marker_sweep_many(std::span<MarkerSweepTa
   }
   return results;
 }
+
+}  // namespace
 
 // ---- ProcStartCache ------------------------------------------------------------------------
 
@@ -637,7 +657,7 @@ void MarkerSweeper::run_pending() {
     std::vector<MarkerSweepTarget> targets;
     targets.reserve(batch.size());
     for (auto const& r : batch) targets.push_back(r.target);
-    auto results = marker_sweep_many(targets, options_);
+    auto results = sweep_many(targets, options_, proc_hides_processes_now());
     {
       std::lock_guard const lock(mu_);
       ++stats_.sweeps;
@@ -653,6 +673,37 @@ void MarkerSweeper::run_pending() {
       }
     }
   }
+}
+
+bool MarkerSweeper::proc_hides_processes_now() {
+  if (!mountinfo_.valid()) {
+    mountinfo_.reset(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
+    hides_.reset();
+    if (!mountinfo_.valid()) return read_proc_hides_processes(options_.proc_root);
+  }
+  if (hides_) {
+    // The file reports POLLPRI|POLLERR once after each change of the mount table since the
+    // last poll (and since open): only then can the answer differ.
+    pollfd p{mountinfo_.get(), POLLPRI, 0};
+    int const n = ::poll(&p, 1, 0);
+    if (n == 0 || (n > 0 && (p.revents & (POLLPRI | POLLERR)) == 0)) return *hides_;
+  }
+  hides_.reset();
+  if (::lseek(mountinfo_.get(), 0, SEEK_SET) != 0)
+    return read_proc_hides_processes(options_.proc_root);
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    ssize_t const n = ::read(mountinfo_.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return read_proc_hides_processes(options_.proc_root);
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > std::size_t{4} * 1024 * 1024)
+      return read_proc_hides_processes(options_.proc_root);
+  }
+  hides_ = proc_hides_processes(text, options_.proc_root);
+  return *hides_;
 }
 
 MarkerSweeper::Stats MarkerSweeper::stats() const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <grp.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <thread>
@@ -619,6 +620,45 @@ TEST_F(MarkerTest, SweeperBatchesQueuedRequests) {
   EXPECT_TRUE(sweeper.enqueue({MarkerSweepTarget{live, t}, nullptr}));
   sweeper.run_pending();
   EXPECT_EQ(sweeper.stats().sweeps, 2u);
+}
+
+// The sweeper reads the mount table only when it changed; a remount of its proc root with
+// hidepid must still be noticed by the very next sweep.
+TEST_F(MarkerTest, SweeperNoticesARemountThatHidesProcesses) {
+  TempDir dir;
+  std::string const root = dir.path();
+  if (::mount("proc", root.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    GTEST_SKIP() << "cannot mount a proc instance: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } const unmount{root};
+  MarkerSweepOptions o;
+  o.proc_root = root;
+  MarkerSweeper sweeper(o);
+  auto sweep = [&] {
+    std::optional<Result<MarkerSweepResult>> got;
+    // A fresh marker, dated now: nothing can carry it, nothing older is read.
+    MarkerSweepTarget t{Marker::generate().value(),
+                        read_start_time(static_cast<std::int32_t>(::getpid())).value()};
+    (void)sweeper.enqueue({t, [&got](Result<MarkerSweepResult> r) { got = std::move(r); }});
+    sweeper.run_pending();
+    EXPECT_TRUE(got && *got);
+    return got && *got ? (*got)->proc_hides_processes : false;
+  };
+  EXPECT_FALSE(sweep());
+  EXPECT_FALSE(sweep()) << "unchanged table, cached answer";
+  ASSERT_EQ(::mount(nullptr, root.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "hidepid=invisible"),
+            0)
+      << std::strerror(errno);
+  EXPECT_TRUE(sweep()) << "the remount was noticed";
+  ASSERT_EQ(::mount(nullptr, root.c_str(), nullptr, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "hidepid=0"),
+            0)
+      << std::strerror(errno);
+  EXPECT_FALSE(sweep());
 }
 
 }  // namespace

@@ -266,7 +266,14 @@ class MarkerSweeper {
   [[nodiscard]] Stats stats() const;
 
  private:
+  // Whether the proc mount hides processes (hidepid), from /proc/self/mountinfo, re-read only
+  // when poll() on that file reports a change of the mount table (POLLPRI: any mount, unmount
+  // or remount in our namespace) instead of formatting the whole table on every sweep.
+  [[nodiscard]] bool proc_hides_processes_now();
+
   MarkerSweepOptions options_;
+  UniqueFd mountinfo_;         // only the thread inside run_pending() touches it
+  std::optional<bool> hides_;  // likewise; nullopt: read the table at the next sweep
   mutable std::mutex mu_;
   std::vector<Request> queue_;  // guarded by mu_
   bool scheduled_ = false;      // guarded by mu_: a run_pending() is due or running

@@ -429,13 +429,18 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           std::string const sid = *sub_id;
           // Slow-subscriber policy (docs/api.md): an event the connection cannot queue is dropped
           // and counted; the next delivered event carries `dropped` (and the seq gap shows it).
+          // The terminal event is always queued (notify_final), so that "next delivered event"
+          // exists even for a subscriber that read nothing until the end.
           auto sink = [weak, state, sid](supervisor::Event const& ev) -> bool {
             auto session = weak.lock();
             if (!session || session->closed() || state->removed) return false;
             json::object params = ev.to_json();
             params["subscription"] = sid;
             if (state->dropped != 0) params["dropped"] = state->dropped;
-            if (session->notify("exec.event", std::move(params))) {
+            bool const queued = ev.kind == "terminal"
+                                    ? session->notify_final("exec.event", std::move(params))
+                                    : session->notify("exec.event", std::move(params));
+            if (queued) {
               state->dropped = 0;
             } else {
               ++state->dropped;

@@ -139,6 +139,13 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     return true;
   }
 
+  bool notify_final(std::string_view method, json::object params) override {
+    if (closed_ || closing_) return false;
+    ++server_->stats.events_sent;
+    enqueue(json::serialize(notification(method, std::move(params))));
+    return true;
+  }
+
   Result<std::string> add_subscription(std::function<void()> on_remove) override {
     if (closed_) return Error{Errc::rpc_unavailable, "connection closed"};
     if (subscriptions_.size() >= server_->limits.max_subscriptions_per_connection) {

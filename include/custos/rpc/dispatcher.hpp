@@ -28,6 +28,14 @@ class Session {
   // Queues a notification. Returns false when it was dropped because the connection's event
   // budget is exhausted (the client is not reading); the caller does the accounting.
   virtual bool notify(std::string_view method, boost::json::object params) = 0;
+  // As notify(), for the one event that ends a subscription (the terminal exec.event): queued
+  // even beyond the event budget, so a subscriber that fell behind still learns that the stream
+  // ended and, through its `dropped` and seq gap, what it lost. Bounded: one per subscription,
+  // at most max_subscriptions_per_connection per connection. Returns false only when the
+  // connection is closed. The default forwards to notify().
+  virtual bool notify_final(std::string_view method, boost::json::object params) {
+    return notify(method, std::move(params));
+  }
   // Registers a subscription owned by this connection; `on_remove` runs exactly once, on
   // remove_subscription or when the connection closes. Fails with rpc.subscription_limit.
   [[nodiscard]] virtual Result<std::string> add_subscription(std::function<void()> on_remove) = 0;

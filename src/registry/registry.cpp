@@ -1,12 +1,14 @@
 // Registry: open/lock/schema, group-committed writes, claims, records, quarantine.
 #include "custos/registry/registry.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 #include "custos/registry/failpoint.hpp"
 
@@ -57,6 +59,38 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
     return io_error("write " + path.string(), errno);
   }
   return fd;
+}
+
+// Extends <db>-wal to `bytes` with written zeros (never touching what is already there: after
+// a crash those are the frames the next open replays). SQLite's WAL then never grows in normal
+// operation — it restarts from its beginning after each checkpoint, well inside this size — so
+// a synchronous=FULL commit overwrites allocated blocks and fdatasync has no file size (inode)
+// to write back before its cache flush: one device round trip less per FULL commit. Zeros
+// written, not fallocate()d: unwritten extents would need their own metadata write at the first
+// overwrite. To SQLite the zeros are like the stale frames a restarted WAL leaves behind: an
+// invalid header or frame ends recovery (salt and checksum).
+Result<void> presize_wal(std::filesystem::path const& db_file, std::uint64_t bytes) {
+  if (bytes == 0) return ok();
+  std::string const wal = db_file.string() + "-wal";
+  sys::UniqueFd fd{::open(wal.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)};
+  if (!fd.valid()) return io_error("open " + wal, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("stat " + wal, errno);
+  auto off = static_cast<std::uint64_t>(st.st_size);
+  if (off >= bytes) return ok();
+  std::vector<char> const zeros(std::size_t{1} << 20, 0);
+  while (off < bytes) {
+    std::size_t const n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(zeros.size(), bytes - off));
+    ssize_t const w = ::pwrite(fd.get(), zeros.data(), n, static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return io_error("write " + wal, errno);
+    }
+    off += static_cast<std::uint64_t>(w);
+  }
+  if (::fdatasync(fd.get()) != 0) return io_error("fdatasync " + wal, errno);
+  return ok();
 }
 
 Result<int> read_version(sql::Db& db) {
@@ -193,6 +227,8 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   }
   int const opened = exists ? version : kSchemaVersion;
   CUSTOS_TRYV(detail::migrate(db, version));
+  // After the migration's frames: the zeros only ever go beyond the last valid frame.
+  CUSTOS_TRYV(presize_wal(db_file, options.wal_presize_bytes));
 
   std::unique_ptr<Registry> reg{new Registry(state_dir, options, std::move(lock), std::move(db))};
   reg->opened_version_ = opened;
@@ -215,7 +251,7 @@ namespace {
 template <class Batch>
 std::uint64_t counted(Batch const& batch) {
   std::uint64_t n = 0;
-  for (auto const& j : batch) n += !j->changes.empty() ? j->changes.size() : (j->counted ? 1 : 0);
+  for (auto const& j : batch) n += !j->changes.empty() ? j->changes.size() : 1;
   return n;
 }
 }  // namespace
@@ -237,7 +273,10 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
     }
   };
   auto fail_all = [&](Error const& e) {
-    for (auto const& j : batch) fail(*j, e);
+    for (auto const& j : batch) {
+      fail(*j, e);
+      j->transaction_failed = true;
+    }
   };
   if (auto r = set_synchronous(d); !r) return fail_all(r.error());
   if (auto r = db_.exec_cached("BEGIN IMMEDIATE"); !r) return fail_all(r.error());
@@ -380,13 +419,12 @@ Result<void> Registry::flush() {
   failpoint("flush_with_writes_queued");
   lk.lock();
   if (deferred_queued_ == 0) return ok();  // another thread's write took them meanwhile
-  // An empty job queued behind them: once it is done, so is everything queued before it.
-  auto marker = std::make_shared<Job>();
-  marker->fn = [](sql::Db&) -> Result<void> { return ok(); };
-  marker->counted = false;
-  queue_.push_back(marker);
-  drive(marker, lk);
-  return std::move(marker->result);
+  // The queue is FIFO: once its last job is done, so is every deferred write queued before it.
+  std::shared_ptr<Job> const last = queue_.back();
+  drive(last, lk);
+  // A deferred write's own refusal is kept per execution; only a failed transaction is ours.
+  if (last->transaction_failed) return last->result;
+  return ok();
 }
 
 Result<void> Registry::settle_deferred() {

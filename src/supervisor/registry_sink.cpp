@@ -52,15 +52,24 @@ Result<> RegistrySink::record_staged(std::string const& execution_id,
 }
 
 Result<> RegistrySink::record_committed(std::string const& execution_id) {
-  auto r = registry_->record_committed(execution_id, deferrable());
-  schedule_flush();
-  return r;
+  if (loop_ == nullptr) return registry_->record_committed(execution_id);
+  // The supervisor records `running` right after this call, with nothing in between: both go
+  // into one transaction here, and a failure of either is this call's (the supervisor then
+  // stops the execution: its ownership is not durable).
+  if (auto r = registry_->record_committed(execution_id, registry::WriteMode::deferred); !r)
+    return r;
+  auto running = registry_->record_phase(execution_id, core::Phase::running);
+  if (auto refused = registry_->take_deferred_error(execution_id)) return *refused;
+  if (!running) return running;
+  running_recorded_.insert(execution_id);
+  return ok();
 }
 
 Result<> RegistrySink::record_phase(std::string const& execution_id, core::Phase phase) {
   if (phase == core::Phase::running) {
-    // Immediate: it commits the committed slot queued just before it, in one transaction.
-    return registry_->record_phase(execution_id, phase, registry::WriteMode::now);
+    // Normally already written with the committed slot.
+    if (running_recorded_.erase(execution_id) > 0) return ok();
+    return registry_->record_phase(execution_id, phase);
   }
   auto r = registry_->record_phase(execution_id, phase, deferrable());
   schedule_flush();
@@ -81,6 +90,7 @@ Result<> RegistrySink::record_output(std::string const& execution_id, StreamId s
 
 Result<> RegistrySink::record_terminal(std::string const& execution_id,
                                        core::TerminalRecord const& record) {
+  running_recorded_.erase(execution_id);
   auto blob = registry::terminal_blob(record);
   Result<> r = blob ? registry_->record_terminal(execution_id, *blob) : Result<>{blob.error()};
   // Deferred writes of this execution were committed by now (ahead of the terminal record);

@@ -83,6 +83,10 @@ struct OpenOptions {
   // always `full` (a consumed authorization must never come back); not configurable.
   Durability ownership_durability = Durability::normal;
   Durability terminal_durability = Durability::normal;
+  // The WAL is extended to this size with written zeros at open (0: never). Sized to hold the
+  // checkpoint window (wal_autocheckpoint 8192 pages of 1 KiB + frame headers) so the WAL does
+  // not grow in operation and a FULL commit has no file size to sync (docs/durability.md).
+  std::uint64_t wal_presize_bytes = 9ULL << 20;
   // Run PRAGMA quick_check at open (detects a truncated or damaged file before any record is
   // trusted). Costs O(database size); on by default.
   bool integrity_check = true;
@@ -384,9 +388,9 @@ class Registry {
     Durability durability = Durability::normal;
     Result<void> result = ok();
     bool done = false;
-    std::size_t deferred = 0;  // deferred writes in this job: nobody waits for their results
-    char const* what = "";     // deferred plain job: which write, for the error message
-    bool counted = true;       // false for flush()'s empty marker job (not a write)
+    std::size_t deferred = 0;         // deferred writes in this job: nobody waits for their results
+    char const* what = "";            // deferred plain job: which write, for the error message
+    bool transaction_failed = false;  // its transaction could not begin or commit
   };
 
   Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);

@@ -7,8 +7,9 @@
 //   record_authorized   claim + record, one synchronous=FULL transaction      now
 //   phase starting      deferred: record_staged commits it, in its transaction  deferred
 //   record_staged       before the barrier is released                         now
-//   record_committed    deferred: the `running` write right after commits it    deferred
-//   phase running       commits committed + running together                   now
+//   record_committed    with phase running, one transaction (the supervisor
+//                       records running right after it; that call is then
+//                       already done), so a failure of either fails this call   now
 //   record_trigger      before the graceful signal (recovery classifies by it) now
 //   phases stopping, exited, closed; output accounting                         deferred
 //   record_terminal     commits everything queued before it, then returns, so
@@ -19,6 +20,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include <memory>
+#include <set>
+#include <string>
 
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/ownership_sink.hpp"
@@ -71,6 +74,8 @@ class RegistrySink final : public OwnershipSink {
 
   registry::Registry* registry_;
   boost::asio::io_context* loop_;
+  // Executions whose `running` was written with their committed slot.
+  std::set<std::string, std::less<>> running_recorded_;
   // Shared with the posted flush handler: it does nothing once the sink is gone.
   std::shared_ptr<bool> flush_posted_ = std::make_shared<bool>(false);
 };

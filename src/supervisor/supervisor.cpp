@@ -52,6 +52,9 @@ constexpr milliseconds kExitRetry{10};
 constexpr milliseconds kOrphanSettle{200};
 // Reads per readiness wake-up before yielding to other executions on the loop.
 constexpr int kReadsPerWake = 16;
+// Pipe size for a stream once it fills whole chunks (the default pipe-max-size for non-root).
+constexpr int kBusyPipeBytes = 1 << 20;
+constexpr ssize_t kBusyReadBytes = 32 * 1024;
 // exec.output returns at most this much per call.
 constexpr std::uint64_t kMaxSliceBytes = 16ULL << 20U;
 
@@ -111,6 +114,24 @@ std::optional<std::string> cgroup_of(std::int32_t pid) {
   auto own = sys::parse_own_cgroup(*text);
   if (!own) return std::nullopt;
   return *own;
+}
+
+// usage_usec of the cgroup's cpu.stat (it includes exited members).
+std::optional<std::uint64_t> cgroup_cpu_usec(sys::CgroupDir const& cg) {
+  auto text = sys::read_file_at(cg.fd(), "cpu.stat");
+  if (!text) return std::nullopt;
+  std::string_view rest = *text;
+  constexpr std::string_view kKey = "usage_usec ";
+  if (!rest.starts_with(kKey)) {
+    auto const at = rest.find("\nusage_usec ");
+    if (at == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(at + 1);
+  }
+  rest.remove_prefix(kKey.size());
+  std::uint64_t v = 0;
+  auto const [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+  if (ec != std::errc{} || end == rest.data()) return std::nullopt;
+  return v;
 }
 
 }  // namespace
@@ -437,6 +458,15 @@ void Supervisor::on_readable(std::size_t i) {
   int const fd = r.sd->native_handle();
   for (int k = 0; k < kReadsPerWake; ++k) {
     ssize_t const n = ::read(fd, buf.data(), chunk);
+    if (n >= kBusyReadBytes && !r.pipe_grown) {
+      // A stream that delivers half a default pipe per read is busy: a larger pipe lets the writer
+      // run ahead while we spool, and each wake-up then drains up to kReadsPerWake chunks instead
+      // of one pipe's worth. Done only once data flows, so an idle execution keeps the default
+      // pipe. A PTY (not a pipe) or a refusal (pipe-max-size, the user's pipe quota) keeps its
+      // size.
+      r.pipe_grown = true;
+      if (r.stream != core::Stream::pty) (void)::fcntl(fd, F_SETPIPE_SZ, kBusyPipeBytes);
+    }
     if (n > 0) {
       handle_chunk(r, buf.data(), static_cast<std::size_t>(n));
       if (r.eof) return;
@@ -1174,8 +1204,9 @@ void Supervisor::finish_final_stage(FinalScan const& scan) {
     }
   }
   if (cgroup_) {
-    if (auto s = cgroup_->stats(); s && s->cpu_usage_usec) {
-      std::uint64_t const ms = *s->cpu_usage_usec / 1000;
+    // Only cpu.stat: the full stats() would read six more files here for nothing.
+    if (auto usec = cgroup_cpu_usec(*cgroup_)) {
+      std::uint64_t const ms = *usec / 1000;
       cpu_ms_ = cpu_ms_ ? std::max(*cpu_ms_, ms) : ms;
       cpu_from_cgroup_ = true;
     }

@@ -89,6 +89,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
     sys::UniqueFd spool;
     std::uint64_t spool_size = 0;
     bool limit_reported = false;
+    bool pipe_grown = false;  // F_SETPIPE_SZ done (or not applicable): see on_readable
   };
   struct Writer {
     std::optional<boost::asio::posix::stream_descriptor> sd;

@@ -1,6 +1,7 @@
 // Bounded I/O: output floods against each limit with exact accounting, bounded stdin, PTY
 // resize allowed/refused, and a terminal nobody reads that must not block cancellation.
 #include <algorithm>
+#include <fcntl.h>
 
 #include "harness.hpp"
 
@@ -279,6 +280,43 @@ TEST_F(SupervisorTest, StalledPtyReaderDoesNotBlockCancellation) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s);
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
   EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed) << detail(st.execution_id);
+}
+
+// The size of the pipe behind a process's stdout (opened through /proc, which yields the very
+// pipe), or -1.
+int stdout_pipe_size(std::int32_t pid) {
+  int const fd =
+      ::open(("/proc/" + std::to_string(pid) + "/fd/1").c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  int const size = ::fcntl(fd, F_GETPIPE_SZ);
+  ::close(fd);
+  return size;
+}
+
+// A stream that floods gets a larger pipe (fewer wake-ups per byte); an idle one keeps the
+// default, so idle executions cost no kernel buffer. Every byte is still accounted and spooled.
+TEST_F(SupervisorTest, BusyStdoutPipeGrowsIdleOneDoesNot) {
+  manager();
+  Collected c;
+  auto busy = start(sh("head -c 3000000 /dev/zero; exec sleep 30"), &c);
+  auto idle = start(sh("exec sleep 30"));
+  ASSERT_TRUE(drive([&] { return c.stream_text("stdout").size() >= 3000000U; }, 10s));
+  EXPECT_EQ(stdout_pipe_size(busy.pid), 1 << 20);
+  EXPECT_EQ(stdout_pipe_size(idle.pid), 64 * 1024);
+  ASSERT_TRUE(manager_->cancel(busy.execution_id, core::Trigger::user, "done")->accepted);
+  ASSERT_TRUE(manager_->cancel(idle.execution_id, core::Trigger::user, "done")->accepted);
+  auto rec = terminal(busy.execution_id);
+  ASSERT_TRUE(rec);
+  ASSERT_TRUE(terminal(idle.execution_id));
+  auto const& a = rec->output.at(core::Stream::stdout_stream);
+  EXPECT_EQ(a.observed, 3000000U);
+  EXPECT_EQ(a.retained, 3000000U);
+  EXPECT_EQ(a.dropped, 0U);
+  EXPECT_TRUE(a.complete);
+  auto out = manager_->output(busy.execution_id, core::Stream::stdout_stream, 0, 4 << 20);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->data.size(), 3000000U);
+  EXPECT_TRUE(std::all_of(out->data.begin(), out->data.end(), [](auto b) { return b == 0; }));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <exception>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +74,7 @@ class Daemon {
 
   Result<void> start() {
     CUSTOS_TRYV(step("load config", [&] { return load_config(); }));
+    CUSTOS_TRYV(step("raise descriptor limit", [&] { return raise_fd_limit(); }));
     CUSTOS_TRYV(step("lock state dir", [&] { return lock_state(); }));
     CUSTOS_TRYV(step("open registry", [&] { return open_registry(); }));
     CUSTOS_TRYV(step("recover", [&] { return recover(); }));
@@ -120,6 +123,27 @@ class Daemon {
     auth_.admin_gid = admin;
     spdlog::info("custos {} starting (pid {}, uid {}), state {}, socket {}", kVersion, ::getpid(),
                  auth_.daemon_uid, config_.state_dir.native(), config_.socket_path.native());
+    return ok();
+  }
+
+  // Every live execution holds a handful of descriptors (pidfd, cgroup directory, pipes, spool
+  // files) and each one kept in the terminal history still holds its pidfd and cgroup directory,
+  // so the common soft limit of 1024 runs out after a few hundred executions. The soft limit is
+  // raised to the hard one (what the administrator allows; custos.service sets 65536). A launched
+  // process gets its plan's limits.open_files (1024 unless the plan says otherwise); only a plan
+  // that asks for no limit (null) inherits this soft limit, still within the hard one.
+  static Result<void> raise_fd_limit() {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return ok();
+    if (lim.rlim_cur >= lim.rlim_max) return ok();
+    auto const before = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+      spdlog::warn("descriptor limit stays {}: raising it to {} failed (errno {})", before,
+                   lim.rlim_max, errno);
+      return ok();
+    }
+    spdlog::info("descriptor limit raised from {} to {}", before, lim.rlim_max);
     return ok();
   }
 

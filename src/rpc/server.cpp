@@ -168,6 +168,8 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
     subscriptions_.erase(it);
     last_activity_ = std::chrono::steady_clock::now();
     if (fn) fn();
+    // A half-closed client whose last subscription just ended may have nothing left to serve.
+    if (read_eof_) finish_later();
     return ok();
   }
 
@@ -323,7 +325,7 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
         if (!self->closed_ && !self->closing_) self->process_lines();
       });
     } else if (read_eof_) {
-      maybe_finish();
+      finish_later();
     }
   }
 
@@ -357,14 +359,28 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   }
 
   // What a completed asynchronous write does once the queue is empty (write_next), minus the
-  // resumption of reading: a direct write happens inside process_lines or on_reply, which
-  // resume it themselves.
+  // resumption of reading (a direct write happens inside process_lines or on_reply, which resume
+  // it themselves).
   void after_direct_write() {
-    if (closing_) {
-      close();
-      return;
-    }
-    if (read_eof_) maybe_finish();
+    if (closing_ || read_eof_) finish_later();
+  }
+
+  // Closes after a refusal, or a half-closed client with nothing left to serve, on a later turn
+  // of the loop: a direct write or a subscription's end can happen inside a manager callback (an
+  // event, a wait's completion), and closing there would remove subscriptions and waiters from
+  // inside the manager's own iteration over them.
+  void finish_later() {
+    if (finish_posted_ || closed_) return;
+    finish_posted_ = true;
+    asio::post(server_->io, [self = shared_from_this()] {
+      self->finish_posted_ = false;
+      if (self->closed_) return;
+      if (self->closing_) {
+        if (!self->writing_ && self->write_queue_.empty()) self->close();
+        return;
+      }
+      self->maybe_finish();
+    });
   }
 
   void write_next() {
@@ -446,6 +462,7 @@ class Connection final : public Session, public std::enable_shared_from_this<Con
   bool read_eof_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  bool finish_posted_ = false;
   std::map<std::string, std::function<void()>> subscriptions_;
   std::uint64_t next_subscription_ = 0;
   std::map<std::uint64_t, std::function<void()>> close_hooks_;

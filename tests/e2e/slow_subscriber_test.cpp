@@ -52,5 +52,37 @@ TEST(SlowSubscriber, TerminalEventArrivesWithTheDropCount) {
   EXPECT_EQ(delivered + dropped_total, last_seq - first_seq + 1);
 }
 
+TEST(SlowSubscriber, HalfClosedSubscriberIsClosedAfterItsTerminalEvent) {
+  // A client that subscribes and then shuts down its sending side still gets every event; once
+  // the subscription has ended with the terminal event and nothing is left to send, the daemon
+  // closes the connection (it does not linger until the idle timeout).
+  Daemon d{DaemonOptions{{"--idle-timeout-ms", "30000"}, true, {}}};
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto r = c.call(1, "exec.start", start_params({"/bin/sh", "-c", "echo hi; sleep 0.3"}));
+  ASSERT_TRUE(r && r->contains("result"));
+  std::string const id{r->at("result").at("execution_id").as_string()};
+  auto sub = d.client();
+  ASSERT_TRUE(sub.send_line(json::serialize(
+      json::object{{"jsonrpc", "2.0"},
+                   {"id", 1},
+                   {"method", "exec.subscribe"},
+                   {"params", json::object{{"execution_id", id}, {"from_seq", 1}}}})));
+  sub.shutdown_write();
+  bool replied = false, terminal = false;
+  while (!terminal) {
+    auto v = sub.read_json(10000ms);
+    ASSERT_TRUE(v) << "the connection ended before the terminal event";
+    auto const& o = v->as_object();
+    if (o.contains("result")) replied = true;
+    if (o.contains("method") && o.at("params").at("kind").as_string() == "terminal")
+      terminal = true;
+  }
+  EXPECT_TRUE(replied);
+  auto const t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(sub.closed_by_peer(5000ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
 }  // namespace
 }  // namespace custos::e2e

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <set>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -325,6 +326,12 @@ Result<void> Registry::apply_changes(sql::Db& db, Job& job) {
     changed = c.result.has_value();
   } else {
     for (Change& c : job.changes) {
+      if (c.atomic) {
+        // Checks everything before it changes anything: a refusal leaves the record as it was.
+        c.result = c.fn(rec);
+        changed = changed || c.result.has_value();
+        continue;
+      }
       // On a copy: a refused change leaves nothing of itself behind.
       ExecutionRecord trial = rec;
       c.result = c.fn(trial);
@@ -483,10 +490,13 @@ Result<std::optional<ExecutionRecord>> select_record(sql::Db& db, std::string_vi
   return std::optional<ExecutionRecord>{std::move(rec)};
 }
 
-// Loads a trusted record: present, not quarantined, and still valid.
-Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id) {
+// Loads a trusted record: present, not quarantined, and still valid. `quarantined` is the
+// registry's copy of the quarantine table's ids (the table changes only in revalidate(), under
+// the same lock): a record not in it needs no query for its quarantine reason.
+Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id,
+                                     std::set<std::string, std::less<>> const& quarantined) {
   std::string reason;
-  if (CUSTOS_TRY(is_quarantined(db, id, &reason))) {
+  if (quarantined.contains(id) && CUSTOS_TRY(is_quarantined(db, id, &reason))) {
     return Error{Errc::registry_corrupt_record, std::string{id} + " is quarantined: " + reason};
   }
   auto rec = CUSTOS_TRY(select_record(db, id));
@@ -498,7 +508,7 @@ Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id) {
 }  // namespace
 
 Result<ExecutionRecord> Registry::load_for_update(sql::Db& db, std::string_view execution_id) {
-  return load_trusted(db, execution_id);
+  return load_trusted(db, execution_id, quarantined_ids_);
 }
 
 Result<void> Registry::store(sql::Db& db, ExecutionRecord& rec) {
@@ -516,7 +526,7 @@ Result<void> Registry::store(sql::Db& db, ExecutionRecord& rec) {
 
 Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view execution_id,
                               char const* what,
-                              std::function<Result<void>(ExecutionRecord&)> change) {
+                              std::function<Result<void>(ExecutionRecord&)> change, bool atomic) {
   std::unique_lock<std::mutex> lk(queue_mu_);
   // Joins the record job of the same execution at the tail of the queue (not yet taken by a
   // leader, so still ours to extend): one load and one store for both.
@@ -531,7 +541,8 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
   }
   if (d == Durability::full) job->durability = Durability::full;
   // The change owns what it uses: a deferred one runs after this call has returned.
-  job->changes.push_back(Change{std::move(change), mode == WriteMode::deferred, what, ok()});
+  job->changes.push_back(
+      Change{std::move(change), mode == WriteMode::deferred, what, atomic, ok()});
   std::size_t const mine = job->changes.size() - 1;
   if (mode == WriteMode::deferred) {
     ++job->deferred;
@@ -635,8 +646,8 @@ Result<std::vector<Claim>> Registry::orphan_claims() {
 
 // ---- records: writes --------------------------------------------------------------------------
 
-Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex) {
-  {
+Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex, bool claim_checked) {
+  if (!claim_checked) {
     sql::StmtLease q = CUSTOS_TRY(
         db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
     CUSTOS_TRYV(q->bind(1, std::string_view{ex.action_id}));
@@ -672,11 +683,11 @@ Result<void> Registry::create_execution(NewExecution const& ex, WriteMode mode) 
   }
   if (mode == WriteMode::deferred) {
     enqueue_deferred(options_.ownership_durability, ex.execution_id, "create_execution",
-                     [this, ex](sql::Db& db) { return create_record_job(db, ex); });
+                     [this, ex](sql::Db& db) { return create_record_job(db, ex, false); });
     return ok();
   }
   return write(options_.ownership_durability,
-               [this, &ex](sql::Db& db) { return create_record_job(db, ex); });
+               [this, &ex](sql::Db& db) { return create_record_job(db, ex, false); });
 }
 
 Result<void> Registry::record_authorized(NewExecution const& ex) {
@@ -688,7 +699,8 @@ Result<void> Registry::record_authorized(NewExecution const& ex) {
   // a NORMAL commit, and the record is as durable as the claim.
   return claim_job(
       ex.action_id, ex.process_id, ex.execution_id, [](sql::Db&) -> Result<void> { return ok(); },
-      [this, &ex](sql::Db& db) { return create_record_job(db, ex); });
+      // The claim was inserted for this very execution just before, in this job.
+      [this, &ex](sql::Db& db) { return create_record_job(db, ex, true); });
 }
 
 namespace {
@@ -881,7 +893,8 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
         CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
         rec.terminal = t;
         return ok();
-      });
+      },
+      /*atomic=*/false);
 }
 
 // ---- reads ------------------------------------------------------------------------------------
@@ -889,7 +902,7 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
 Result<ExecutionRecord> Registry::get(std::string_view execution_id) {
   CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
-  return load_trusted(db_, execution_id);
+  return load_trusted(db_, execution_id, quarantined_ids_);
 }
 
 Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
@@ -992,6 +1005,11 @@ Result<std::size_t> Registry::revalidate() {
               CUSTOS_TRYV(ins.run());
               ++added;
             }
+            // The ids the write path checks before it trusts a record (load_trusted).
+            std::set<std::string, std::less<>> ids;
+            sql::Stmt q = CUSTOS_TRY(db.prepare("SELECT execution_id FROM quarantine"));
+            while (CUSTOS_TRY(q.step())) ids.insert(q.text(0));
+            quarantined_ids_ = std::move(ids);
             return ok();
           });
       !wr)

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -379,6 +380,7 @@ class Registry {
     std::function<Result<void>(ExecutionRecord&)> fn;
     bool deferred = false;
     char const* what = "";
+    bool atomic = true;  // refuses before it changes anything: applied without a copy
     Result<void> result = ok();
   };
   struct Job {
@@ -399,8 +401,9 @@ class Registry {
   // `before`, the one-use claim, `after`: one job of a synchronous=FULL transaction.
   Result<void> claim_job(std::string_view action_id, std::string_view process_id,
                          std::string_view execution_id, JobFn before, JobFn after);
-  // Inserts the record of `ex` (phase authorized) inside a job; its claim must exist.
-  Result<void> create_record_job(sql::Db& db, NewExecution const& ex);
+  // Inserts the record of `ex` (phase authorized) inside a job; its claim must exist (checked
+  // here unless the same job has just inserted it).
+  Result<void> create_record_job(sql::Db& db, NewExecution const& ex, bool claim_checked);
   void enqueue_deferred(Durability d, std::string execution_id, char const* what, JobFn fn);
   // flush() when deferred writes are queued: called by every read first.
   Result<void> settle_deferred();
@@ -417,8 +420,10 @@ class Registry {
   Result<void> store(sql::Db& db, ExecutionRecord& rec);
   // Load, `change`, validate and store one record as one job. Deferred: queued (the change
   // must own everything it uses) and ok() is returned at once.
+  // `atomic`: `change` refuses before it changes anything (else it runs on a copy when it
+  // shares its job with other changes).
   Result<void> modify(Durability d, WriteMode mode, std::string_view execution_id, char const* what,
-                      std::function<Result<void>(ExecutionRecord&)> change);
+                      std::function<Result<void>(ExecutionRecord&)> change, bool atomic = true);
 
   std::filesystem::path state_dir_;
   OpenOptions options_;
@@ -431,6 +436,9 @@ class Registry {
   sql::Db db_;
   std::optional<Durability> current_sync_;
   WriteStats stats_;
+  // Ids in the quarantine table (guarded by db_mu_; set by revalidate(), the table's only
+  // writer while the registry is open).
+  std::set<std::string, std::less<>> quarantined_ids_;
 
   // Guarded by queue_mu_ (mutable: deferred_pending() is const).
   mutable std::mutex queue_mu_;

@@ -708,6 +708,10 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   // and so that everything the setup changed (limits, session, cgroup) is in place when the
   // caller looks at the staged child.
   channel_child.reset();  // the child's copy is now the only one: its exit or execve means EOF
+  // The identity (pidfs inode, boot id, start time) is read while the child runs its setup on
+  // another CPU rather than after it: it does not depend on the setup. A child that failed its
+  // setup meanwhile reports that failure below, which takes precedence.
+  auto identity = read_identity(staged.pidfd_);
   ChildReport report{};
   std::size_t const got = CUSTOS_TRY(read_report(staged.channel_, report, spec.setup_timeout));
   if (got != sizeof report || report.step != kStepReady) {
@@ -720,7 +724,7 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
       static_cast<void>(staged.pidfd_.wait());  // reap; dtor is then a no-op
     return Error(Errc::spawn_failed, context, err);
   }
-  staged.identity_ = CUSTOS_TRY(read_identity(staged.pidfd_));
+  staged.identity_ = CUSTOS_TRY(std::move(identity));
   // cwd and devnull close as the function returns; the child holds its copies.
   return staged;
 }

@@ -613,7 +613,7 @@ Result<void> Registry::transact(Durability d, std::function<Result<void>(sql::Db
   return write(d, std::move(fn));
 }
 
-Result<void> Registry::read(std::function<Result<void>(sql::Db&)> fn) {
+Result<void> Registry::read(std::function<Result<void>(sql::Db&)> const& fn) {
   CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
   return fn(db_);

@@ -362,7 +362,7 @@ class Registry {
   // committed with durability `d` (group commit applies). `fn` failing rolls back all it did.
   [[nodiscard]] Result<void> transact(Durability d, std::function<Result<void>(sql::Db&)> fn);
   // `fn` reading under the connection lock (no write transaction).
-  [[nodiscard]] Result<void> read(std::function<Result<void>(sql::Db&)> fn);
+  [[nodiscard]] Result<void> read(std::function<Result<void>(sql::Db&)> const& fn);
   // `also`, then the one-use claim of (action_id, process_id) for execution_id, as ONE job of a
   // synchronous=FULL transaction: both are committed or neither. The failpoint after_claim fires
   // after the commit, as for consume_claim. Errors: `also`'s; registry.claim_consumed.

@@ -1037,13 +1037,12 @@ void Supervisor::kill_stage() {
   if (stage_ == Stage::killing || stage_ == Stage::done || detached_) return;
   stage_ = Stage::killing;
   stage_timer_.cancel();
-  // Watch before the first populated check, so an emptying in between still notifies.
-  watch_cgroup_events();
   bool something = false;
   if (root_ && !exit_) {
     if (auto d = root_->send_signal(SIGKILL); d && *d) something = true;
   }
-  if (cgroup_ && tree_populated()) {
+  bool const populated = cgroup_ && tree_populated();
+  if (populated) {
     something = true;
     (void)cgroup_->kill();
   }
@@ -1061,6 +1060,15 @@ void Supervisor::kill_stage() {
     emit("signal_sent", std::move(f));
   }
   kill_deadline_ = Clock::now() + milliseconds(plan_.kill_after_ms);
+  // The usual end of an execution: the root exited and left nothing in its cgroup. Nothing to
+  // wait for, so no cgroup.events watch to add and remove again (a marker-boundary execution
+  // has no cgroup: only the final sweep can tell, exactly as on_poll would decide).
+  if (!populated && root_gone()) {
+    final_stage();
+    return;
+  }
+  // Watch before the next populated check (on_poll), so an emptying in between still notifies.
+  watch_cgroup_events();
   on_poll();
 }
 

@@ -302,6 +302,69 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   EXPECT_EQ(again->already_terminal, 1u);
 }
 
+// keep_running: the re-acquired execution is left running, then KeptExecutions::cancel kills
+// the whole tree through its cgroup / recovered pidfd and writes exactly one terminal record.
+class RegistryKept : public RegistryCrash {};
+
+TEST_P(RegistryKept, CancelThroughTheRecoveredPidfdEndsTheTreeOnce) {
+  auto const& param = GetParam();
+  auto marker = sys::Marker::generate();
+  ASSERT_TRUE(marker);
+  pid_t const daemon = ::fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode);
+  int status = 0;
+  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  std::vector<sys::Pidfd> tree;
+  if (auto scan = sys::marker_scan(*marker); scan) {
+    for (auto pid : scan->matched) {
+      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
+    }
+  }
+  ASSERT_FALSE(tree.empty());
+
+  auto reg = Registry::open(t_.state());
+  ASSERT_TRUE(reg) << reg.error().message();
+  RecoveryOptions o;
+  o.policy = RestartPolicy::keep_running;
+  auto report = recover(**reg, o);
+  ASSERT_TRUE(report) << report.error().message();
+  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report, o));
+  KeptExecutions kept(**reg, *report, o);
+  ASSERT_TRUE(kept.contains(kId));
+  EXPECT_EQ(kept.ids(), std::vector<std::string>{kId});
+  for (auto const& p : tree) EXPECT_TRUE(p.alive()) << "keep_running killed pid " << p.pid();
+  EXPECT_FALSE((*reg)->get(kId)->terminal);
+
+  auto c = kept.cancel(kId, core::Trigger::user);
+  ASSERT_TRUE(c) << c.error().message();
+  reap_all();
+  // The previous daemon recorded `user` first when it crashed while stopping: still `user`, but
+  // not accepted from this call.
+  EXPECT_EQ(c->accepted, param.point != "while_stopping");
+  EXPECT_EQ(c->trigger, core::Trigger::user);
+  EXPECT_EQ(c->terminal.classification, core::Classification::cancelled);
+  EXPECT_EQ(c->terminal.recovery, core::RecoveryPath::live_owned);
+  for (auto const& p : tree) EXPECT_FALSE(p.alive()) << "pid " << p.pid() << " survived";
+  if (!exec_cg_.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(exec_cg_));
+  }
+  auto rec = (*reg)->get(kId);
+  ASSERT_TRUE(rec && rec->terminal);
+  EXPECT_EQ(rec->terminal->recovery, "live_owned");
+  EXPECT_FALSE(kept.contains(kId));
+  CUSTOS_EXPECT_ERRC(kept.cancel(kId, core::Trigger::user), Errc::exec_not_found);
+  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+}
+
+INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKept,
+                         ::testing::Values(CrashCase{"while_running", true, Mode::deferred},
+                                           CrashCase{"while_running", false, Mode::immediate},
+                                           CrashCase{"while_stopping", true, Mode::immediate},
+                                           CrashCase{"while_stopping", false, Mode::deferred}),
+                         case_name);
+
 std::vector<CrashCase> all_cases() {
   std::vector<CrashCase> out;
   for (Mode mode : {Mode::immediate, Mode::deferred}) {

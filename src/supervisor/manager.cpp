@@ -89,11 +89,9 @@ ExecutionManager::~ExecutionManager() {
 }
 
 std::size_t ExecutionManager::live_count() const noexcept {
-  std::size_t n = 0;
-  for (auto const& [id, sup] : executions_) {
-    if (!sup->terminal()) ++n;
-  }
-  return n;
+  // Counted, not scanned: start() asks for it on every launch, and the map also holds up to
+  // terminal_history terminal executions.
+  return executions_.size() - terminal_in_map_;
 }
 
 std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_id) const {
@@ -317,6 +315,7 @@ Result<OutputSlice> ExecutionManager::output(std::string const& execution_id, St
 
 void ExecutionManager::on_terminal(std::string const& execution_id) {
   ++stats_.terminal;
+  ++terminal_in_map_;  // every supervisor reports terminal once, while it is in executions_
   if (waits_by_execution_.contains(execution_id)) {
     auto sup = find(execution_id);
     auto v = sup ? std::optional<ExecutionView>{sup->view()} : std::nullopt;
@@ -338,7 +337,7 @@ void ExecutionManager::on_terminal(std::string const& execution_id) {
       cgroup_owner_.erase(it->second->cgroup_rel());
       // Erase later: the supervisor being closed may be the one evicted, still on the stack.
       boost::asio::post(io_, [weak = std::weak_ptr<bool>(alive_), this, old]() {
-        if (auto a = weak.lock(); a && *a) executions_.erase(old);
+        if (auto a = weak.lock(); a && *a && executions_.erase(old) > 0) --terminal_in_map_;
       });
     }
   }

@@ -342,5 +342,35 @@ TEST_F(SupervisorTest, SubscriberReturningFalseIsDroppedAndCounted) {
   EXPECT_EQ(all.events.back().kind, "terminal");
 }
 
+// live_count() is a counter, not a scan: it must stay exact through spawn failures and the
+// eviction of terminal executions from the history.
+TEST_F(SupervisorTest, LiveCountStaysExactThroughFailuresAndHistoryEviction) {
+  manager(BoundaryPreference::automatic, [](ManagerConfig& c) { c.terminal_history = 2; });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    auto st = start(plan({"/bin/true"}));
+    ids.push_back(st.execution_id);
+    ASSERT_TRUE(terminal(st.execution_id));
+  }
+  auto failed = start(plan({"/nonexistent/custos-test"}));
+  EXPECT_EQ(failed.phase, core::Phase::terminal);
+  EXPECT_EQ(manager_->live_count(), 0U);
+  drive([] { return false; }, 20ms);  // the posted history evictions
+  EXPECT_FALSE(manager_->get(ids.front())) << "evicted from the history";
+  EXPECT_EQ(manager_->list({}).size(), 2U);
+  EXPECT_EQ(manager_->live_count(), 0U);
+  auto a = start(sh("exec sleep 30"));
+  auto b = start(sh("exec sleep 30"));
+  EXPECT_EQ(manager_->live_count(), 2U);
+  ASSERT_TRUE(manager_->cancel(a.execution_id, core::Trigger::user, "done")->accepted);
+  ASSERT_TRUE(terminal(a.execution_id));
+  EXPECT_EQ(manager_->live_count(), 1U);
+  ASSERT_TRUE(manager_->cancel(b.execution_id, core::Trigger::user, "done")->accepted);
+  ASSERT_TRUE(terminal(b.execution_id));
+  drive([] { return false; }, 20ms);
+  EXPECT_EQ(manager_->live_count(), 0U);
+  EXPECT_EQ(manager_->list({}).size(), 2U);
+}
+
 }  // namespace
 }  // namespace custos::supervisor::testing

@@ -157,6 +157,7 @@ class ExecutionManager {
   ManagerConfig config_;
   ManagerStats stats_;
   std::map<std::string, std::shared_ptr<Supervisor>> executions_;
+  std::size_t terminal_in_map_ = 0;  // entries of executions_ that are terminal (live_count)
   std::vector<std::string> terminal_order_;  // oldest first, for terminal_history eviction
   std::vector<std::uint8_t> scratch_;        // shared read buffer (one loop thread)
   boost::asio::steady_timer reap_timer_;

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/vfs.h>
 #include <thread>
 #include <unistd.h>
@@ -176,6 +177,29 @@ std::optional<std::uint64_t> start_ticks(std::string const& proc_root, std::int3
 
 constexpr long kProcSuperMagic = 0x9fa0;
 
+// Whether readdir of /proc can be trusted to report the inode of the *live* process behind a
+// pid. readdir looks pid dentries up without revalidating them, so it reports whatever dentry
+// is hashed. Since Linux 6.15 release_task() flushes a dead process's /proc dentries before it
+// frees its pid number (free_pids() after proc_flush_pid()), so by the time the number can name
+// a successor the old dentry is gone and readdir instantiates a fresh inode. Before 6.15 the
+// number was freed first, leaving a short window in which readdir could report the dead
+// process's inode for its successor: there every inode number is taken with fstatat(), whose
+// lookup revalidates the dentry (0.8 us per process here).
+bool readdir_inode_is_live() {
+  static bool const live = [] {
+    struct utsname u {};
+    if (::uname(&u) != 0) return false;
+    unsigned major = 0;
+    unsigned minor = 0;
+    char const* p = u.release;
+    while (*p >= '0' && *p <= '9') major = major * 10 + static_cast<unsigned>(*p++ - '0');
+    if (*p++ != '.') return false;
+    while (*p >= '0' && *p <= '9') minor = minor * 10 + static_cast<unsigned>(*p++ - '0');
+    return major > 6 || (major == 6 && minor >= 15);
+  }();
+  return live;
+}
+
 // One marker being scanned for, as the passes see it.
 struct ScanTarget {
   std::string needle;
@@ -209,6 +233,7 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
   }
   auto const now = std::chrono::steady_clock::now();
   if (cache != nullptr) cache->begin_pass(now);
+  bool const trust_readdir = readdir_inode_is_live();
   std::int32_t const self = static_cast<std::int32_t>(::getpid());
   std::vector<std::size_t> candidates;
   std::vector<std::string const*> needles;
@@ -231,12 +256,17 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
     if (any_bound) {
       std::uint64_t dir_inode = 0;
       if (cache != nullptr) {
-        // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
-        struct stat st {};
-        if (::fstatat(::dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-          dir_inode = static_cast<std::uint64_t>(st.st_ino);
-          cached = cache->find(pid, dir_inode);
+        // 0 or 1 from readdir: procfs could not instantiate the entry (the process is going).
+        if (trust_readdir && e->d_ino > 1) {
+          dir_inode = static_cast<std::uint64_t>(e->d_ino);
+        } else {
+          // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
+          struct stat st {};
+          if (::fstatat(::dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            dir_inode = static_cast<std::uint64_t>(st.st_ino);
+          }
         }
+        if (dir_inode > 1) cached = cache->find(pid, dir_inode);
       }
       if (cached != nullptr) {
         cache->count_hit();

@@ -101,12 +101,13 @@ struct Marker {
 // An entry is keyed by (pid, inode number of the /proc/<pid> directory). procfs gives every
 // instantiated pid directory a fresh inode number, so a pid that was recycled shows up with
 // another number and misses the cache: its start time is read again and a process younger than
-// the execution's root is always inspected. The number is taken with fstatat() on the pid's
-// entry, which goes through the kernel's revalidation of /proc/<pid> (a dentry left over from
-// an exited process is dropped there and never reported for its successor), not from the
-// readdir record. Inode numbers come from a 32-bit counter that can wrap, so an entry is
-// trusted only while consecutive passes are at most `max_idle` apart and each saw it again:
-// a wrap between two passes would take 2^32 inode allocations within that interval. Only a
+// the execution's root is always inspected. The number is the readdir record's d_ino on Linux
+// 6.15 and later, which flush a dead process's /proc dentries before its pid number can be
+// reused; on older kernels, where readdir could briefly report a dead process's dentry for its
+// successor, it is taken with fstatat() on the pid's entry, whose lookup revalidates the dentry
+// (procfs.cpp, readdir_inode_is_live). Inode numbers come from a 32-bit counter that can wrap, so
+// an entry is trusted only while consecutive passes are at most `max_idle` apart and each saw it
+// again: a wrap between two passes would take 2^32 inode allocations within that interval. Only a
 // real procfs is cached (a fake tree in tests may reuse inode numbers at once).
 //
 // Not thread-safe: one scan at a time uses a cache (MarkerSweeper serialises its own).

@@ -684,6 +684,11 @@ void MarkerSweeper::run_pending() {
       }
       batch.swap(queue_);
     }
+    if (!options_.pid_ns_inode) {
+      // Our own pid namespace never changes (setns only moves our future children), so it is
+      // looked up once rather than with a stat of <proc>/self/ns/pid per sweep.
+      if (auto ns = pid_namespace_inode("self", options_.proc_root)) options_.pid_ns_inode = *ns;
+    }
     std::vector<MarkerSweepTarget> targets;
     targets.reserve(batch.size());
     for (auto const& r : batch) targets.push_back(r.target);

@@ -460,6 +460,23 @@ Result<std::size_t> read_report(UniqueFd const& fd, ChildReport& report,
   return got;
 }
 
+// Reads the child's setup report: ok for "ready"; otherwise the child failed its setup (or
+// died without a word) and is reaped when it reported, and the error names the step.
+Result<void> collect_setup_report(UniqueFd const& channel, Pidfd& pidfd,
+                                  std::string const& executable,
+                                  std::chrono::milliseconds timeout) {
+  ChildReport report{};
+  std::size_t const got = CUSTOS_TRY(read_report(channel, report, timeout));
+  if (got == sizeof report && report.step == kStepReady) return ok();
+  std::string context =
+      "step=" + std::string(got == sizeof report ? spawn_step_name(report.step) : "setup") +
+      " executable=" + executable;
+  int const err = got == sizeof report ? report.err : ECHILD;
+  if (got == 0) context += " (child exited during setup)";
+  if (got == sizeof report) static_cast<void>(pidfd.wait());  // reap; the guard is then a no-op
+  return Error(Errc::spawn_failed, context, err);
+}
+
 }  // namespace
 
 char const* spawn_step_name(int step) noexcept {
@@ -523,6 +540,7 @@ StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
     executable_ = std::move(other.executable_);
     timeout_ = other.timeout_;
     channel_ = std::move(other.channel_);
+    setup_pending_ = other.setup_pending_;
     arena_ = std::move(other.arena_);  // ours is released only now, with our child reaped
   }
   return *this;
@@ -554,6 +572,13 @@ Result<RunningChild> StagedChild::release() && {
     // MSG_NOSIGNAL: a child that already died must not SIGPIPE the daemon.
     ssize_t const n = ::send(self.channel_.get(), &go, 1, MSG_NOSIGNAL);
     if (n == 1 || (n < 0 && errno != EINTR)) break;
+  }
+
+  if (self.setup_pending_) {
+    // The go byte is already queued: the child reads it right after reporting "ready", so
+    // both reports arrive within this one wait on the child.
+    CUSTOS_TRYV(collect_setup_report(self.channel_, self.pidfd_, self.executable_, self.timeout_));
+    self.setup_pending_ = false;
   }
 
   // Wait for the verdict: EOF (the child's CLOEXEC end closed by a successful execve, or by the
@@ -712,18 +737,15 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   // another CPU rather than after it: it does not depend on the setup. A child that failed its
   // setup meanwhile reports that failure below, which takes precedence.
   auto identity = read_identity(staged.pidfd_);
-  ChildReport report{};
-  std::size_t const got = CUSTOS_TRY(read_report(staged.channel_, report, spec.setup_timeout));
-  if (got != sizeof report || report.step != kStepReady) {
-    std::string context =
-        "step=" + std::string(got == sizeof report ? spawn_step_name(report.step) : "setup") +
-        " executable=" + spec.executable;
-    int const err = got == sizeof report ? report.err : ECHILD;
-    if (got == 0) context += " (child exited during setup)";
-    if (got == sizeof report)
-      static_cast<void>(staged.pidfd_.wait());  // reap; dtor is then a no-op
-    return Error(Errc::spawn_failed, context, err);
+  if (!spec.wait_for_setup && identity) {
+    // release() collects the setup report (see SpawnSpec::wait_for_setup). A failed identity
+    // read may mean the child already died in its setup: that failure is reported below.
+    staged.identity_ = std::move(*identity);
+    staged.setup_pending_ = true;
+    return staged;
   }
+  CUSTOS_TRYV(
+      collect_setup_report(staged.channel_, staged.pidfd_, spec.executable, spec.setup_timeout));
   staged.identity_ = CUSTOS_TRY(std::move(identity));
   // cwd and devnull close as the function returns; the child holds its copies.
   return staged;

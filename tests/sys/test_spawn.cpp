@@ -556,5 +556,49 @@ TEST_F(SpawnTest, ArenasAreReusedNotLeaked) {
   EXPECT_LE(mapping_count(), before + 4) << "mappings grew over 90 launches";
 }
 
+// wait_for_setup = false: spawn_staged returns while the child sets itself up; the barrier still
+// holds the target back until release(), and a setup failure comes back from release() with the
+// same step name, the child reaped.
+TEST_F(SpawnTest, DeferredSetupReportKeepsTheBarrierAndReportsFailuresAtRelease) {
+  TempDir dir;
+  fs::path const marker = dir.path() / "touched";
+  auto spec = simple_spec("/bin/touch", {"touch", marker.string()});
+  spec.wait_for_setup = false;
+  spec.rlimits.push_back(Rlimit{RLIMIT_NOFILE, 64, 64});
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged) << staged.error().message();
+  EXPECT_GT(staged->identity().start_time_ticks, 0U);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(fs::exists(marker)) << "nothing runs before release()";
+  EXPECT_EQ(get_rlimit(staged->pid(), RLIMIT_NOFILE).value().soft, 64U) << "setup done meanwhile";
+  auto running = std::move(*staged).release();
+  ASSERT_TRUE(running) << running.error().message();
+  EXPECT_EQ(running->pidfd().wait().value(), ExitStatus::exited(0));
+  EXPECT_TRUE(fs::exists(marker));
+
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  auto bad = simple_spec("/bin/true", {"true"});
+  bad.pty_slave_fd = pipe->second.get();  // not a terminal: TIOCSCTTY fails in the setup
+  bad.wait_for_setup = false;
+  std::int32_t pid = 0;
+  auto failing = spawn_staged(bad);
+  if (failing) {
+    pid = failing->pid();
+    auto r = std::move(*failing).release();
+    ASSERT_FALSE(r);
+    failing = r.error();
+  }
+  // Either way (the child may fail before the identity read), the failure names the step.
+  ASSERT_FALSE(failing);
+  EXPECT_EQ(failing.error().code, Errc::spawn_failed);
+  EXPECT_EQ(failing.error().sys_errno, ENOTTY);
+  EXPECT_NE(failing.error().context.find("step=controlling_tty"), std::string::npos)
+      << failing.error().context;
+  if (pid > 0) {
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "reaped";
+  }
+}
+
 }  // namespace
 }  // namespace custos::sys

@@ -53,6 +53,14 @@ struct SpawnSpec {
   // Bounds each wait on the child: for its setup report in spawn_staged() and for the execve
   // verdict in release(). A child that overruns it is killed and reaped (spawn.failed, ETIMEDOUT).
   std::chrono::milliseconds setup_timeout{10000};
+  // true: spawn_staged() returns only once the child has completed its setup and sits on the
+  // barrier, so a setup failure is spawn_staged()'s error and a StagedChild is fully set up.
+  // false: spawn_staged() returns right after clone3 (and the identity read), while the child
+  // sets itself up; release() then collects the "ready" report (or the setup failure, with the
+  // same step names) before the execve verdict. The barrier is the same: nothing of the target
+  // runs before release(). One wait on the child instead of two, for callers that do not need
+  // the setup done before they record ownership.
+  bool wait_for_setup = true;
 };
 
 class RunningChild;
@@ -100,7 +108,8 @@ class StagedChild {
   // Lets the child run: writes the barrier byte, then blocks until the child's end of the
   // channel closes (execve succeeded: CLOEXEC closed it) or carries an {errno, step} report. Only
   // the steps after the barrier ("barrier", "execve") can fail here; setup failures surface
-  // earlier, from spawn_staged(). Errors: spawn.failed with the step name in the context
+  // earlier, from spawn_staged() — or here, with their own step names, when the spec had
+  // wait_for_setup = false. Errors: spawn.failed with the step name in the context
   // ("step=execve ...") and the child's errno; the child has then exited and been reaped. The
   // StagedChild is consumed either way.
   [[nodiscard]] Result<RunningChild> release() &&;
@@ -118,6 +127,8 @@ class StagedChild {
   // Our end of the socketpair that is both the barrier (we send the go byte) and the child's
   // report channel (reports in, EOF once its CLOEXEC end closes at execve).
   UniqueFd channel_;
+  // The child's "ready" report is still to be read (SpawnSpec::wait_for_setup == false).
+  bool setup_pending_ = false;
   // Declared last: destroyed after the destructor body has killed and reaped the child.
   detail::ChildArena arena_;
 };

@@ -304,6 +304,11 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   }
   spec.credentials = std::move(creds);
   spec.new_session = true;
+  // One wait on the child (in release()) instead of two: the child sets itself up while the
+  // staged ownership is recorded. The barrier still holds the target until release(), so the
+  // record still precedes any of its code; a setup failure (credentials, limits, tty) becomes
+  // spawn_failed with its step from release(), as an execve failure does, after record_staged.
+  spec.wait_for_setup = false;
 
   auto staged = sys::spawn_staged(spec);
   if (!staged) return failed(failure_from(step_of(staged.error(), "clone3"), staged.error()));

@@ -372,5 +372,24 @@ TEST_F(SupervisorTest, LiveCountStaysExactThroughFailuresAndHistoryEviction) {
   EXPECT_EQ(manager_->list({}).size(), 2U);
 }
 
+// A failure in the child's own setup (here RLIMIT_NOFILE above fs.nr_open: EPERM even for root)
+// reaches the caller as spawn_failed with the step, before anything of the target ran, and the
+// child is reaped — whether the setup report is read in spawn_staged or in release().
+TEST_F(SupervisorTest, ChildSetupFailureIsSpawnFailedWithItsStep) {
+  manager();
+  auto p = plan({"/bin/true"});
+  p.limits.open_files = std::uint64_t{1} << 31;
+  auto st = start(p);
+  ASSERT_EQ(st.phase, core::Phase::terminal);
+  EXPECT_EQ(st.pid, 0);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  ASSERT_TRUE(rec->spawn_error.has_value());
+  EXPECT_EQ(rec->spawn_error->code, "setrlimit");
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  EXPECT_EQ(manager_->live_count(), 0U);
+}
+
 }  // namespace
 }  // namespace custos::supervisor::testing

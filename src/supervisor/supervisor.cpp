@@ -1308,6 +1308,11 @@ void Supervisor::close_and_record() {
     // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for recovery.
     (void)cgroup_->remove();
   }
+  // A closed execution stays in the terminal history (views, output, waits) but acts on nothing
+  // any more: its descriptors go now, or every history entry would pin two (4,096 entries: 8,192
+  // descriptors against the daemon's RLIMIT_NOFILE).
+  cgroup_.reset();
+  root_.reset();
   pty_.reset();
   workspace_fd_.reset();
   finish_terminal(std::move(record));

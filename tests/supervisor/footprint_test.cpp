@@ -2,6 +2,7 @@
 // not up front. Measured as live heap bytes (the allocator's own count), which is what grows the
 // daemon's RSS per execution; pipe buffers live in the kernel, not in the daemon.
 #include <cstddef>
+#include <filesystem>
 #include <malloc.h>
 
 #if defined(__has_feature)
@@ -64,6 +65,34 @@ TEST_F(SupervisorTest, IdleExecutionsCostAtMost32KiBEach) {
     ASSERT_TRUE(v->terminal.has_value());
     EXPECT_EQ(v->terminal->tree.cleanup, core::Cleanup::confirmed) << detail(id);
   }
+}
+
+std::size_t open_fds() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] auto const& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// A terminal execution kept in the history holds no descriptor: its pidfd, cgroup directory,
+// pipes, PTY and workspace fd are all released when it closes.
+TEST_F(SupervisorTest, TerminalExecutionsInTheHistoryHoldNoDescriptors) {
+  manager();
+  {
+    auto st = start(plan({"/bin/true"}));  // warm-up: the manager's own lazily opened fds
+    ASSERT_TRUE(terminal(st.execution_id));
+  }
+  drive([] { return false; }, 50ms);
+  std::size_t const before = open_fds();
+  constexpr int kCount = 40;
+  for (int i = 0; i < kCount; ++i) {
+    auto st = start(plan({"/bin/true"}));
+    ASSERT_TRUE(terminal(st.execution_id)) << detail(st.execution_id);
+  }
+  drive([] { return false; }, 50ms);
+  EXPECT_EQ(manager_->list({}).size(), static_cast<std::size_t>(kCount + 1)) << "all kept";
+  std::size_t const after = open_fds();
+  // A few descriptors of process-wide state may come and go; one per execution may not.
+  EXPECT_LT(after, before + kCount / 4) << "before " << before << ", after " << after;
 }
 
 }  // namespace

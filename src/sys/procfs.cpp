@@ -581,9 +581,15 @@ Result<std::vector<MarkerSweepResult>> sweep_many(std::span<MarkerSweepTarget co
   std::vector<std::size_t> active(targets.size());
   for (std::size_t i = 0; i < active.size(); ++i) active[i] = i;
   std::vector<MarkerScanResult> scans(targets.size());
+  // A process can be unreadable for a moment only (between credential changes inside execve,
+  // say, when another tenant launches at the same time): a pass whose only fault was unreadable
+  // processes is repeated, at most this many times, before its result counts.
+  constexpr std::uint32_t kUnreadableRetries = 2;
+  std::vector<std::uint32_t> unreadable_retries(targets.size(), 0);
   while (!active.empty()) {
     CUSTOS_TRYV(scan_pass(scan_targets, active, sp, scans));
     bool signalled_any = false;
+    bool retry_unreadable = false;
     std::vector<std::size_t> next;
     for (std::size_t const t : active) {
       MarkerScanResult const& scan = scans[t];
@@ -595,6 +601,13 @@ Result<std::vector<MarkerSweepResult>> sweep_many(std::span<MarkerSweepTarget co
           scan.unreadable.begin() + static_cast<std::ptrdiff_t>(std::min(
                                         scan.unreadable.size(), kMaxUnreadablePidsReported)));
       out.remaining = static_cast<std::uint32_t>(scan.matched.size());
+      if (scan.matched.empty() && !scan.unreadable.empty() && out.rounds < max_rounds &&
+          unreadable_retries[t] < kUnreadableRetries) {
+        ++unreadable_retries[t];
+        retry_unreadable = true;
+        next.push_back(t);
+        continue;
+      }
       if (scan.matched.empty() || !can_signal) continue;
       for (std::int32_t const pid : scan.matched) {
         auto pidfd = Pidfd::open(pid);
@@ -615,7 +628,7 @@ Result<std::vector<MarkerSweepResult>> sweep_many(std::span<MarkerSweepTarget co
     active = std::move(next);
     // Pause after a round that signalled something, so the killed processes can exit (and drop
     // their environment) before the next scan looks again.
-    if (signalled_any && !active.empty() && options.round_pause.count() > 0) {
+    if ((signalled_any || retry_unreadable) && !active.empty() && options.round_pause.count() > 0) {
       std::this_thread::sleep_for(options.round_pause);
     }
   }

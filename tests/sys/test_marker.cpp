@@ -661,5 +661,54 @@ TEST_F(MarkerTest, SweeperNoticesARemountThatHidesProcesses) {
   EXPECT_FALSE(sweep());
 }
 
+// An unreadable process fails the sweep only if it stays unreadable: a pass whose only fault was
+// an unreadable process is repeated (at most twice more) before the result counts, so a process
+// caught for a moment mid-execve by a neighbour's launch does not make a clean teardown
+// `unconfirmed`, while one that stays unreadable still does.
+TEST_F(MarkerTest, TransientlyUnreadableProcessIsLookedAtAgain) {
+  using namespace std::string_literals;
+  auto fake_tree = [](std::string const& root) {
+    ASSERT_EQ(::mkdir((root + "/self").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((root + "/self/ns").c_str(), 0755), 0);
+    write_text(root + "/self/ns/pid", "ns");
+    ASSERT_EQ(::mkdir((root + "/200").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir((root + "/200/ns").c_str(), 0755), 0);
+    ASSERT_EQ(::link((root + "/self/ns/pid").c_str(), (root + "/200/ns/pid").c_str()), 0);
+    ASSERT_EQ(::mkdir((root + "/200/environ").c_str(), 0755), 0);  // EISDIR: unreadable
+  };
+  Marker const m = Marker::generate().value();
+  {
+    TempDir t;
+    fake_tree(t.path());
+    MarkerSweepOptions o;
+    o.proc_root = t.path();
+    o.round_pause = std::chrono::milliseconds(1);
+    auto r = marker_sweep(m, o);
+    ASSERT_TRUE(r) << r.error().message();
+    EXPECT_FALSE(r->confirmed) << "still unreadable after the retries";
+    EXPECT_EQ(r->unreadable_pids, std::vector<std::int32_t>{200});
+    EXPECT_EQ(r->rounds, 3u) << "one pass and two retries, no more";
+  }
+  {
+    TempDir t;
+    std::string const root = t.path();
+    fake_tree(root);
+    MarkerSweepOptions o;
+    o.proc_root = root;
+    o.round_pause = std::chrono::milliseconds(600);
+    // The entry becomes readable (and unmarked) while the sweep pauses after its first pass.
+    std::thread fixer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      ASSERT_EQ(::rmdir((root + "/200/environ").c_str()), 0);
+      write_text(root + "/200/environ", "A=1\0"s);
+    });
+    auto r = marker_sweep(m, o);
+    fixer.join();
+    ASSERT_TRUE(r) << r.error().message();
+    EXPECT_TRUE(r->confirmed) << "unreadable " << r->unreadable << " after " << r->rounds;
+    EXPECT_EQ(r->unreadable, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace custos::sys

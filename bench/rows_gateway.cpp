@@ -26,6 +26,7 @@
 
 #include "../tests/support/launch_permit_minter.hpp"
 #include "bench.hpp"
+#include "launch_request.hpp"
 
 namespace custos::bench {
 namespace {
@@ -95,27 +96,13 @@ class GatewayHarness {
   [[nodiscard]] bool has_cgroup() const { return !subtree_.empty(); }
 
   Result<sup::StartResult> start(std::string const& exe) {
-    sup::LaunchRequest r;
-    auto& id = r.identity;
-    id.project_id = "bench";
-    id.session_id = "bench";
-    id.run_id = "r1";
-    id.attempt_id = "a1";
-    id.turn_id = "t1";
-    id.action_id = "act-" + std::to_string(++seq_);
-    id.process_id = "proc-1";
-    id.workspace_id = "w1";
-    id.resource_id = "res1";
-    id.environment_id = "env1";
-    id.generation = 1;
+    sup::LaunchRequest r = bench_request(++seq_, /*revision=*/0);
     r.plan.command.executable = exe;
     r.plan.command.argv = {exe};
     r.plan.workspace.root = (dir_ / "ws").string();
     r.plan.workspace.access = core::WorkspaceAccess::writable;
     r.plan.limits.wall_ms = 10'000;
     r.plan.limits.cpu_ms = 10'000;
-    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
-                                static_cast<std::uint32_t>(::getegid()), ::getpid()};
     if (!through_gateway_) return sup::start_with_test_permit(*mgr_, std::move(r));
     gateway::AuthorityClaim c;
     c.epoch = epoch_;

@@ -25,6 +25,7 @@
 
 #include "../tests/support/launch_permit_minter.hpp"
 #include "bench.hpp"
+#include "launch_request.hpp"
 
 namespace custos::bench {
 namespace {
@@ -91,23 +92,8 @@ class Harness {
   }
 
   Result<sup::StartResult> start(core::ExecutionPlan p) {
-    sup::LaunchRequest r;
-    auto& id = r.identity;
-    id.project_id = "bench";
-    id.session_id = "bench";
-    id.run_id = "r1";
-    id.attempt_id = "a1";
-    id.turn_id = "t1";
-    id.action_id = "act-" + std::to_string(++seq_);
-    id.process_id = "proc-1";
-    id.workspace_id = "w1";
-    id.resource_id = "res1";
-    id.environment_id = "env1";
-    id.generation = 1;
-    id.revision = 1;
+    sup::LaunchRequest r = bench_request(++seq_);
     r.plan = std::move(p);
-    r.caller = sup::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
-                                static_cast<std::uint32_t>(::getegid()), ::getpid()};
     return sup::start_with_test_permit(*mgr_, std::move(r));
   }
 

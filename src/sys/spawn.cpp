@@ -331,8 +331,8 @@ Result<UniqueFd> above_stdio(UniqueFd fd) {
 // no mmap/mprotect/munmap (and no TLB shootdown of the daemon's other threads) in the steady
 // state; a plan whose argv/envp do not fit gets a mapping of its own.
 constexpr std::size_t kPage = 4096;
-constexpr std::size_t kChildStack = 60 * 1024;
-constexpr std::size_t kStandardData = 64 * 1024;
+constexpr std::size_t kChildStack = std::size_t{60} * 1024;
+constexpr std::size_t kStandardData = std::size_t{64} * 1024;
 constexpr std::size_t kStandardArena = kPage + kChildStack + kStandardData;
 constexpr std::size_t kArenaPoolMax = 8;
 

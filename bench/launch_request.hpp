@@ -2,7 +2,9 @@
 // id changes per launch (each launch consumes a claim of its own), run by the bench's own uid.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <unistd.h>
 
@@ -29,6 +31,29 @@ namespace custos::bench {
   r.caller = supervisor::CallerCreds{static_cast<std::uint32_t>(::geteuid()),
                                      static_cast<std::uint32_t>(::getegid()), ::getpid()};
   return r;
+}
+
+// The manager configuration the in-process rows share: executions in cgroups beneath `subtree`
+// (the marker boundary when the run has no writable cgroup), state under `dir`/state.
+[[nodiscard]] inline supervisor::ManagerConfig bench_manager_config(
+    std::string const& subtree, std::filesystem::path const& dir) {
+  supervisor::ManagerConfig cfg;
+  cfg.cgroup_subtree = subtree;
+  cfg.boundary = subtree.empty() ? supervisor::BoundaryPreference::marker
+                                 : supervisor::BoundaryPreference::cgroup;
+  cfg.state_dir = dir / "state";
+  return cfg;
+}
+
+// A row's teardown once its manager is gone: the subtree (empty by then, but the kernel may
+// report it busy for a moment after its last process was reaped) and the row's directory.
+inline void remove_bench_dirs(std::string const& subtree, std::filesystem::path const& dir) {
+  if (!subtree.empty()) {
+    for (int i = 0; i < 2000 && ::rmdir(subtree.c_str()) != 0 && errno == EBUSY; ++i)
+      ::usleep(1000);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace custos::bench

@@ -58,11 +58,7 @@ class GatewayHarness {
     store_ = std::make_unique<gateway::AuthorityStore>(*db_);
     gw_ = std::make_unique<gateway::ExecutionGateway>(
         io_, *store_, gateway::GatewayOptions{reg_.get(), inner_.get()});
-    sup::ManagerConfig cfg;
-    cfg.cgroup_subtree = subtree_;
-    cfg.boundary =
-        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
-    cfg.state_dir = dir_ / "state";
+    sup::ManagerConfig cfg = bench_manager_config(subtree_, dir_);
     cfg.sink = through_gateway ? &gw_->sink() : static_cast<sup::OwnershipSink*>(inner_.get());
     mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
     gw_->attach(*mgr_);
@@ -84,12 +80,7 @@ class GatewayHarness {
     db_.reset();
     inner_.reset();
     reg_.reset();
-    if (!subtree_.empty()) {
-      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
-        ::usleep(1000);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    remove_bench_dirs(subtree_, dir_);
   }
 
   [[nodiscard]] std::string const& error() const { return error_; }

@@ -106,11 +106,7 @@ class Launcher {
         timed_ = std::make_unique<TimedSink>(*sink_);
       }
     }
-    sup::ManagerConfig cfg;
-    cfg.cgroup_subtree = subtree_;
-    cfg.boundary =
-        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
-    cfg.state_dir = dir_ / "state";
+    sup::ManagerConfig cfg = bench_manager_config(subtree_, dir_);
     cfg.sink = timed_.get();
     mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
   }
@@ -133,12 +129,7 @@ class Launcher {
     timed_.reset();
     sink_.reset();
     registry_.reset();
-    if (!subtree_.empty()) {
-      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
-        ::usleep(1000);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    remove_bench_dirs(subtree_, dir_);
   }
 
   [[nodiscard]] std::string const& error() const { return error_; }

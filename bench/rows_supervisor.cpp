@@ -48,11 +48,7 @@ class Harness {
     dir_ = fs::path(env.work_dir) / name;
     std::error_code ec;
     fs::create_directories(dir_ / "ws", ec);
-    sup::ManagerConfig cfg;
-    cfg.cgroup_subtree = subtree_;
-    cfg.boundary =
-        subtree_.empty() ? sup::BoundaryPreference::marker : sup::BoundaryPreference::cgroup;
-    cfg.state_dir = dir_ / "state";
+    sup::ManagerConfig cfg = bench_manager_config(subtree_, dir_);
     mgr_ = std::make_unique<sup::ExecutionManager>(io_, std::move(cfg));
   }
 
@@ -69,12 +65,7 @@ class Harness {
       drive([&] { return done; }, 30s);
     }
     mgr_.reset();
-    if (!subtree_.empty()) {
-      for (int i = 0; i < 2000 && ::rmdir(subtree_.c_str()) != 0 && errno == EBUSY; ++i)
-        ::usleep(1000);
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    remove_bench_dirs(subtree_, dir_);
   }
 
   [[nodiscard]] bool has_cgroup() const { return !subtree_.empty(); }

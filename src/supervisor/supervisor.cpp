@@ -1341,14 +1341,7 @@ void Supervisor::finish_terminal(core::TerminalRecord record) {
   emit("terminal", std::move(f));
   events_.clear_subscribers();  // nothing follows the terminal event
 
-  // Waiters run from the loop, not from inside this call chain (they may call the manager).
-  for (auto& w : waiters_) {
-    if (w->fired) continue;
-    w->fired = true;
-    if (w->timer) w->timer->cancel();
-    asio::post(io_, [w, rec = *terminal_]() { w->done(rec); });
-  }
-  waiters_.clear();
+  // Pending exec.wait calls are the manager's (answered from on_terminal, below).
   if (manager_ != nullptr) manager_->on_terminal(id_);
 }
 
@@ -1451,30 +1444,6 @@ ExecutionView Supervisor::view() const {
   return v;
 }
 
-void Supervisor::wait(std::optional<milliseconds> timeout,
-                      std::function<void(Result<core::TerminalRecord>)> done) {
-  if (terminal_) {
-    asio::post(io_, [done = std::move(done), rec = *terminal_]() { done(rec); });
-    return;
-  }
-  auto w = std::make_shared<Waiter>();
-  w->done = std::move(done);
-  if (timeout) {
-    w->timer = std::make_unique<asio::steady_timer>(io_);
-    w->timer->expires_after(*timeout);
-    std::weak_ptr<Supervisor> weak = weak_from_this();
-    w->timer->async_wait([weak, w, id = id_](boost::system::error_code ec) {
-      if (ec || w->fired) return;
-      w->fired = true;
-      if (auto self = weak.lock()) {
-        std::erase(self->waiters_, w);
-      }
-      w->done(Error(Errc::exec_wait_timeout, id));
-    });
-  }
-  waiters_.push_back(std::move(w));
-}
-
 Result<SubscriptionHandle> Supervisor::subscribe(std::optional<std::uint64_t> from_seq,
                                                  std::function<bool(Event const&)> sink) {
   auto s = events_.subscribe(from_seq, std::move(sink));
@@ -1550,13 +1519,6 @@ void Supervisor::detach() {
   exit_sd_.reset();
   unwatch_cgroup_events();
   events_.clear_subscribers();
-  for (auto& w : waiters_) {
-    if (w->fired) continue;
-    w->fired = true;
-    if (w->timer) w->timer->cancel();
-    asio::post(io_, [w]() { w->done(Error(Errc::daemon_shutting_down, "supervision detached")); });
-  }
-  waiters_.clear();
   // The process, its cgroup and the pidfd's process are left as they are: the registry's
   // staged/committed ownership lets the next daemon start recover them.
   manager_ = nullptr;

@@ -60,8 +60,6 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   // leave it to the pidfd waiter).
   [[nodiscard]] bool is_root_pid(std::int32_t pid) const noexcept;
 
-  void wait(std::optional<std::chrono::milliseconds> timeout,
-            std::function<void(Result<core::TerminalRecord>)> done);
   [[nodiscard]] Result<CancelResult> cancel(core::Trigger trigger, std::string reason);
   [[nodiscard]] Result<std::uint64_t> input(std::span<std::uint8_t const> data, bool eof);
   [[nodiscard]] Result<> resize(std::uint16_t rows, std::uint16_t cols);
@@ -100,11 +98,6 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
     bool eof_requested = false;
     bool closed = false;
     bool waiting = false;
-  };
-  struct Waiter {
-    std::function<void(Result<core::TerminalRecord>)> done;
-    std::unique_ptr<boost::asio::steady_timer> timer;
-    bool fired = false;
   };
   enum class Stage : std::uint8_t { none, graceful, killing, done };
 
@@ -202,7 +195,6 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   boost::asio::steady_timer sampler_timer_;
   boost::asio::steady_timer reader_timer_;      // readers still open after the tree is gone
   boost::asio::steady_timer exit_retry_timer_;  // exit ready but not yet waitable (ptrace)
-  std::vector<std::shared_ptr<Waiter>> waiters_;
 
   Stage stage_ = Stage::none;
   bool graceful_sent_ = false;

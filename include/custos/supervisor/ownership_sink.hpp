@@ -39,6 +39,17 @@ class OwnershipSink {
                                                Boundary boundary, std::string const& cgroup_path,
                                                std::string const& marker_value) = 0;
 
+  // Everything recorded for this execution so far (its claim above all) is on stable storage
+  // when this returns. The manager calls it after record_staged, before the barrier is
+  // released, and before it reports any launch outcome to its caller: a sink may commit the
+  // claim without waiting for its fsync (the registry's group durability) and pay that wait
+  // here, overlapped with the spawn. A failure aborts the launch like a record_staged failure.
+  // Default: everything was durable when written.
+  [[nodiscard]] virtual Result<> make_durable(std::string const& execution_id) {
+    (void)execution_id;
+    return ok();
+  }
+
   // The barrier was released and execve succeeded: ownership slot staged -> committed.
   [[nodiscard]] virtual Result<> record_committed(std::string const& execution_id) = 0;
 

@@ -200,6 +200,9 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   res.plan_digest = plan_digest_;
   boundary_ = Boundary::marker;
   auto failed = [&](core::SpawnFailure f) {
+    // The caller learns this outcome only once the claim behind it is durable (a sink may
+    // commit it without waiting for its fsync; see OwnershipSink::make_durable).
+    if (cfg.sink != nullptr) (void)cfg.sink->make_durable(id_);
     fail_spawn(std::move(f));
     res.phase = life_.phase;
     res.boundary = boundary_;
@@ -322,6 +325,12 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
       // Dropping the staged child kills and reaps it at its barrier: no user code ran.
       { auto discard = std::move(*staged); }
       return failed(failure_from("record_staged", r.error()));
+    }
+    // The claim and the staged ownership reach stable storage before any of the target's code
+    // can run: the wait for the claim's fsync overlapped everything since record_authorized.
+    if (auto d = cfg.sink->make_durable(id_); !d) {
+      { auto discard = std::move(*staged); }
+      return failed(failure_from("durability", d.error()));
     }
   }
   auto running = std::move(*staged).release();

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <set>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -148,6 +150,14 @@ Registry::Registry(std::filesystem::path state_dir, OpenOptions options, sys::Un
 Registry::~Registry() {
   // A clean stop must not lose what was deferred: commit it (a failure has nobody to tell).
   (void)flush();
+  // Then the flusher's last flush (it makes every pending group commit durable before it
+  // exits), and it is joined: no thread outlives the registry.
+  {
+    std::lock_guard<std::mutex> g(dur_mu_);
+    stop_flusher_ = true;
+  }
+  dur_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
 }
 
 std::filesystem::path Registry::db_path() const {
@@ -241,6 +251,8 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
 // ---- write path (group commit) ----------------------------------------------------------------
 
 Result<void> Registry::set_synchronous(Durability d) {
+  // A group commit is a NORMAL commit to SQLite; the flusher adds the fdatasync.
+  if (d == Durability::group) d = Durability::normal;
   if (current_sync_ == d) return ok();
   CUSTOS_TRYV(db_.exec_cached(d == Durability::full ? "PRAGMA synchronous = FULL"
                                                     : "PRAGMA synchronous = NORMAL"));
@@ -249,6 +261,21 @@ Result<void> Registry::set_synchronous(Durability d) {
 }
 
 namespace {
+int strictness(Durability d) {
+  switch (d) {
+    case Durability::normal:
+      return 0;
+    case Durability::group:
+      return 1;
+    case Durability::full:
+      return 2;
+  }
+  return 2;
+}
+Durability stricter(Durability a, Durability b) {
+  return strictness(a) >= strictness(b) ? a : b;
+}
+
 template <class Batch>
 std::uint64_t counted(Batch const& batch) {
   std::uint64_t n = 0;
@@ -262,9 +289,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
   // The batch commits with the strictest durability any of its jobs asked for: one fsync then
   // covers every job in it (and, WAL being ordered, every earlier NORMAL commit too).
   Durability d = Durability::normal;
-  for (auto const& j : batch) {
-    if (j->durability == Durability::full) d = Durability::full;
-  }
+  for (auto const& j : batch) d = stricter(d, j->durability);
   auto run = [this](Job& j) { return j.changes.empty() ? j.fn(db_) : apply_changes(db_, j); };
   // A job that failed as a whole (or whose transaction failed) fails every change in it.
   auto fail = [](Job& j, Error const& e) {
@@ -279,6 +304,15 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
       j->transaction_failed = true;
     }
   };
+  if (writes_refused_.load(std::memory_order_acquire)) {
+    // An fdatasync of the WAL failed: the kernel may have dropped dirty pages of committed
+    // transactions, so nothing written from now on could honestly be called durable.
+    return fail_all(Error{Errc::registry_io,
+                          "the registry refuses writes: an fdatasync of its WAL failed earlier "
+                          "(restart the daemon; recovery re-reads what reached the disk)",
+                          EIO});
+  }
+  staged_records_.clear();
   if (auto r = set_synchronous(d); !r) return fail_all(r.error());
   if (auto r = db_.exec_cached("BEGIN IMMEDIATE"); !r) return fail_all(r.error());
   if (batch.size() == 1) {
@@ -288,6 +322,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
     if (!j.result) {
       (void)db_.exec_cached("ROLLBACK");
       fail(j, j.result.error());
+      unstage_failed(0, j);
       stats_.writes += counted(batch);
       return;
     }
@@ -298,10 +333,12 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
         fail(*j, r.error());
         continue;
       }
+      std::size_t const mark = staged_records_.size();
       j->result = run(*j);
       if (!j->result) {
         (void)db_.exec_cached("ROLLBACK TO job");
         fail(*j, j->result.error());
+        unstage_failed(mark, *j);
       }
       (void)db_.exec_cached("RELEASE job");
     }
@@ -309,12 +346,185 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
   if (auto r = db_.exec_cached("COMMIT"); !r) {
     (void)db_.exec_cached("ROLLBACK");
     fail_all(r.error());
+    // The file is as it was before BEGIN: nothing staged may reach the cache, and the entries
+    // of every record the batch touched are dropped (reloaded and verified next time).
+    for (auto const& j : batch) unstage_failed(0, *j);
+    staged_records_.clear();
     stats_.writes += counted(batch);
     return;
   }
+  commit_staged();
   stats_.writes += counted(batch);
   stats_.transactions += 1;
   if (d == Durability::full) stats_.full_commits += 1;
+  note_commit(d);
+}
+
+// ---- write-through record cache -----------------------------------------------------------------
+
+void Registry::cache_drop(std::string_view execution_id) {
+  auto it = cache_.find(execution_id);
+  if (it == cache_.end()) return;
+  cache_order_.erase(it->second.order);
+  cache_.erase(it);
+}
+
+void Registry::cache_put(ExecutionRecord rec) {
+  // Only live executions: a terminal record is written at most once more (publication
+  // progress), not worth the memory.
+  if (rec.phase == core::Phase::terminal || options_.record_cache_entries == 0) {
+    cache_drop(rec.execution_id);
+    return;
+  }
+  if (auto it = cache_.find(rec.execution_id); it != cache_.end()) {
+    it->second.rec = std::move(rec);
+    cache_order_.splice(cache_order_.end(), cache_order_, it->second.order);
+    return;
+  }
+  while (cache_.size() >= options_.record_cache_entries) {
+    cache_.erase(cache_order_.front());
+    cache_order_.pop_front();
+  }
+  cache_order_.push_back(rec.execution_id);
+  std::string id = rec.execution_id;
+  cache_.emplace(std::move(id), CacheEntry{std::move(rec), std::prev(cache_order_.end())});
+}
+
+void Registry::unstage_failed(std::size_t mark, Job const& job) {
+  // The job's savepoint (or the transaction) was rolled back: what it staged never happened.
+  // A job that wrote nothing (every change refused before any SQL) leaves the file as the cache
+  // says; anything else drops the entries it may have touched.
+  if (!job.refused_only) {
+    for (std::size_t i = mark; i < staged_records_.size(); ++i) {
+      cache_drop(staged_records_[i].execution_id);
+    }
+    if (!job.changes.empty()) cache_drop(job.execution_id);
+  }
+  if (mark < staged_records_.size()) {
+    staged_records_.erase(staged_records_.begin() + static_cast<std::ptrdiff_t>(mark),
+                          staged_records_.end());
+  }
+}
+
+void Registry::commit_staged() {
+  // In commit order: the last version of a record staged in this transaction wins.
+  for (ExecutionRecord& rec : staged_records_) cache_put(std::move(rec));
+  staged_records_.clear();
+}
+
+// ---- group durability: the flusher ------------------------------------------------------------
+
+void Registry::note_commit(Durability d) {
+  if (d == Durability::normal) return;
+  {
+    std::lock_guard<std::mutex> g(dur_mu_);
+    if (d == Durability::full) {
+      // A FULL commit fsync'ed the WAL, and with it every frame appended before it; frames that
+      // a checkpoint moved out of the WAL were synced by that checkpoint (docs/durability.md).
+      durable_seq_ = commit_seq_;
+    } else {
+      ++commit_seq_;
+      // Started by the first group commit only: a registry that never makes one has no thread.
+      if (!flusher_.joinable()) flusher_ = std::thread([this] { flusher_main(); });
+    }
+  }
+  dur_cv_.notify_all();
+}
+
+namespace {
+Error sync_error(std::string const& what, int err) {
+  return Error{Errc::registry_io, what + ": " + std::strerror(err), err};
+}
+
+// fdatasync of the WAL through the flusher's own descriptor, reopened when SQLite replaced the
+// file (a different device/inode at the path). With no WAL at the path (SQLite removed it after
+// a checkpoint moved every frame into the database file) the database file is synced instead.
+Result<void> sync_wal(std::string const& wal_path, std::string const& db_path, sys::UniqueFd& fd,
+                      struct stat& fd_st) {
+  struct stat st {};
+  if (::stat(wal_path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return sync_error("stat " + wal_path, errno);
+    sys::UniqueFd db{::open(db_path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (!db.valid()) return sync_error("open " + db_path, errno);
+    if (::fdatasync(db.get()) != 0) return sync_error("fdatasync " + db_path, errno);
+    return ok();
+  }
+  if (!fd.valid() || st.st_dev != fd_st.st_dev || st.st_ino != fd_st.st_ino) {
+    sys::UniqueFd fresh{::open(wal_path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (!fresh.valid()) return sync_error("open " + wal_path, errno);
+    if (::fstat(fresh.get(), &fd_st) != 0) return sync_error("fstat " + wal_path, errno);
+    fd = std::move(fresh);
+  }
+  if (::fdatasync(fd.get()) != 0) return sync_error("fdatasync " + wal_path, errno);
+  return ok();
+}
+}  // namespace
+
+void Registry::flusher_main() {
+  bool const fail = failpoint_set("flusher_fsync_fails");
+  bool const slow = failpoint_set("flusher_slow");
+  std::string const db_file = db_path().string();
+  std::string const wal_file = db_file + "-wal";
+  sys::UniqueFd wal;
+  struct stat wal_st {};
+  std::unique_lock<std::mutex> lk(dur_mu_);
+  auto pending = [this] { return !dur_error_ && commit_seq_ > durable_seq_; };
+  for (;;) {
+    dur_cv_.wait(lk, [&] { return stop_flusher_ || pending(); });
+    if (!pending()) {
+      if (stop_flusher_) return;
+      continue;
+    }
+    if (slow) {
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      lk.lock();
+      if (!pending()) continue;  // a FULL commit covered it meanwhile
+    }
+    // Every group commit numbered up to `target` returned before this point: its frames were
+    // written to the WAL, so the fdatasync below covers them. Later ones wait for the next.
+    std::uint64_t const target = commit_seq_;
+    ++flushes_;
+    lk.unlock();
+    Result<void> r = fail ? Result<void>{sync_error("fdatasync " + wal_file + " (failpoint)", EIO)}
+                          : sync_wal(wal_file, db_file, wal, wal_st);
+    lk.lock();
+    if (r) {
+      durable_seq_ = std::max(durable_seq_, target);
+    } else {
+      // Never retried: after a failed fsync the kernel may have dropped the dirty pages and a
+      // second fsync would report success for data that is gone.
+      dur_error_ = r.error();
+      writes_refused_.store(true, std::memory_order_release);
+    }
+    dur_cv_.notify_all();
+  }
+}
+
+Result<void> Registry::await_durable() {
+  std::unique_lock<std::mutex> lk(dur_mu_);
+  if (dur_error_) return *dur_error_;
+  std::uint64_t const target = commit_seq_;
+  if (durable_seq_ >= target) return ok();
+  // The flusher runs (the first group commit started it) and flushes whenever a commit is not
+  // yet covered; a flush already in progress that started before `target` is followed by one
+  // more.
+  dur_cv_.notify_all();
+  dur_cv_.wait(lk, [&] { return dur_error_.has_value() || durable_seq_ >= target; });
+  if (durable_seq_ >= target) return ok();
+  return *dur_error_;
+}
+
+bool Registry::durability_pending() const {
+  std::lock_guard<std::mutex> g(dur_mu_);
+  return commit_seq_ > durable_seq_;
+}
+
+std::optional<ExecutionRecord> Registry::cached_record(std::string_view execution_id) const {
+  std::lock_guard<std::mutex> g(db_mu_);
+  auto it = cache_.find(execution_id);
+  if (it == cache_.end()) return std::nullopt;
+  return it->second.rec;
 }
 
 Result<void> Registry::apply_changes(sql::Db& db, Job& job) {
@@ -343,9 +553,12 @@ Result<void> Registry::apply_changes(sql::Db& db, Job& job) {
   }
   if (!changed) {
     // Every change was refused: nothing to store; the job's error is the first refusal.
+    job.refused_only = true;
     return job.changes.front().result.error();
   }
-  return store(db, rec);
+  CUSTOS_TRYV(store(db, rec));
+  staged_records_.push_back(std::move(rec));
+  return ok();
 }
 
 void Registry::keep_deferred_errors(Job const& job) {
@@ -463,6 +676,8 @@ WriteStats Registry::write_stats() const {
   std::lock_guard<std::mutex> lk(queue_mu_);
   out.deferred = deferred_total_;
   out.deferred_failed = deferred_failed_;
+  std::lock_guard<std::mutex> dg(dur_mu_);
+  out.flushes = flushes_;
   return out;
 }
 
@@ -508,6 +723,23 @@ Result<ExecutionRecord> load_trusted(sql::Db& db, std::string_view id,
 }  // namespace
 
 Result<ExecutionRecord> Registry::load_for_update(sql::Db& db, std::string_view execution_id) {
+  // The daemon holds the file exclusively (flock + locking_mode EXCLUSIVE): a record this
+  // registry wrote or verified cannot have changed under it. Quarantine is checked first (the
+  // set only grows, in revalidate()).
+  if (!quarantined_ids_.contains(execution_id)) {
+    // A version stored earlier in this very transaction (not yet committed, so not cached).
+    for (auto it = staged_records_.rbegin(); it != staged_records_.rend(); ++it) {
+      if (it->execution_id == execution_id) {
+        ++stats_.cache_hits;
+        return *it;
+      }
+    }
+    if (auto it = cache_.find(execution_id); it != cache_.end()) {
+      ++stats_.cache_hits;
+      return it->second.rec;
+    }
+  }
+  ++stats_.cache_misses;
   return load_trusted(db, execution_id, quarantined_ids_);
 }
 
@@ -539,7 +771,7 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
     job->execution_id = std::string{execution_id};
     queue_.push_back(job);
   }
-  if (d == Durability::full) job->durability = Durability::full;
+  job->durability = stricter(job->durability, d);
   // The change owns what it uses: a deferred one runs after this call has returned.
   job->changes.push_back(
       Change{std::move(change), mode == WriteMode::deferred, what, atomic, ok()});
@@ -556,21 +788,33 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
 
 // ---- claims -----------------------------------------------------------------------------------
 
+namespace {
+// The claim's durability: FULL, or group (FULL's fsync made by the flusher, awaited by the
+// caller before anything acts on the claim). Never NORMAL: a consumed authorization must
+// not come back after a power loss.
+Durability claim_durability(Durability d) {
+  return d == Durability::group ? Durability::group : Durability::full;
+}
+}  // namespace
+
 Result<void> Registry::consume_claim(std::string_view action_id, std::string_view process_id,
-                                     std::string_view execution_id) {
-  return consume_claim_with(action_id, process_id, execution_id,
-                            [](sql::Db&) -> Result<void> { return ok(); });
+                                     std::string_view execution_id, Durability d) {
+  return consume_claim_with(
+      action_id, process_id, execution_id, [](sql::Db&) -> Result<void> { return ok(); }, d);
 }
 
 Result<void> Registry::consume_claim_with(std::string_view action_id, std::string_view process_id,
                                           std::string_view execution_id,
-                                          std::function<Result<void>(sql::Db&)> also) {
-  return claim_job(action_id, process_id, execution_id, std::move(also),
-                   [](sql::Db&) -> Result<void> { return ok(); });
+                                          std::function<Result<void>(sql::Db&)> also,
+                                          Durability d) {
+  return claim_job(
+      action_id, process_id, execution_id, std::move(also),
+      [](sql::Db&) -> Result<void> { return ok(); }, claim_durability(d));
 }
 
 Result<void> Registry::claim_job(std::string_view action_id, std::string_view process_id,
-                                 std::string_view execution_id, JobFn before, JobFn after) {
+                                 std::string_view execution_id, JobFn before, JobFn after,
+                                 Durability d) {
   if (action_id.empty() || process_id.empty() || execution_id.empty()) {
     return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
   }
@@ -578,7 +822,7 @@ Result<void> Registry::claim_job(std::string_view action_id, std::string_view pr
   // One job: `before`, the claim and `after` share its savepoint, so a refusal by any of them
   // undoes all three.
   if (auto wr =
-          write(Durability::full,
+          write(d,
                 [&](sql::Db& db) -> Result<void> {
                   if (auto r = before(db); !r) return r;
                   {
@@ -611,6 +855,13 @@ Result<void> Registry::claim_job(std::string_view action_id, std::string_view pr
 
 Result<void> Registry::transact(Durability d, std::function<Result<void>(sql::Db&)> fn) {
   return write(d, std::move(fn));
+}
+
+void Registry::transact_deferred(std::string execution_id, char const* what,
+                                 std::function<Result<void>(sql::Db&)> fn) {
+  // NORMAL: it commits in the transaction of the immediate write that follows it, with that
+  // write's durability.
+  enqueue_deferred(Durability::normal, std::move(execution_id), what, std::move(fn));
 }
 
 Result<void> Registry::read(std::function<Result<void>(sql::Db&)> const& fn) {
@@ -673,7 +924,9 @@ Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex, bo
   rec.plan_digest = ex.plan_digest;
   rec.backend = ex.backend;
   rec.phase = core::Phase::authorized;
-  return store(db, rec);
+  CUSTOS_TRYV(store(db, rec));
+  staged_records_.push_back(std::move(rec));
+  return ok();
 }
 
 Result<void> Registry::create_execution(NewExecution const& ex, WriteMode mode) {
@@ -690,7 +943,14 @@ Result<void> Registry::create_execution(NewExecution const& ex, WriteMode mode) 
                [this, &ex](sql::Db& db) { return create_record_job(db, ex, false); });
 }
 
-Result<void> Registry::record_authorized(NewExecution const& ex) {
+Result<void> Registry::record_authorized(NewExecution const& ex, Durability d) {
+  return record_authorized_with(
+      ex, [](sql::Db&) -> Result<void> { return ok(); }, d);
+}
+
+Result<void> Registry::record_authorized_with(NewExecution const& ex,
+                                              std::function<Result<void>(sql::Db&)> before,
+                                              Durability d) {
   if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
     return Error{Errc::auth_digest_mismatch,
                  ex.execution_id + ": plan digest does not match the canonical plan bytes"};
@@ -698,9 +958,9 @@ Result<void> Registry::record_authorized(NewExecution const& ex) {
   // The claim and its record in one job of a FULL transaction: one fsync instead of a FULL and
   // a NORMAL commit, and the record is as durable as the claim.
   return claim_job(
-      ex.action_id, ex.process_id, ex.execution_id, [](sql::Db&) -> Result<void> { return ok(); },
+      ex.action_id, ex.process_id, ex.execution_id, std::move(before),
       // The claim was inserted for this very execution just before, in this job.
-      [this, &ex](sql::Db& db) { return create_record_job(db, ex, true); });
+      [this, &ex](sql::Db& db) { return create_record_job(db, ex, true); }, claim_durability(d));
 }
 
 namespace {

@@ -13,6 +13,11 @@
 //   while_running    registry, after the phase `running` committed
 //   while_stopping   registry, after the phase `stopping` committed
 //   before_terminal  registry, just before the terminal record transaction
+//
+// Behaviour failpoints (failpoint_set, read once when the durability flusher starts, i.e. at the
+// registry's first group commit; they kill nothing):
+//   flusher_fsync_fails  the flusher's fdatasync fails with EIO (the registry.io path)
+//   flusher_slow         the flusher waits 50 ms before each flush (tests of what shares one)
 #pragma once
 
 #include <string_view>
@@ -34,9 +39,17 @@ inline void failpoint(std::string_view name) noexcept {
     (void)std::raise(SIGKILL);
   }
 }
+// True when CUSTOS_FAILPOINT names `name` (behaviour failpoints: the caller changes what it does).
+inline bool failpoint_set(std::string_view name) noexcept {
+  char const* want = std::getenv(kFailpointEnv.data());
+  return want != nullptr && name == want;
+}
 inline constexpr bool kFailpointsCompiled = true;
 #else
 inline void failpoint(std::string_view /*name*/) noexcept {}
+inline bool failpoint_set(std::string_view /*name*/) noexcept {
+  return false;
+}
 inline constexpr bool kFailpointsCompiled = false;
 #endif
 

@@ -14,19 +14,28 @@
 //   - every phase change is checked with core::is_legal_progression before it is written;
 //   - concurrent writers share transactions and fsyncs (group commit);
 //   - writes that gate nothing may be deferred (WriteMode::deferred): queued in order and
-//     committed with the next immediate write or flush(), one transaction for all of them.
+//     committed with the next immediate write or flush(), one transaction for all of them;
+//   - a claim may be committed with Durability::group: in the WAL when the call returns, made
+//     power-loss durable by the registry's flusher thread (fdatasync of the WAL) without the
+//     writer waiting; await_durable() is the wait, paid where it gates something;
+//   - the records of live executions this Registry wrote or loaded are kept in a bounded
+//     write-through cache (the daemon holds the file exclusively), so a write does not re-read
+//     and re-verify the row it wrote last.
 //
 // Thread safety: every public member may be called from any thread. Writes are queued and
-// committed in batches by whichever caller becomes the batch leader (no background thread, so a
-// forked child may open its own Registry).
+// committed in batches by whichever caller becomes the batch leader. The only background thread
+// is the durability flusher, started by the first group commit (a Registry that never makes one
+// has none, so a forked child may open its own Registry) and joined by the destructor.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +44,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "custos/core/accounting.hpp"
@@ -62,7 +72,14 @@ inline constexpr int kSchemaVersion = 5;
 //   normal  synchronous=NORMAL: the commit is in the WAL (page cache) without fsync; survives a
 //           crash of the daemon process, not of the machine. The next FULL commit or checkpoint
 //           makes it durable, in order.
-enum class Durability : std::uint8_t { normal, full };
+//   group   committed like `normal` (the WAL frames are written with pwrite before the call
+//           returns), then the registry's flusher thread makes them power-loss durable with an
+//           fdatasync of the WAL file: the very bytes a FULL commit syncs, without the writer
+//           waiting. One fdatasync covers every group commit that returned before it started.
+//           Registry::await_durable() waits for it; until it returned the write is as durable
+//           as `normal` (docs/durability.md "Group durability").
+// Strictness (what a shared transaction commits with): normal < group < full.
+enum class Durability : std::uint8_t { normal, full, group };
 
 // When a write is committed (docs/durability.md, "What each write must survive"):
 //   now       before the call returns (group commit with whatever else is queued).
@@ -91,6 +108,9 @@ struct OpenOptions {
   // Run PRAGMA quick_check at open (detects a truncated or damaged file before any record is
   // trusted). Costs O(database size); on by default.
   bool integrity_check = true;
+  // At most this many records of non-terminal executions are kept in the write-through cache
+  // (the oldest written is evicted first; 0 disables the cache).
+  std::size_t record_cache_entries = 4096;
 };
 
 enum class BoundaryKind : std::uint8_t { none, cgroup, marker };
@@ -236,6 +256,9 @@ struct WriteStats {
   std::uint64_t full_commits = 0;     // of which synchronous=FULL
   std::uint64_t deferred = 0;         // of the writes, queued as WriteMode::deferred
   std::uint64_t deferred_failed = 0;  // deferred writes refused at commit
+  std::uint64_t flushes = 0;          // fdatasyncs the durability flusher started (group commits)
+  std::uint64_t cache_hits = 0;       // record writes that found their record in the cache
+  std::uint64_t cache_misses = 0;     // record writes that loaded and verified it from the file
 };
 
 class Registry {
@@ -261,10 +284,12 @@ class Registry {
 
   // ---- claims ---------------------------------------------------------------------------------
   // Consumes (action_id, process_id) for execution_id in its own BEGIN IMMEDIATE transaction
-  // committed with synchronous=FULL (concurrent claims share one fsync).
+  // committed with synchronous=FULL (concurrent claims share one fsync), or with `group`: in the
+  // WAL on return, power-loss durable once the flusher's fdatasync covered it (await_durable()).
   // Errors: registry.claim_consumed when the pair was ever consumed before.
   [[nodiscard]] Result<void> consume_claim(std::string_view action_id, std::string_view process_id,
-                                           std::string_view execution_id);
+                                           std::string_view execution_id,
+                                           Durability d = Durability::full);
   [[nodiscard]] Result<std::optional<Claim>> find_claim(std::string_view action_id,
                                                         std::string_view process_id);
   // Claims whose execution record does not exist (a crash between claim and record). Kept
@@ -278,11 +303,21 @@ class Registry {
   // at commit (record_staged of the same execution commits it, in its transaction, first).
   [[nodiscard]] Result<void> create_execution(NewExecution const& ex,
                                               WriteMode mode = WriteMode::now);
-  // consume_claim + create_execution as ONE synchronous=FULL job: the claim and its record are
-  // durable together (no orphan claim can come from this path; the gateway's path, claim with
-  // its authority use and then the record, still can). The failpoint after_claim fires after
-  // the commit. Errors: as consume_claim and create_execution; on any error neither is written.
-  [[nodiscard]] Result<void> record_authorized(NewExecution const& ex);
+  // consume_claim + create_execution as ONE job of a synchronous=FULL transaction (or `group`:
+  // see Durability; the caller then awaits await_durable() before it acts on the claim): the
+  // claim and its record are durable together (no orphan claim can come from this path; the
+  // gateway's path, claim with its authority use and then the record, still can). The failpoint
+  // after_claim fires after the commit. Errors: as consume_claim and create_execution; on any
+  // error neither is written.
+  [[nodiscard]] Result<void> record_authorized(NewExecution const& ex,
+                                               Durability d = Durability::full);
+  // `before`, then record_authorized's claim and record, as ONE job of that same transaction:
+  // the gateway's authorizing transaction (its checks and authority writes in `before`), so
+  // the claim, the authority it consumed and the record are committed together or not at all.
+  // Errors: `before`'s; as record_authorized. `d` as for record_authorized.
+  [[nodiscard]] Result<void> record_authorized_with(NewExecution const& ex,
+                                                    std::function<Result<void>(sql::Db&)> before,
+                                                    Durability d = Durability::full);
 
   // Ownership unassigned -> staged with the child's pidfs identity (child waits at its barrier),
   // and the boundary it was created in. Moves the phase authorized -> starting if needed.
@@ -346,6 +381,19 @@ class Registry {
 
   [[nodiscard]] WriteStats write_stats() const;
 
+  // ---- group durability (docs/durability.md "Group durability") --------------------------------
+  // Blocks until every Durability::group commit made before this call is on stable storage
+  // (starts a flush when none covers it). Returns at once when none is pending. Errors:
+  // registry.io when fdatasync failed — then the registry refuses every later write (an fsync
+  // failure may have dropped dirty pages: never retry it, never report durable).
+  [[nodiscard]] Result<void> await_durable();
+  // True when a group commit is not yet known durable (for tests and the sink).
+  [[nodiscard]] bool durability_pending() const;
+
+  // The cached copy of a record (write-through cache of live executions), if it is cached.
+  // For tests and diagnostics: the write path is the only user of the cache.
+  [[nodiscard]] std::optional<ExecutionRecord> cached_record(std::string_view execution_id) const;
+
   // ---- deferred writes ----------------------------------------------------------------------
   // Commits every write deferred so far (one transaction per max_batch writes; nothing when
   // none is queued). The failpoint `flush_with_writes_queued` fires first when writes are
@@ -366,10 +414,18 @@ class Registry {
   // `also`, then the one-use claim of (action_id, process_id) for execution_id, as ONE job of a
   // synchronous=FULL transaction: both are committed or neither. The failpoint after_claim fires
   // after the commit, as for consume_claim. Errors: `also`'s; registry.claim_consumed.
+  // `d` as for consume_claim (full, or group with await_durable() before acting on it).
   [[nodiscard]] Result<void> consume_claim_with(std::string_view action_id,
                                                 std::string_view process_id,
                                                 std::string_view execution_id,
-                                                std::function<Result<void>(sql::Db&)> also);
+                                                std::function<Result<void>(sql::Db&)> also,
+                                                Durability d = Durability::full);
+  // `fn` as a deferred write of `execution_id` (WriteMode::deferred for a plain job): queued in
+  // order and committed with the next immediate write, in its transaction and ahead of it (or by
+  // flush()), in its own savepoint. Its refusal is kept per execution like other deferred
+  // writes (take_deferred_error; `what` names it in the message). `fn` must own what it uses.
+  void transact_deferred(std::string execution_id, char const* what,
+                         std::function<Result<void>(sql::Db&)> fn);
 
  private:
   using JobFn = std::function<Result<void>(sql::Db&)>;
@@ -393,14 +449,19 @@ class Registry {
     std::size_t deferred = 0;         // deferred writes in this job: nobody waits for their results
     char const* what = "";            // deferred plain job: which write, for the error message
     bool transaction_failed = false;  // its transaction could not begin or commit
+    bool refused_only = false;        // record job whose every change was refused: nothing written
+  };
+  struct CacheEntry {
+    ExecutionRecord rec;
+    std::list<std::string>::iterator order;  // position in cache_order_ (oldest first)
   };
 
   Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);
 
   Result<void> write(Durability d, JobFn fn);
-  // `before`, the one-use claim, `after`: one job of a synchronous=FULL transaction.
+  // `before`, the one-use claim, `after`: one job of a transaction committed with `d`.
   Result<void> claim_job(std::string_view action_id, std::string_view process_id,
-                         std::string_view execution_id, JobFn before, JobFn after);
+                         std::string_view execution_id, JobFn before, JobFn after, Durability d);
   // Inserts the record of `ex` (phase authorized) inside a job; its claim must exist (checked
   // here unless the same job has just inserted it).
   Result<void> create_record_job(sql::Db& db, NewExecution const& ex, bool claim_checked);
@@ -418,6 +479,15 @@ class Registry {
   // Loads a record inside a write job, refusing quarantined ones.
   Result<ExecutionRecord> load_for_update(sql::Db& db, std::string_view execution_id);
   Result<void> store(sql::Db& db, ExecutionRecord& rec);
+  // Cache bookkeeping (db_mu_ held). Records stored by the running transaction wait in
+  // staged_records_ until COMMIT; a failed job drops what it staged and its cache entry.
+  void cache_drop(std::string_view execution_id);
+  void cache_put(ExecutionRecord rec);
+  void unstage_failed(std::size_t mark, Job const& job);
+  void commit_staged();
+  // After a batch committed (db_mu_ held): group bookkeeping for the flusher.
+  void note_commit(Durability d);
+  void flusher_main();
   // Load, `change`, validate and store one record as one job. Deferred: queued (the change
   // must own everything it uses) and ok() is returned at once.
   // `atomic`: `change` refuses before it changes anything (else it runs on a copy when it
@@ -449,6 +519,24 @@ class Registry {
   std::uint64_t deferred_total_ = 0;
   std::uint64_t deferred_failed_ = 0;
   std::map<std::string, Error, std::less<>> deferred_errors_;
+
+  // Write-through cache (guarded by db_mu_).
+  std::map<std::string, CacheEntry, std::less<>> cache_;
+  std::list<std::string> cache_order_;
+  std::vector<ExecutionRecord> staged_records_;
+
+  // Group durability (guarded by dur_mu_; taken after db_mu_ when both are held). Group commits
+  // are numbered in commit order; every one numbered <= durable_seq_ is on stable storage.
+  mutable std::mutex dur_mu_;
+  std::condition_variable dur_cv_;
+  std::uint64_t commit_seq_ = 0;
+  std::uint64_t durable_seq_ = 0;
+  std::uint64_t flushes_ = 0;
+  std::optional<Error> dur_error_;
+  bool stop_flusher_ = false;
+  std::thread flusher_;
+  // Set once an fdatasync failed: every later write is refused (read without dur_mu_).
+  std::atomic<bool> writes_refused_{false};
 };
 
 // The pid namespace inode of the calling process (/proc/self/ns/pid), 0 when unreadable.

@@ -8,27 +8,6 @@
 namespace custos::e2e {
 namespace {
 
-// Runs `fn` in a forked child that switched to uid/gid `uid`/`gid` (and only those groups);
-// returns fn's result as the child's exit code.
-int as_user(uid_t uid, gid_t gid, std::vector<gid_t> const& groups,
-            std::function<int()> const& fn) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(groups.size(), groups.data()) != 0) ::_exit(90);
-    if (::setresgid(gid, gid, gid) != 0) ::_exit(91);
-    if (::setresuid(uid, uid, uid) != 0) ::_exit(92);
-    ::_exit(fn());
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-}
-
-uid_t nobody_uid() {
-  passwd* pw = ::getpwnam("nobody");
-  return pw != nullptr ? pw->pw_uid : 65534;
-}
-
 TEST(DaemonAuth, OtherUidMayOnlyCallHostInfo) {
   DaemonOptions o;
   o.extra_args = {"--socket-mode", "0666"};

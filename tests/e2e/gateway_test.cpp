@@ -11,24 +11,6 @@
 namespace custos::e2e {
 namespace {
 
-int as_user(uid_t uid, gid_t gid, std::function<int()> const& fn) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(0, nullptr) != 0) ::_exit(90);
-    if (::setresgid(gid, gid, gid) != 0) ::_exit(91);
-    if (::setresuid(uid, uid, uid) != 0) ::_exit(92);
-    ::_exit(fn());
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
-}
-
-uid_t nobody() {
-  passwd* pw = ::getpwnam("nobody");
-  return pw != nullptr ? pw->pw_uid : 65534;
-}
-
 class Gateway : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,21 +18,6 @@ class Gateway : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
     ::chmod(daemon_.tmp().c_str(), 0755);
     ::chmod(daemon_.state().c_str(), 0711);
-  }
-
-  json::object grant_for(std::string const& principal, std::string const& id) {
-    return json::object{
-        {"id", id},
-        {"principal", principal},
-        {"operations", json::array{"exec.native"}},
-        {"executables", json::array{json::object{{"path", "/bin"}, {"prefix", true}},
-                                    json::object{{"path", "/usr/bin"}, {"prefix", true}}}},
-        {"workspaces", json::array{json::object{
-                           {"workspace_id", "w1"}, {"root", "/tmp"}, {"max_access", "writable"}}}},
-        {"environment_ids", json::array{"env1"}},
-        {"resource_ids", json::array{"res1"}},
-        {"literal_env", true},
-        {"budget", json::object{{"executions", 3}}}};
   }
 
   json::object result_of(std::optional<json::object> const& r) {
@@ -77,7 +44,7 @@ class Gateway : public ::testing::Test {
 
 TEST_F(Gateway, NonAdminOnEveryAdminMethod) {
   fs::path const sock = daemon_.socket();
-  int const rc = as_user(nobody(), 65534, [&] {
+  int const rc = as_user(nobody_uid(), 65534, {}, [&] {
     LineClient c{sock};
     if (!c.connected()) return 10;
     auto denied = [&](std::int64_t id, char const* m, json::object p) {
@@ -106,12 +73,12 @@ TEST_F(Gateway, NonAdminOnEveryAdminMethod) {
 
 TEST_F(Gateway, RunnerStartsUnderItsGrantAndAMismatchHasNoEffect) {
   auto admin = daemon_.client();
-  std::string const principal = "uid:" + std::to_string(nobody());
-  auto g = result_of(admin.call(next_id_++, "authority.grant", grant_for(principal, "g-run")));
+  std::string const principal = "uid:" + std::to_string(nobody_uid());
+  auto g = result_of(admin.call(next_id_++, "authority.grant", runner_grant(principal, "g-run")));
   ASSERT_TRUE(g.contains("grant"));
   fs::path const sock = daemon_.socket();
   std::string started;
-  int const rc = as_user(nobody(), 65534, [&] {
+  int const rc = as_user(nobody_uid(), 65534, {}, [&] {
     LineClient c{sock};
     if (!c.connected()) return 10;
     auto l = c.call(1, "authority.list");
@@ -176,7 +143,7 @@ TEST_F(Gateway, ReplayAndLeaseContentionOverTheSocket) {
 
 TEST_F(Gateway, ContinuousStdinWriterWithARevokeInTheMiddle) {
   auto admin = daemon_.client();
-  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", grant_for("uid:0", "g-stdin")))
+  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", runner_grant("uid:0", "g-stdin")))
                   .contains("grant"));
   auto const log = daemon_.tmp() / "stdin.log";
   auto p =

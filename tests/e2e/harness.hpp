@@ -13,8 +13,11 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <grp.h>
 #include <optional>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sstream>
 #include <string>
@@ -234,6 +237,74 @@ inline std::uint64_t rss_kib(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
   }
   return 0;
+}
+
+// Runs `fn` in a forked child that switched to uid/gid (with exactly `groups` as supplementary
+// groups); whatever `fn` appends to its string comes back with the child's exit code
+// ({exit status or 100 + signal, text}). The child is waited for by pid, so nothing is left.
+inline std::pair<int, std::string> as_user_output(uid_t uid, gid_t gid,
+                                                  std::vector<gid_t> const& groups,
+                                                  std::function<int(std::string&)> const& fn) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {99, {}};
+  pid_t const pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (::setgroups(groups.size(), groups.data()) != 0) ::_exit(90);
+    if (::setresgid(gid, gid, gid) != 0) ::_exit(91);
+    if (::setresuid(uid, uid, uid) != 0) ::_exit(92);
+    std::string out;
+    int const rc = fn(out);
+    std::size_t off = 0;
+    while (off < out.size()) {
+      ssize_t const n = ::write(fds[1], out.data() + off, out.size() - off);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    ssize_t const n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status), text};
+}
+
+// The same without output: fn's result is the child's exit code.
+inline int as_user(uid_t uid, gid_t gid, std::vector<gid_t> const& groups,
+                   std::function<int()> const& fn) {
+  return as_user_output(uid, gid, groups, [&](std::string&) { return fn(); }).first;
+}
+
+inline uid_t nobody_uid() {
+  passwd* pw = ::getpwnam("nobody");
+  return pw != nullptr ? pw->pw_uid : 65534;
+}
+
+// authority.grant params for a runner: exec.native under /bin and /usr/bin, workspace w1 = /tmp
+// (writable), env1, res1, literal env allowed, a budget of `executions`.
+inline boost::json::object runner_grant(std::string const& principal, std::string const& id,
+                                        std::uint64_t executions = 3) {
+  namespace json = boost::json;
+  return json::object{
+      {"id", id},
+      {"principal", principal},
+      {"operations", json::array{"exec.native"}},
+      {"executables", json::array{json::object{{"path", "/bin"}, {"prefix", true}},
+                                  json::object{{"path", "/usr/bin"}, {"prefix", true}}}},
+      {"workspaces", json::array{json::object{
+                         {"workspace_id", "w1"}, {"root", "/tmp"}, {"max_access", "writable"}}}},
+      {"environment_ids", json::array{"env1"}},
+      {"resource_ids", json::array{"res1"}},
+      {"literal_env", true},
+      {"budget", json::object{{"executions", executions}}}};
 }
 
 struct DaemonOptions {
@@ -502,6 +573,30 @@ std::optional<json::object> wait_record(LineClient& c, std::string const& id, Pr
     std::this_thread::sleep_for(20ms);
   }
   return last;
+}
+
+// A started execution: its id and a pidfd on its root (-1 when the start failed).
+struct Started {
+  std::string id;
+  int pidfd = -1;
+};
+
+// exec.start of `argv` on `c`; with `until_running`, also waits until exec.get says running.
+// Test failures are reported through gtest; the caller closes the pidfd.
+inline Started start_execution(LineClient& c, std::vector<std::string> const& argv,
+                               bool until_running) {
+  Started s;
+  auto r = c.call(1, "exec.start", start_params(argv));
+  EXPECT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "no reply");
+  if (!r || !r->contains("result")) return s;
+  s.id = std::string{r->at("result").at("execution_id").as_string()};
+  s.pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+  EXPECT_GE(s.pidfd, 0);
+  if (until_running) {
+    EXPECT_TRUE(wait_record(
+        c, s.id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
+  }
+  return s;
 }
 
 inline bool pid_alive(int pidfd) {

@@ -105,13 +105,10 @@ TEST(RestartView, KeepRunningPolicyLeavesARecoveredExecutionAlive) {
   int pidfd = -1;
   {
     auto c = d.client();
-    auto r = c.call(1, "exec.start", start_params({"/bin/sleep", "60"}));
-    ASSERT_TRUE(r && r->contains("result"));
-    id = std::string{r->at("result").at("execution_id").as_string()};
-    pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+    auto started = start_execution(c, {"/bin/sleep", "60"}, true);
+    id = started.id;
+    pidfd = started.pidfd;
     ASSERT_GE(pidfd, 0);
-    ASSERT_TRUE(wait_record(
-        c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
   }
   ASSERT_TRUE(d.signal(SIGTERM));
   ASSERT_TRUE(d.wait_exit(30s));

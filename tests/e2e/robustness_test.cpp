@@ -181,10 +181,9 @@ TEST(Robustness, AbandonedWaitsReleaseWhatTheyHeld) {
   int pidfd = -1;
   {
     auto c = d.client();
-    auto r = c.call(1, "exec.start", start_params({"/bin/sleep", "120"}));
-    ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
-    id = std::string{r->at("result").at("execution_id").as_string()};
-    pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+    auto started = start_execution(c, {"/bin/sleep", "120"}, false);
+    id = started.id;
+    pidfd = started.pidfd;
     ASSERT_GE(pidfd, 0);
   }
   auto batch = [&](bool wait) {

@@ -13,42 +13,6 @@
 namespace custos::e2e {
 namespace {
 
-// Runs `fn` in a child process with the given uid/gid (no supplementary groups); whatever `fn`
-// writes to the string it gets comes back to the caller. Returns {exit status, text}.
-std::pair<int, std::string> as_user(uid_t uid, gid_t gid,
-                                    std::function<int(std::string&)> const& fn) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {99, {}};
-  pid_t const pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    if (::setgroups(0, nullptr) != 0) ::_exit(90);
-    if (::setresgid(gid, gid, gid) != 0) ::_exit(91);
-    if (::setresuid(uid, uid, uid) != 0) ::_exit(92);
-    std::string out;
-    int const rc = fn(out);
-    std::size_t off = 0;
-    while (off < out.size()) {
-      ssize_t const n = ::write(fds[1], out.data() + off, out.size() - off);
-      if (n <= 0) break;
-      off += static_cast<std::size_t>(n);
-    }
-    ::_exit(rc);
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (;;) {
-    ssize_t const n = ::read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status), text};
-}
-
 class DaemonGateway : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,22 +20,6 @@ class DaemonGateway : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as other uids";
     ::chmod(daemon_.tmp().c_str(), 0755);
     ::chmod(daemon_.state().c_str(), 0711);
-  }
-
-  static json::object grant_for(std::string const& principal, std::string const& id,
-                                std::uint64_t executions = 3) {
-    return json::object{
-        {"id", id},
-        {"principal", principal},
-        {"operations", json::array{"exec.native"}},
-        {"executables", json::array{json::object{{"path", "/bin"}, {"prefix", true}},
-                                    json::object{{"path", "/usr/bin"}, {"prefix", true}}}},
-        {"workspaces", json::array{json::object{
-                           {"workspace_id", "w1"}, {"root", "/tmp"}, {"max_access", "writable"}}}},
-        {"environment_ids", json::array{"env1"}},
-        {"resource_ids", json::array{"res1"}},
-        {"literal_env", true},
-        {"budget", json::object{{"executions", executions}}}};
   }
 
   static json::object with_grant(json::object params, std::string const& grant,
@@ -99,13 +47,13 @@ TEST_F(DaemonGateway, TwoNonRootRunnersSeeOnlyTheirOwnExecutions) {
   auto admin = daemon_.client();
   constexpr uid_t kA = 4201;
   constexpr uid_t kB = 4202;
-  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", grant_for("uid:4201", "g-a")))
+  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", runner_grant("uid:4201", "g-a")))
                   .contains("grant"));
-  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", grant_for("uid:4202", "g-b")))
+  ASSERT_TRUE(result_of(admin.call(next_id_++, "authority.grant", runner_grant("uid:4202", "g-b")))
                   .contains("grant"));
   fs::path const sock = daemon_.socket();
   auto start_as = [&](uid_t uid, char const* grant) {
-    return as_user(uid, uid, [&](std::string& out) {
+    return as_user_output(uid, uid, {}, [&](std::string& out) {
       LineClient c{sock};
       if (!c.connected()) return 10;
       auto l = c.call(1, "authority.list");
@@ -125,7 +73,7 @@ TEST_F(DaemonGateway, TwoNonRootRunnersSeeOnlyTheirOwnExecutions) {
   ASSERT_FALSE(id_b.empty());
 
   auto sees_only_own = [&](uid_t uid, std::string const& own, std::string const& other) {
-    return as_user(uid, uid, [&](std::string& why) {
+    return as_user_output(uid, uid, {}, [&](std::string& why) {
       LineClient c{sock};
       if (!c.connected()) return 10;
       auto list = c.call(1, "exec.list");
@@ -198,7 +146,7 @@ TEST_F(DaemonGateway, ConcurrentRevokeAndStartOnTwoConnections) {
   for (int round = 0; round < kRounds; ++round) {
     std::string const gid = "race-" + std::to_string(round);
     std::string const session = "race-session-" + std::to_string(round);
-    auto g = result_of(checker.call(next_id_++, "authority.grant", grant_for("uid:0", gid)));
+    auto g = result_of(checker.call(next_id_++, "authority.grant", runner_grant("uid:0", gid)));
     ASSERT_TRUE(g.contains("epoch")) << round;
     auto const epoch = g.at("epoch").to_number<std::uint64_t>();
     auto params = with_grant(start_params({"/bin/sleep", "30"}), gid, epoch);

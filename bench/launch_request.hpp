@@ -2,12 +2,18 @@
 // id changes per launch (each launch consumes a claim of its own), run by the bench's own uid.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unistd.h>
 
+#include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/types.hpp"
 
 namespace custos::bench {
@@ -43,6 +49,37 @@ namespace custos::bench {
                                  : supervisor::BoundaryPreference::cgroup;
   cfg.state_dir = dir / "state";
   return cfg;
+}
+
+// Runs `io` until `pred` holds (true) or `timeout` passes (false). A completion callback that
+// calls io.stop() ends the current slice at once, so a launch's latency is not rounded up to the
+// slice; the slice only bounds how often a predicate no callback announces is re-checked.
+inline bool drive_until(boost::asio::io_context& io, std::function<bool()> const& pred,
+                        std::chrono::milliseconds timeout,
+                        std::chrono::milliseconds slice = std::chrono::milliseconds(20)) {
+  using Clock = std::chrono::steady_clock;
+  auto const deadline = Clock::now() + timeout;
+  while (!pred()) {
+    auto const now = Clock::now();
+    if (now >= deadline) return false;
+    io.restart();
+    io.run_for(std::min<Clock::duration>(slice, deadline - now));
+  }
+  return true;
+}
+
+// A row's teardown while its manager still runs executions: cancel them all and run the loop
+// until their terminal records are written (bounded).
+inline void cancel_remaining(supervisor::ExecutionManager& mgr, boost::asio::io_context& io) {
+  using namespace std::chrono_literals;
+  if (mgr.live_count() == 0) return;
+  bool done = false;
+  mgr.shutdown(supervisor::ShutdownPolicy::cancel, 20s, [&] {
+    done = true;
+    io.stop();
+  });
+  (void)drive_until(
+      io, [&] { return done; }, 30s);
 }
 
 // A row's teardown once its manager is gone: the subtree (empty by then, but the kernel may

@@ -69,11 +69,7 @@ class GatewayHarness {
   GatewayHarness& operator=(GatewayHarness const&) = delete;
 
   ~GatewayHarness() {
-    if (mgr_ && mgr_->live_count() > 0) {
-      bool done = false;
-      mgr_->shutdown(sup::ShutdownPolicy::cancel, 20s, [&] { done = true; });
-      drive([&] { return done; }, 30s);
-    }
+    if (mgr_) cancel_remaining(*mgr_, io_);
     mgr_.reset();
     gw_.reset();
     store_.reset();
@@ -104,14 +100,7 @@ class GatewayHarness {
   }
 
   bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout) {
-    auto const deadline = Clock::now() + timeout;
-    while (!pred()) {
-      auto const now = Clock::now();
-      if (now >= deadline) return false;
-      io_.restart();
-      io_.run_for(std::min<Clock::duration>(20ms, deadline - now));
-    }
-    return true;
+    return drive_until(io_, pred, timeout);
   }
 
   bool wait_exited(std::string const& id) {

@@ -114,14 +114,7 @@ class Launcher {
   Launcher& operator=(Launcher const&) = delete;
 
   ~Launcher() {
-    if (mgr_->live_count() > 0) {
-      bool done = false;
-      mgr_->shutdown(sup::ShutdownPolicy::cancel, 20s, [&] {
-        done = true;
-        io_.stop();
-      });
-      drive([&] { return done; }, 30s);
-    }
+    cancel_remaining(*mgr_, io_);
     mgr_.reset();
     // The posted flush (if any) runs here; then the sink and the registry close.
     io_.restart();
@@ -191,14 +184,7 @@ class Launcher {
 
  private:
   bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout) {
-    auto const deadline = Clock::now() + timeout;
-    while (!pred()) {
-      auto const now = Clock::now();
-      if (now >= deadline) return false;
-      io_.restart();
-      io_.run_for(std::min<Clock::duration>(20ms, deadline - now));
-    }
-    return true;
+    return drive_until(io_, pred, timeout);
   }
 
   boost::asio::io_context io_;

@@ -56,14 +56,7 @@ class Harness {
   Harness& operator=(Harness const&) = delete;
 
   ~Harness() {
-    if (mgr_->live_count() > 0) {
-      bool done = false;
-      mgr_->shutdown(sup::ShutdownPolicy::cancel, 20s, [&] {
-        done = true;
-        wake();
-      });
-      drive([&] { return done; }, 30s);
-    }
+    cancel_remaining(*mgr_, io_);
     mgr_.reset();
     remove_bench_dirs(subtree_, dir_);
   }
@@ -88,19 +81,10 @@ class Harness {
     return sup::start_with_test_permit(*mgr_, std::move(r));
   }
 
-  // Runs the loop until `pred` holds. Completion callbacks call wake(), which stops the current
-  // run_for slice at once, so a launch's latency is not rounded up to the slice; the slice only
-  // bounds how often a predicate that no callback announces (a cgroup filling up) is re-checked.
+  // Runs the loop until `pred` holds; completion callbacks call wake() (see drive_until).
   bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout,
              std::chrono::milliseconds slice = 20ms) {
-    auto const deadline = Clock::now() + timeout;
-    while (!pred()) {
-      auto const now = Clock::now();
-      if (now >= deadline) return false;
-      io_.restart();
-      io_.run_for(std::min<Clock::duration>(slice, deadline - now));
-    }
-    return true;
+    return drive_until(io_, pred, timeout, slice);
   }
 
   void wake() { io_.stop(); }

@@ -85,13 +85,32 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     if (inner() == nullptr) return ok();
     return inner()->record_output(execution_id, stream, accounting);
   }
+  Result<> make_durable(std::string const& execution_id) override {
+    // The authorizing transaction (claim, authority, record) commits with group durability:
+    // the registry's fsync of it is awaited here, before the barrier release and before any
+    // launch outcome is reported. The inner sink awaits the same registry; the store's own
+    // wait after it is then already satisfied (it returns at once when nothing is pending).
+    if (inner() != nullptr) {
+      CUSTOS_TRYV(inner()->make_durable(execution_id));
+    } else if (g_->options_.registry != nullptr) {
+      CUSTOS_TRYV(g_->options_.registry->await_durable());
+    }
+    return g_->store_->await_durable();
+  }
   Result<> record_terminal(std::string const& execution_id,
                            core::TerminalRecord const& record) override {
+    // With the registry's sink inside, the settlement is queued ahead of the terminal record
+    // and commits in its transaction (one commit for both); the sink reports a refusal of it
+    // as its own error (RegistrySink takes the execution's deferred errors).
+    bool const with_terminal = inner() != nullptr && g_->options_.registry != nullptr;
+    if (with_terminal) g_->store_->queue_settle(execution_id, record);
     Result<> r = ok();
     if (inner() != nullptr) r = inner()->record_terminal(execution_id, record);
     // Settled even when the record write failed: the budget follows what happened to the
-    // process, not whether its record reached the disk.
-    auto settled = g_->store_->settle(execution_id, record);
+    // process, not whether its record reached the disk. settle() is idempotent, so after a
+    // failed terminal write it only does what the queued settlement did not.
+    Result<> settled = ok();
+    if (!with_terminal || !r) settled = g_->store_->settle(execution_id, record);
     g_->on_terminal(execution_id, record);
     if (!r) return r;
     return settled;
@@ -145,9 +164,12 @@ Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
                                                         AuthorityClaim const& claim) {
   if (manager_ == nullptr) return Error{Errc::internal, "gateway has no execution manager"};
   if (armed_) return Error{Errc::internal, "gateway start re-entered"};
-  // Validates the plan (the encoder re-runs every rule) before any authority is touched.
-  auto digest = core::plan_digest(request.identity, request.plan);
-  if (!digest) return digest.error();
+  std::string const execution_id = CUSTOS_TRY(supervisor::new_execution_id());
+  // Validates the plan (the encoder re-runs every rule) before any authority is touched. The
+  // same canonical bytes and digest become the execution record the authorizing transaction
+  // creates (encoded and hashed once).
+  auto record = registry::make_new_execution(execution_id, request.identity, request.plan, {});
+  if (!record) return record.error();
   request.caller.uid = caller.uid;
   request.caller.gid = caller.gid;
   // Everything the manager would refuse before it creates anything is refused now, before the
@@ -159,16 +181,29 @@ Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
   req.caller = caller;
   req.identity = &request.identity;
   req.plan = &request.plan;
-  req.plan_digest = digest->to_string();
+  req.plan_digest = record->plan_digest;
   req.claim = claim;
-  req.execution_id = CUSTOS_TRY(supervisor::new_execution_id());
+  req.execution_id = execution_id;
   req.now_ns = realtime_ns();
+  // With a registry: the record is created in the authorizing transaction, after the claim,
+  // and the transaction commits with group durability (its fsync is awaited by the sink's
+  // make_durable before the barrier release, and below before any reply).
+  if (options_.registry != nullptr) {
+    req.record = &*record;
+    req.durability = registry::Durability::group;
+  }
   AuthorityUse use = CUSTOS_TRY(store_->authorize(req));
 
   armed_ = Armed{use, req.plan_digest, false};
   auto r = manager_->start(std::move(request), PermitMinter::mint(use, req.plan_digest));
   bool const recorded = armed_->recorded;
   armed_.reset();
+  // No outcome of an authorized start (not even a refusal) reaches the caller before the claim
+  // behind it is on stable storage. Normally the manager already awaited it (make_durable).
+  if (auto durable = store_->await_durable(); !durable) {
+    if (!r) return r.error();
+    return durable.error();
+  }
   if (!r) return r.error();
   if (!recorded || r->execution_id != use.execution_id) {
     return Error{Errc::internal, "the manager launched without recording the authorized execution"};
@@ -198,20 +233,12 @@ Result<void> ExecutionGateway::on_record_authorized(std::string const& execution
   if (plan_digest != armed_->plan_digest) {
     return Error{Errc::auth_digest_mismatch, "the launched plan is not the one authorized"};
   }
+  // The record was created by the authorizing transaction from the very plan whose digest
+  // was just compared (identity and plan are in the digested bytes): nothing to write.
+  (void)identity;
+  (void)plan;
   armed_->recorded = true;
-  return create_record(execution_id, identity, plan, plan_digest);
-}
-
-Result<void> ExecutionGateway::create_record(std::string const& execution_id,
-                                             core::ExecutionIdentity const& identity,
-                                             core::ExecutionPlan const& plan,
-                                             std::string const& plan_digest) {
-  if (options_.registry == nullptr) return ok();
-  // The claim is already consumed for this execution id (by the authorizing transaction); the
-  // registry checks that it belongs to exactly this execution before it creates the record.
-  auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
-  if (!ex) return ex.error();
-  return options_.registry->create_execution(*ex);
+  return ok();
 }
 
 void ExecutionGateway::on_terminal(std::string const& execution_id, core::TerminalRecord const&) {

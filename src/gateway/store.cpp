@@ -14,6 +14,7 @@ namespace custos::gateway {
 namespace json = boost::json;
 using registry::sql::Db;
 using registry::sql::Stmt;
+using registry::sql::StmtLease;
 
 namespace {
 
@@ -36,14 +37,18 @@ Result<std::string> random_id(std::string_view prefix) {
   return std::string{prefix} + m->env_value().substr(0, 16);
 }
 
+// Every statement below comes from the connection's statement cache (Db::cached): parsing the
+// SQL again on each exec.start was a measurable share of the daemon's CPU per launch.
 Result<std::uint64_t> read_epoch(Db& db) {
-  auto v = CUSTOS_TRY(db.query_int("SELECT value FROM authority_meta WHERE key = 'epoch'"));
-  if (!v) return Error{Errc::registry_corrupt_database, "authority_meta has no epoch row"};
-  return u64(*v);
+  StmtLease q = CUSTOS_TRY(db.cached("SELECT value FROM authority_meta WHERE key = 'epoch'"));
+  if (!CUSTOS_TRY(q->step()) || q->is_null(0)) {
+    return Error{Errc::registry_corrupt_database, "authority_meta has no epoch row"};
+  }
+  return u64(q->int64(0));
 }
 
 Result<void> bump_epoch(Db& db) {
-  return db.exec("UPDATE authority_meta SET value = value + 1 WHERE key = 'epoch'");
+  return db.exec_cached("UPDATE authority_meta SET value = value + 1 WHERE key = 'epoch'");
 }
 
 // The stored spec: the grant's JSON without the fields the store owns.
@@ -78,12 +83,13 @@ Result<std::pair<Grant, BudgetUse>> decode_grant(Stmt const& s) {
 }
 
 Result<std::optional<std::pair<Grant, BudgetUse>>> load_grant(Db& db, std::string_view id) {
-  Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kGrantCols} +
-                                 " FROM grants g JOIN budgets b ON b.grant_id = g.grant_id"
-                                 " WHERE g.grant_id = ?"));
-  CUSTOS_TRYV(q.bind(1, id));
-  if (!CUSTOS_TRY(q.step())) return std::optional<std::pair<Grant, BudgetUse>>{};
-  return std::optional<std::pair<Grant, BudgetUse>>{CUSTOS_TRY(decode_grant(q))};
+  static std::string const kSql = "SELECT " + std::string{kGrantCols} +
+                                  " FROM grants g JOIN budgets b ON b.grant_id = g.grant_id"
+                                  " WHERE g.grant_id = ?";
+  StmtLease q = CUSTOS_TRY(db.cached(kSql));
+  CUSTOS_TRYV(q->bind(1, id));
+  if (!CUSTOS_TRY(q->step())) return std::optional<std::pair<Grant, BudgetUse>>{};
+  return std::optional<std::pair<Grant, BudgetUse>>{CUSTOS_TRY(decode_grant(*q))};
 }
 
 constexpr std::string_view kLeaseCols =
@@ -103,13 +109,18 @@ Result<Lease> decode_lease(Stmt const& s) {
   return l;
 }
 
-Result<std::optional<Lease>> load_lease_where(Db& db, std::string const& where,
-                                              std::string_view arg) {
-  Stmt q =
-      CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases WHERE " + where));
-  CUSTOS_TRYV(q.bind(1, arg));
-  if (!CUSTOS_TRY(q.step())) return std::optional<Lease>{};
-  return std::optional<Lease>{CUSTOS_TRY(decode_lease(q))};
+// The two ways a lease is looked up (the SQL text is built once: it is the cache's key).
+enum class LeaseBy : std::uint8_t { id, active_on_workspace };
+
+Result<std::optional<Lease>> load_lease(Db& db, LeaseBy by, std::string_view arg) {
+  static std::string const kById =
+      "SELECT " + std::string{kLeaseCols} + " FROM leases WHERE lease_id = ?";
+  static std::string const kActive =
+      "SELECT " + std::string{kLeaseCols} + " FROM leases WHERE workspace_id = ? AND active = 1";
+  StmtLease q = CUSTOS_TRY(db.cached(by == LeaseBy::id ? kById : kActive));
+  CUSTOS_TRYV(q->bind(1, arg));
+  if (!CUSTOS_TRY(q->step())) return std::optional<Lease>{};
+  return std::optional<Lease>{CUSTOS_TRY(decode_lease(*q))};
 }
 
 constexpr std::string_view kUseCols =
@@ -138,11 +149,11 @@ Result<std::vector<AuthorityUse>> query_uses(Database& d, std::string const& whe
                                              std::function<Result<void>(Stmt&)> bind) {
   std::vector<AuthorityUse> out;
   Result<void> const txn = d.read([&](Db& db) -> Result<void> {
-    Stmt q =
-        CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} + " FROM authority_uses WHERE " +
-                              where + " ORDER BY authorized_ns, execution_id"));
-    CUSTOS_TRYV(bind(q));
-    while (CUSTOS_TRY(q.step())) out.push_back(decode_use(q));
+    StmtLease q =
+        CUSTOS_TRY(db.cached("SELECT " + std::string{kUseCols} + " FROM authority_uses WHERE " +
+                             where + " ORDER BY authorized_ns, execution_id"));
+    CUSTOS_TRYV(bind(*q));
+    while (CUSTOS_TRY(q->step())) out.push_back(decode_use(*q));
     return ok();
   });
   if (!txn) return txn.error();
@@ -168,8 +179,24 @@ Result<void> RegistryDatabase::read(std::function<Result<void>(Db&)> fn) {
 Result<void> RegistryDatabase::consume_claim_with(std::string_view action_id,
                                                   std::string_view process_id,
                                                   std::string_view execution_id,
-                                                  std::function<Result<void>(Db&)> also) {
-  return reg_->consume_claim_with(action_id, process_id, execution_id, std::move(also));
+                                                  std::function<Result<void>(Db&)> also,
+                                                  registry::Durability d) {
+  return reg_->consume_claim_with(action_id, process_id, execution_id, std::move(also), d);
+}
+
+Result<void> RegistryDatabase::consume_claim_and_record(registry::NewExecution const& ex,
+                                                        std::function<Result<void>(Db&)> also,
+                                                        registry::Durability d) {
+  return reg_->record_authorized_with(ex, std::move(also), d);
+}
+
+Result<void> RegistryDatabase::await_durable() {
+  return reg_->await_durable();
+}
+
+void RegistryDatabase::write_deferred(std::string execution_id, char const* what,
+                                      std::function<Result<void>(Db&)> fn) {
+  reg_->transact_deferred(std::move(execution_id), what, std::move(fn));
 }
 
 // ------------------------------------------------------------------------------ AuthorityStore
@@ -187,14 +214,14 @@ Result<std::uint64_t> AuthorityStore::epoch() {
 Result<void> AuthorityStore::set_admin(Principal const& p, bool admin) {
   std::string const key = p.to_string();
   return db_->write([&](Db& db) -> Result<void> {
-    Stmt s = CUSTOS_TRY(db.prepare(
+    StmtLease s = CUSTOS_TRY(db.cached(
         "INSERT INTO principals (principal, role, revision, updated_ns) VALUES (?, ?, 1, ?) "
         "ON CONFLICT (principal) DO UPDATE SET role = excluded.role, "
         "revision = principals.revision + 1, updated_ns = excluded.updated_ns"));
-    CUSTOS_TRYV(s.bind(1, std::string_view{key}));
-    CUSTOS_TRYV(s.bind(2, admin ? std::string_view{"admin"} : std::string_view{"runner"}));
-    CUSTOS_TRYV(s.bind(3, realtime_ns()));
-    CUSTOS_TRYV(s.run());
+    CUSTOS_TRYV(s->bind(1, std::string_view{key}));
+    CUSTOS_TRYV(s->bind(2, admin ? std::string_view{"admin"} : std::string_view{"runner"}));
+    CUSTOS_TRYV(s->bind(3, realtime_ns()));
+    CUSTOS_TRYV(s->run());
     return bump_epoch(db);
   });
 }
@@ -205,12 +232,12 @@ Result<bool> AuthorityStore::is_admin(Caller const& c) {
   for (auto g : c.groups) keys.push_back(Principal{PrincipalKind::gid, g}.to_string());
   bool found = false;
   Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
-    Stmt q =
-        CUSTOS_TRY(db.prepare("SELECT 1 FROM principals WHERE principal = ? AND role = 'admin'"));
+    StmtLease q =
+        CUSTOS_TRY(db.cached("SELECT 1 FROM principals WHERE principal = ? AND role = 'admin'"));
     for (auto const& k : keys) {
-      q.reset();
-      CUSTOS_TRYV(q.bind(1, std::string_view{k}));
-      if (CUSTOS_TRY(q.step())) {
+      q->reset();
+      CUSTOS_TRYV(q->bind(1, std::string_view{k}));
+      if (CUSTOS_TRY(q->step())) {
         found = true;
         break;
       }
@@ -231,23 +258,23 @@ Result<Grant> AuthorityStore::add_grant(Grant g, std::int64_t now_ns) {
   std::string const spec = spec_of(g);
   std::string const principal = g.principal.to_string();
   Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
-    Stmt q = CUSTOS_TRY(db.prepare("SELECT 1 FROM grants WHERE grant_id = ?"));
-    CUSTOS_TRYV(q.bind(1, std::string_view{g.id}));
-    if (CUSTOS_TRY(q.step())) {
+    StmtLease q = CUSTOS_TRY(db.cached("SELECT 1 FROM grants WHERE grant_id = ?"));
+    CUSTOS_TRYV(q->bind(1, std::string_view{g.id}));
+    if (CUSTOS_TRY(q->step())) {
       return Error{Errc::plan_invalid_id, "grant " + g.id + " exists (grant ids are never reused)"};
     }
-    Stmt ins = CUSTOS_TRY(db.prepare(
+    StmtLease ins = CUSTOS_TRY(db.cached(
         "INSERT INTO grants (grant_id, revision, principal, spec, revoked, created_ns, updated_ns) "
         "VALUES (?, 1, ?, ?, 0, ?, ?)"));
-    CUSTOS_TRYV(ins.bind(1, std::string_view{g.id}));
-    CUSTOS_TRYV(ins.bind(2, std::string_view{principal}));
-    CUSTOS_TRYV(ins.bind(3, std::string_view{spec}));
-    CUSTOS_TRYV(ins.bind(4, now_ns));
-    CUSTOS_TRYV(ins.bind(5, now_ns));
-    CUSTOS_TRYV(ins.run());
-    Stmt b = CUSTOS_TRY(db.prepare("INSERT INTO budgets VALUES (?, 0, 0, 0, 0, 0)"));
-    CUSTOS_TRYV(b.bind(1, std::string_view{g.id}));
-    CUSTOS_TRYV(b.run());
+    CUSTOS_TRYV(ins->bind(1, std::string_view{g.id}));
+    CUSTOS_TRYV(ins->bind(2, std::string_view{principal}));
+    CUSTOS_TRYV(ins->bind(3, std::string_view{spec}));
+    CUSTOS_TRYV(ins->bind(4, now_ns));
+    CUSTOS_TRYV(ins->bind(5, now_ns));
+    CUSTOS_TRYV(ins->run());
+    StmtLease b = CUSTOS_TRY(db.cached("INSERT INTO budgets VALUES (?, 0, 0, 0, 0, 0)"));
+    CUSTOS_TRYV(b->bind(1, std::string_view{g.id}));
+    CUSTOS_TRYV(b->run());
     return bump_epoch(db);
   });
   if (!txn) return txn.error();
@@ -262,12 +289,12 @@ Result<Grant> AuthorityStore::revoke_grant(std::string_view grant_id) {
       return Error{Errc::auth_unknown_grant, "grant " + std::string{grant_id} +
                                                  (cur ? " is already revoked" : " does not exist")};
     }
-    Stmt u =
-        CUSTOS_TRY(db.prepare("UPDATE grants SET revoked = 1, revision = revision + 1, updated_ns "
-                              "= ? WHERE grant_id = ?"));
-    CUSTOS_TRYV(u.bind(1, realtime_ns()));
-    CUSTOS_TRYV(u.bind(2, grant_id));
-    CUSTOS_TRYV(u.run());
+    StmtLease u =
+        CUSTOS_TRY(db.cached("UPDATE grants SET revoked = 1, revision = revision + 1, updated_ns "
+                             "= ? WHERE grant_id = ?"));
+    CUSTOS_TRYV(u->bind(1, realtime_ns()));
+    CUSTOS_TRYV(u->bind(2, grant_id));
+    CUSTOS_TRYV(u->run());
     out = cur->first;
     out.revoked = true;
     out.revision += 1;
@@ -296,10 +323,10 @@ Result<std::vector<std::pair<Grant, BudgetUse>>> AuthorityStore::list_grants(
                       " FROM grants g JOIN budgets b ON b.grant_id = g.grant_id";
     if (principal) sql += " WHERE g.principal = ?";
     sql += " ORDER BY g.grant_id";
-    Stmt q = CUSTOS_TRY(db.prepare(sql));
+    StmtLease q = CUSTOS_TRY(db.cached(sql));
     std::string const key = principal ? principal->to_string() : std::string{};
-    if (principal) CUSTOS_TRYV(q.bind(1, std::string_view{key}));
-    while (CUSTOS_TRY(q.step())) out.push_back(CUSTOS_TRY(decode_grant(q)));
+    if (principal) CUSTOS_TRYV(q->bind(1, std::string_view{key}));
+    while (CUSTOS_TRY(q->step())) out.push_back(CUSTOS_TRY(decode_grant(*q)));
     return ok();
   });
   if (!txn) return txn.error();
@@ -322,29 +349,29 @@ Result<Lease> AuthorityStore::acquire_lease(std::string_view workspace_id,
   l.acquired_ns = now_ns;
   std::string const holder_s = holder.to_string();
   Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
-    auto cur = CUSTOS_TRY(load_lease_where(db, "workspace_id = ? AND active = 1", workspace_id));
+    auto cur = CUSTOS_TRY(load_lease(db, LeaseBy::active_on_workspace, workspace_id));
     if (cur) {
       return Error{Errc::lease_conflict, "workspace " + std::string{workspace_id} +
                                              " is leased by " + cur->id + " (session " +
                                              cur->holder_session + ")"};
     }
-    Stmt e = CUSTOS_TRY(db.prepare(
+    StmtLease e = CUSTOS_TRY(db.cached(
         "INSERT INTO lease_epochs (workspace_id, epoch) VALUES (?, 1) "
         "ON CONFLICT (workspace_id) DO UPDATE SET epoch = lease_epochs.epoch + 1 RETURNING epoch"));
-    CUSTOS_TRYV(e.bind(1, workspace_id));
-    if (!CUSTOS_TRY(e.step())) return Error{Errc::registry_io, "lease epoch not returned"};
-    l.epoch = u64(e.int64(0));
-    e.reset();
-    Stmt ins = CUSTOS_TRY(db.prepare(
+    CUSTOS_TRYV(e->bind(1, workspace_id));
+    if (!CUSTOS_TRY(e->step())) return Error{Errc::registry_io, "lease epoch not returned"};
+    l.epoch = u64(e->int64(0));
+    e->reset();
+    StmtLease ins = CUSTOS_TRY(db.cached(
         "INSERT INTO leases (lease_id, workspace_id, holder_session, holder, epoch, active, "
         "acquired_ns) VALUES (?, ?, ?, ?, ?, 1, ?)"));
-    CUSTOS_TRYV(ins.bind(1, std::string_view{l.id}));
-    CUSTOS_TRYV(ins.bind(2, workspace_id));
-    CUSTOS_TRYV(ins.bind(3, holder_session));
-    CUSTOS_TRYV(ins.bind(4, std::string_view{holder_s}));
-    CUSTOS_TRYV(ins.bind(5, i64(l.epoch)));
-    CUSTOS_TRYV(ins.bind(6, now_ns));
-    CUSTOS_TRYV(ins.run());
+    CUSTOS_TRYV(ins->bind(1, std::string_view{l.id}));
+    CUSTOS_TRYV(ins->bind(2, workspace_id));
+    CUSTOS_TRYV(ins->bind(3, holder_session));
+    CUSTOS_TRYV(ins->bind(4, std::string_view{holder_s}));
+    CUSTOS_TRYV(ins->bind(5, i64(l.epoch)));
+    CUSTOS_TRYV(ins->bind(6, now_ns));
+    CUSTOS_TRYV(ins->run());
     return bump_epoch(db);
   });
   if (!txn) return txn.error();
@@ -354,22 +381,22 @@ Result<Lease> AuthorityStore::acquire_lease(std::string_view workspace_id,
 Result<Lease> AuthorityStore::end_lease(std::string_view lease_id) {
   Lease out;
   Result<void> const txn = db_->write([&](Db& db) -> Result<void> {
-    auto cur = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", lease_id));
+    auto cur = CUSTOS_TRY(load_lease(db, LeaseBy::id, lease_id));
     if (!cur || !cur->active) {
       return Error{Errc::lease_not_found, "lease " + std::string{lease_id} +
                                               (cur ? " is no longer active" : " does not exist")};
     }
-    Stmt u =
-        CUSTOS_TRY(db.prepare("UPDATE leases SET active = 0, ended_ns = ? WHERE lease_id = ?"));
-    CUSTOS_TRYV(u.bind(1, realtime_ns()));
-    CUSTOS_TRYV(u.bind(2, lease_id));
-    CUSTOS_TRYV(u.run());
+    StmtLease u =
+        CUSTOS_TRY(db.cached("UPDATE leases SET active = 0, ended_ns = ? WHERE lease_id = ?"));
+    CUSTOS_TRYV(u->bind(1, realtime_ns()));
+    CUSTOS_TRYV(u->bind(2, lease_id));
+    CUSTOS_TRYV(u->run());
     // The workspace's lease epoch moves too: a claim naming the old epoch can never match the
     // next lease, even one held by the same session.
-    Stmt e =
-        CUSTOS_TRY(db.prepare("UPDATE lease_epochs SET epoch = epoch + 1 WHERE workspace_id = ?"));
-    CUSTOS_TRYV(e.bind(1, std::string_view{cur->workspace_id}));
-    CUSTOS_TRYV(e.run());
+    StmtLease e =
+        CUSTOS_TRY(db.cached("UPDATE lease_epochs SET epoch = epoch + 1 WHERE workspace_id = ?"));
+    CUSTOS_TRYV(e->bind(1, std::string_view{cur->workspace_id}));
+    CUSTOS_TRYV(e->run());
     out = *cur;
     out.active = false;
     return bump_epoch(db);
@@ -381,7 +408,7 @@ Result<Lease> AuthorityStore::end_lease(std::string_view lease_id) {
 Result<std::optional<Lease>> AuthorityStore::get_lease(std::string_view lease_id) {
   std::optional<Lease> out;
   Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
-    out = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", lease_id));
+    out = CUSTOS_TRY(load_lease(db, LeaseBy::id, lease_id));
     return ok();
   });
   if (!txn) return txn.error();
@@ -391,10 +418,10 @@ Result<std::optional<Lease>> AuthorityStore::get_lease(std::string_view lease_id
 Result<std::vector<Lease>> AuthorityStore::list_leases(bool active_only) {
   std::vector<Lease> out;
   Result<void> const txn = db_->read([&](Db& db) -> Result<void> {
-    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kLeaseCols} + " FROM leases" +
-                                   (active_only ? " WHERE active = 1" : "") +
-                                   " ORDER BY acquired_ns, lease_id"));
-    while (CUSTOS_TRY(q.step())) out.push_back(CUSTOS_TRY(decode_lease(q)));
+    StmtLease q = CUSTOS_TRY(db.cached("SELECT " + std::string{kLeaseCols} + " FROM leases" +
+                                       (active_only ? " WHERE active = 1" : "") +
+                                       " ORDER BY acquired_ns, lease_id"));
+    while (CUSTOS_TRY(q->step())) out.push_back(CUSTOS_TRY(decode_lease(*q)));
     return ok();
   });
   if (!txn) return txn.error();
@@ -414,113 +441,152 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
   use.generation = id.generation;
   use.actor = Principal{PrincipalKind::uid, req.caller.uid}.to_string();
   use.authorized_ns = req.now_ns;
-  Result<void> const txn = db_->consume_claim_with(
-      id.action_id, id.process_id, req.execution_id, [&](Db& db) -> Result<void> {
-        // Replay first: a consumed pair is refused whatever the authority says now.
-        Stmt c = CUSTOS_TRY(
-            db.prepare("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-        CUSTOS_TRYV(c.bind(1, std::string_view{id.action_id}));
-        CUSTOS_TRYV(c.bind(2, std::string_view{id.process_id}));
-        if (CUSTOS_TRY(c.step())) {
-          return Error{Errc::auth_replay, "action " + id.action_id + " / process " + id.process_id +
-                                              " was consumed by execution " + c.text(0)};
-        }
-        AuthoritySnapshot snap;
-        snap.epoch = CUSTOS_TRY(read_epoch(db));
-        if (req.claim.grant_id) {
-          if (auto g = CUSTOS_TRY(load_grant(db, *req.claim.grant_id))) {
-            snap.grant = std::move(g->first);
-            snap.budget_use = g->second;
-          }
-        }
-        if (req.claim.lease_id) {
-          snap.lease = CUSTOS_TRY(load_lease_where(db, "lease_id = ?", *req.claim.lease_id));
-        }
-        snap.workspace_lease =
-            CUSTOS_TRY(load_lease_where(db, "workspace_id = ? AND active = 1", id.workspace_id));
-        CheckInput in;
-        in.caller = req.caller;
-        in.identity = req.identity;
-        in.plan = req.plan;
-        in.plan_digest = req.plan_digest;
-        in.claim = &req.claim;
-        in.current = &snap;
-        in.now_ns = req.now_ns;
-        CheckOutcome const out = CUSTOS_TRY(cross_check(in));
-        if (snap.grant) {
-          use.grant_id = snap.grant->id;
-          use.expires_ns = snap.grant->expires_ns;
-        }
-        use.lease_id = out.lease_id;
-        use.cpu_ms_reserved = out.cpu_ms_reserve;
-        use.wall_ms_reserved = out.wall_ms_reserve;
-        if (use.grant_id) {
-          Stmt b =
-              CUSTOS_TRY(db.prepare("UPDATE budgets SET executions = executions + 1, "
-                                    "cpu_ms_reserved = cpu_ms_reserved + ?, "
-                                    "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
-          CUSTOS_TRYV(b.bind(1, i64(use.cpu_ms_reserved)));
-          CUSTOS_TRYV(b.bind(2, i64(use.wall_ms_reserved)));
-          CUSTOS_TRYV(b.bind(3, std::string_view{*use.grant_id}));
-          CUSTOS_TRYV(b.run());
-        }
-        Stmt ins = CUSTOS_TRY(db.prepare(
-            "INSERT INTO authority_uses (execution_id, action_id, process_id, session_id, "
-            "generation, actor, grant_id, lease_id, cpu_ms_reserved, wall_ms_reserved, settled, "
-            "expires_ns, authorized_ns) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)"));
-        CUSTOS_TRYV(ins.bind(1, std::string_view{use.execution_id}));
-        CUSTOS_TRYV(ins.bind(2, std::string_view{use.action_id}));
-        CUSTOS_TRYV(ins.bind(3, std::string_view{use.process_id}));
-        CUSTOS_TRYV(ins.bind(4, std::string_view{use.session_id}));
-        CUSTOS_TRYV(ins.bind(5, i64(use.generation)));
-        CUSTOS_TRYV(ins.bind(6, std::string_view{use.actor}));
-        CUSTOS_TRYV(ins.bind(7, use.grant_id ? std::optional<std::string_view>{*use.grant_id}
-                                             : std::optional<std::string_view>{}));
-        CUSTOS_TRYV(ins.bind(8, use.lease_id ? std::optional<std::string_view>{*use.lease_id}
-                                             : std::optional<std::string_view>{}));
-        CUSTOS_TRYV(ins.bind(9, i64(use.cpu_ms_reserved)));
-        CUSTOS_TRYV(ins.bind(10, i64(use.wall_ms_reserved)));
-        CUSTOS_TRYV(ins.bind(11, use.expires_ns));
-        CUSTOS_TRYV(ins.bind(12, use.authorized_ns));
-        return ins.run();
-      });
+  if (req.record != nullptr &&
+      (req.record->execution_id != req.execution_id || req.record->action_id != id.action_id ||
+       req.record->process_id != id.process_id)) {
+    return Error{Errc::internal, "authorize: the record is not the authorized execution's"};
+  }
+  // Runs first in the transaction; the registry then consumes the claim and (req.record)
+  // creates the record in the same job, so a refusal anywhere undoes all of it.
+  auto checks_and_writes = [&](Db& db) -> Result<void> {
+    // Replay first: a consumed pair is refused whatever the authority says now.
+    {
+      // Scoped: the registry's claim step leases this same cached statement after us.
+      StmtLease c = CUSTOS_TRY(
+          db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+      CUSTOS_TRYV(c->bind(1, std::string_view{id.action_id}));
+      CUSTOS_TRYV(c->bind(2, std::string_view{id.process_id}));
+      if (CUSTOS_TRY(c->step())) {
+        return Error{Errc::auth_replay, "action " + id.action_id + " / process " + id.process_id +
+                                            " was consumed by execution " + c->text(0)};
+      }
+    }
+    AuthoritySnapshot snap;
+    snap.epoch = CUSTOS_TRY(read_epoch(db));
+    if (req.claim.grant_id) {
+      if (auto g = CUSTOS_TRY(load_grant(db, *req.claim.grant_id))) {
+        snap.grant = std::move(g->first);
+        snap.budget_use = g->second;
+      }
+    }
+    if (req.claim.lease_id) {
+      snap.lease = CUSTOS_TRY(load_lease(db, LeaseBy::id, *req.claim.lease_id));
+    }
+    snap.workspace_lease =
+        CUSTOS_TRY(load_lease(db, LeaseBy::active_on_workspace, id.workspace_id));
+    CheckInput in;
+    in.caller = req.caller;
+    in.identity = req.identity;
+    in.plan = req.plan;
+    in.plan_digest = req.plan_digest;
+    in.claim = &req.claim;
+    in.current = &snap;
+    in.now_ns = req.now_ns;
+    CheckOutcome const out = CUSTOS_TRY(cross_check(in));
+    if (snap.grant) {
+      use.grant_id = snap.grant->id;
+      use.expires_ns = snap.grant->expires_ns;
+    }
+    use.lease_id = out.lease_id;
+    use.cpu_ms_reserved = out.cpu_ms_reserve;
+    use.wall_ms_reserved = out.wall_ms_reserve;
+    if (use.grant_id) {
+      StmtLease b =
+          CUSTOS_TRY(db.cached("UPDATE budgets SET executions = executions + 1, "
+                               "cpu_ms_reserved = cpu_ms_reserved + ?, "
+                               "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
+      CUSTOS_TRYV(b->bind(1, i64(use.cpu_ms_reserved)));
+      CUSTOS_TRYV(b->bind(2, i64(use.wall_ms_reserved)));
+      CUSTOS_TRYV(b->bind(3, std::string_view{*use.grant_id}));
+      CUSTOS_TRYV(b->run());
+    }
+    StmtLease ins = CUSTOS_TRY(db.cached(
+        "INSERT INTO authority_uses (execution_id, action_id, process_id, session_id, "
+        "generation, actor, grant_id, lease_id, cpu_ms_reserved, wall_ms_reserved, settled, "
+        "expires_ns, authorized_ns) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)"));
+    CUSTOS_TRYV(ins->bind(1, std::string_view{use.execution_id}));
+    CUSTOS_TRYV(ins->bind(2, std::string_view{use.action_id}));
+    CUSTOS_TRYV(ins->bind(3, std::string_view{use.process_id}));
+    CUSTOS_TRYV(ins->bind(4, std::string_view{use.session_id}));
+    CUSTOS_TRYV(ins->bind(5, i64(use.generation)));
+    CUSTOS_TRYV(ins->bind(6, std::string_view{use.actor}));
+    CUSTOS_TRYV(ins->bind(7, use.grant_id ? std::optional<std::string_view>{*use.grant_id}
+                                          : std::optional<std::string_view>{}));
+    CUSTOS_TRYV(ins->bind(8, use.lease_id ? std::optional<std::string_view>{*use.lease_id}
+                                          : std::optional<std::string_view>{}));
+    CUSTOS_TRYV(ins->bind(9, i64(use.cpu_ms_reserved)));
+    CUSTOS_TRYV(ins->bind(10, i64(use.wall_ms_reserved)));
+    CUSTOS_TRYV(ins->bind(11, use.expires_ns));
+    CUSTOS_TRYV(ins->bind(12, use.authorized_ns));
+    return ins->run();
+  };
+  Result<void> const txn =
+      req.record != nullptr
+          ? db_->consume_claim_and_record(*req.record, checks_and_writes, req.durability)
+          : db_->consume_claim_with(id.action_id, id.process_id, req.execution_id,
+                                    checks_and_writes, req.durability);
   if (!txn) return txn.error();
   return use;
 }
 
+namespace {
+
+// Replaces the reservation of one authority use by what its execution used. Idempotent: a
+// settled use (or an execution the store never authorized) is left alone.
+Result<void> settle_use(Db& db, std::string_view execution_id, std::optional<std::uint64_t> cpu_ms,
+                        std::optional<std::uint64_t> wall_ms) {
+  StmtLease q = CUSTOS_TRY(
+      db.cached("SELECT grant_id, cpu_ms_reserved, wall_ms_reserved, settled FROM authority_uses "
+                "WHERE execution_id = ?"));
+  CUSTOS_TRYV(q->bind(1, execution_id));
+  if (!CUSTOS_TRY(q->step())) return ok();  // not authorized through the gateway's store
+  if (q->int64(3) != 0) return ok();
+  std::optional<std::string> const grant_id = q->opt_text(0);
+  std::uint64_t const cpu_reserved = u64(q->int64(1));
+  std::uint64_t const wall_reserved = u64(q->int64(2));
+  if (grant_id) {
+    // An unmeasured dimension is charged its full reservation: the budget never gets
+    // cheaper because a measurement was missing.
+    std::uint64_t const cpu_used = cpu_ms.value_or(cpu_reserved);
+    std::uint64_t const wall_used = wall_ms.value_or(wall_reserved);
+    StmtLease b = CUSTOS_TRY(
+        db.cached("UPDATE budgets SET cpu_ms_reserved = MAX(cpu_ms_reserved - ?, 0), "
+                  "wall_ms_reserved = MAX(wall_ms_reserved - ?, 0), cpu_ms_used = cpu_ms_used + ?, "
+                  "wall_ms_used = wall_ms_used + ? WHERE grant_id = ?"));
+    CUSTOS_TRYV(b->bind(1, i64(cpu_reserved)));
+    CUSTOS_TRYV(b->bind(2, i64(wall_reserved)));
+    CUSTOS_TRYV(b->bind(3, i64(cpu_used)));
+    CUSTOS_TRYV(b->bind(4, i64(wall_used)));
+    CUSTOS_TRYV(b->bind(5, std::string_view{*grant_id}));
+    CUSTOS_TRYV(b->run());
+  }
+  StmtLease s =
+      CUSTOS_TRY(db.cached("UPDATE authority_uses SET settled = 1 WHERE execution_id = ?"));
+  CUSTOS_TRYV(s->bind(1, execution_id));
+  return s->run();
+}
+
+}  // namespace
+
 Result<void> AuthorityStore::settle(std::string_view execution_id, core::TerminalRecord const& t) {
-  auto const& cpu = t.resources.at(core::ResourceDim::cpu);
-  auto const& wall = t.resources.at(core::ResourceDim::wall);
+  auto const cpu = t.resources.at(core::ResourceDim::cpu).value;
+  auto const wall = t.resources.at(core::ResourceDim::wall).value;
   // NORMAL, not FULL: settling only ever releases a reservation the execution did not use, and a
   // settlement lost in a crash is redone at the next start from the durable terminal record
   // (settle_recovered), so no fsync of its own is needed on every execution's close.
-  return db_->write_normal([&](Db& db) -> Result<void> {
-    Stmt q = CUSTOS_TRY(db.prepare("SELECT " + std::string{kUseCols} +
-                                   " FROM authority_uses WHERE execution_id = ?"));
-    CUSTOS_TRYV(q.bind(1, execution_id));
-    if (!CUSTOS_TRY(q.step())) return ok();  // not authorized through the gateway's store
-    AuthorityUse const u = decode_use(q);
-    if (u.settled) return ok();
-    if (u.grant_id) {
-      // An unmeasured dimension is charged its full reservation: the budget never gets
-      // cheaper because a measurement was missing.
-      std::uint64_t const cpu_used = cpu.value.value_or(u.cpu_ms_reserved);
-      std::uint64_t const wall_used = wall.value.value_or(u.wall_ms_reserved);
-      Stmt b = CUSTOS_TRY(db.prepare(
-          "UPDATE budgets SET cpu_ms_reserved = MAX(cpu_ms_reserved - ?, 0), "
-          "wall_ms_reserved = MAX(wall_ms_reserved - ?, 0), cpu_ms_used = cpu_ms_used + ?, "
-          "wall_ms_used = wall_ms_used + ? WHERE grant_id = ?"));
-      CUSTOS_TRYV(b.bind(1, i64(u.cpu_ms_reserved)));
-      CUSTOS_TRYV(b.bind(2, i64(u.wall_ms_reserved)));
-      CUSTOS_TRYV(b.bind(3, i64(cpu_used)));
-      CUSTOS_TRYV(b.bind(4, i64(wall_used)));
-      CUSTOS_TRYV(b.bind(5, std::string_view{*u.grant_id}));
-      CUSTOS_TRYV(b.run());
-    }
-    Stmt s = CUSTOS_TRY(db.prepare("UPDATE authority_uses SET settled = 1 WHERE execution_id = ?"));
-    CUSTOS_TRYV(s.bind(1, execution_id));
-    return s.run();
-  });
+  return db_->write_normal(
+      [&](Db& db) -> Result<void> { return settle_use(db, execution_id, cpu, wall); });
+}
+
+void AuthorityStore::queue_settle(std::string const& execution_id, core::TerminalRecord const& t) {
+  // Owns everything it uses: it runs after this call returned, in the terminal record's
+  // transaction (which commits with the terminal record's durability; see settle() for why
+  // that need not be FULL).
+  db_->write_deferred(execution_id, "budget settlement",
+                      [execution_id, cpu = t.resources.at(core::ResourceDim::cpu).value,
+                       wall = t.resources.at(core::ResourceDim::wall).value](Db& db) {
+                        return settle_use(db, execution_id, cpu, wall);
+                      });
 }
 
 Result<std::optional<AuthorityUse>> AuthorityStore::get_use(std::string_view execution_id) {

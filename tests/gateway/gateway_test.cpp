@@ -244,6 +244,7 @@ TEST_F(GatewayTest, EveryRefusalHasNoEffect) {
     EXPECT_TRUE(m.list({}).empty()) << row.name << ": an execution exists";
     EXPECT_EQ(count("claims"), 0) << row.name;
     EXPECT_EQ(count("authority_uses"), 0) << row.name;
+    EXPECT_EQ(count("executions"), 0) << row.name << ": a record exists";
     EXPECT_EQ((*store_->get_grant("g1"))->second, budget_before) << row.name;
   }
 }
@@ -630,6 +631,42 @@ TEST_F(GatewayTest, AManagerRefusalComesBeforeAnyConsumption) {
   EXPECT_EQ(count("claims"), 0);
   EXPECT_EQ(count("authority_uses"), 0);
   EXPECT_EQ((*store_->get_grant("g1"))->second, budget_before);
+}
+
+// The authorizing transaction creates the record with the claim (no orphan claim, no second
+// commit for the record), its group commit is durable before start() returns, and the budget
+// settlement commits in the terminal record's transaction (queued ahead of it).
+TEST_F(GatewayTest, TheRecordComesWithTheClaimAndTheSettlementWithTheTerminalRecord) {
+  auto& m = gw_manager();
+  Grant g = spec("g1");
+  g.budget.wall_ms = 100'000;
+  add(g);
+  auto p = sh("exit 0");
+  p.limits.wall_ms = 20'000;
+  auto st = gw_start(p, claim("g1"));
+  ASSERT_TRUE(st.has_value()) << st.error().message();
+  EXPECT_FALSE(reg_->durability_pending()) << "start() returned before the claim's fsync";
+  auto rec = reg_->get(st->execution_id);
+  ASSERT_TRUE(rec.has_value()) << rec.error().message();
+  EXPECT_TRUE(reg_->orphan_claims()->empty());
+  EXPECT_EQ((*store_->get_grant("g1"))->second.wall_ms_reserved, 20'000U);
+
+  auto const deferred_before = reg_->write_stats();
+  ASSERT_TRUE(terminal(st->execution_id));
+  auto const after = reg_->write_stats();
+  EXPECT_GE(after.deferred - deferred_before.deferred, 1U) << "the settlement was queued";
+  EXPECT_EQ(after.deferred_failed, deferred_before.deferred_failed);
+  EXPECT_EQ(reg_->deferred_pending(), 0U) << "committed with the terminal record";
+  auto view = m.get(st->execution_id);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_FALSE(view->sink_error.has_value()) << *view->sink_error;
+  auto const b = (*store_->get_grant("g1"))->second;
+  EXPECT_EQ(b.wall_ms_reserved, 0U);
+  EXPECT_LT(b.wall_ms_used, 20'000U);
+  EXPECT_TRUE((*store_->get_use(st->execution_id))->settled);
+  auto stored = reg_->get(st->execution_id);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->phase, core::Phase::terminal);
 }
 
 // The execution id the gateway authorized is the one the manager launched (the permit carries

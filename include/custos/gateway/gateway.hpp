@@ -8,10 +8,15 @@
 // transaction for a fresh execution id, and only then mints the one-use supervisor::LaunchPermit
 // (its private constructor is open to gateway::PermitMinter, defined in gateway.cpp only) and
 // passes it by value to ExecutionManager::start, which refuses any permit not minted for exactly
-// that request. The gateway is also the manager's OwnershipSink (sink() below): its
-// record_authorized creates the registry record only for the execution id it just authorized
-// and refuses every other one, so a permit minted elsewhere (tests) still launches nothing in a
-// daemon wired to the gateway.
+// that request. The authorizing transaction also creates the execution's registry record (after
+// the claim, in the same BEGIN IMMEDIATE: claim, authority and record are durable together or
+// not at all) and commits with the registry's group durability, whose fsync the sink's
+// make_durable awaits before the barrier release. The gateway is also the manager's
+// OwnershipSink (sink() below): its record_authorized writes nothing, it only accepts the
+// execution id it just authorized with the digest it authorized and refuses every other one,
+// so a permit minted elsewhere (tests) still launches nothing in a daemon wired to the gateway.
+// At the terminal record the budget settlement is queued ahead of it and commits in its
+// transaction.
 //
 // Threading: everything runs on the daemon's single event-loop thread (like the manager).
 #pragma once
@@ -44,11 +49,13 @@ class Registry;
 namespace custos::gateway {
 
 struct GatewayOptions {
-  // The registry the execution records live in (record creation after the authorizing
-  // transaction, quiescence scans). May be null in tests: records then exist only in memory.
+  // The registry the execution records live in (created by the authorizing transaction;
+  // quiescence scans). The same registry as the AuthorityStore's database (its
+  // RegistryDatabase). May be null in tests: records then exist only in memory.
   registry::Registry* registry = nullptr;
-  // Receives every OwnershipSink call after record_authorized (the registry's RegistrySink in
-  // the daemon). Null: nothing durable beyond the authority tables.
+  // Receives every OwnershipSink call after record_authorized (the registry's RegistrySink over
+  // the same registry in the daemon: its terminal record commits the queued budget
+  // settlement). Null: nothing durable beyond the authority tables.
   supervisor::OwnershipSink* inner = nullptr;
 };
 
@@ -172,9 +179,6 @@ class ExecutionGateway {
                                     core::ExecutionIdentity const& identity,
                                     core::ExecutionPlan const& plan,
                                     std::string const& plan_digest);
-  Result<void> create_record(std::string const& execution_id,
-                             core::ExecutionIdentity const& identity,
-                             core::ExecutionPlan const& plan, std::string const& plan_digest);
   void on_terminal(std::string const& execution_id, core::TerminalRecord const& record);
   FenceReport fence_all(std::vector<AuthorityUse> const& uses, std::string const& reason);
   void fence(std::string const& execution_id, std::string const& reason);

@@ -20,11 +20,8 @@
 #include "custos/core/result.hpp"
 #include "custos/core/terminal.hpp"
 #include "custos/gateway/authority.hpp"
+#include "custos/registry/registry.hpp"
 #include "custos/registry/sqlite.hpp"
-
-namespace custos::registry {
-class Registry;
-}
 
 namespace custos::gateway {
 
@@ -43,11 +40,25 @@ class Database {
   // Reads under the connection's lock (no transaction of its own beyond SQLite's implicit one).
   [[nodiscard]] virtual Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) = 0;
   // `also`, then the registry's one-use claim of (action_id, process_id) for execution_id, in
-  // ONE transaction (synchronous=FULL). Either both are committed or neither.
+  // ONE transaction committed with `d` (full; or group, made durable by await_durable()).
+  // Either both are committed or neither.
   // Errors: whatever `also` returns; registry.claim_consumed when the pair was ever consumed.
   [[nodiscard]] virtual Result<void> consume_claim_with(
       std::string_view action_id, std::string_view process_id, std::string_view execution_id,
-      std::function<Result<void>(registry::sql::Db&)> also) = 0;
+      std::function<Result<void>(registry::sql::Db&)> also, registry::Durability d) = 0;
+  // `also`, then the claim of ex's (action, process) for ex.execution_id, then ex's execution
+  // record (phase authorized), in ONE transaction committed with `d`: all three or nothing.
+  // Errors: whatever `also` returns; as Registry::record_authorized.
+  [[nodiscard]] virtual Result<void> consume_claim_and_record(
+      registry::NewExecution const& ex, std::function<Result<void>(registry::sql::Db&)> also,
+      registry::Durability d) = 0;
+  // Returns once every Durability::group commit made before the call is on stable storage.
+  [[nodiscard]] virtual Result<void> await_durable() = 0;
+  // Queues `fn` (which must own what it uses) to run in the transaction of the database's next
+  // immediate write, ahead of it (or at its next flush). Its refusal is kept for `execution_id`
+  // (Registry::take_deferred_error), not returned here.
+  virtual void write_deferred(std::string execution_id, char const* what,
+                              std::function<Result<void>(registry::sql::Db&)> fn) = 0;
 };
 
 // The Database of the daemon (and of the tests): the registry's own connection, through its
@@ -62,7 +73,13 @@ class RegistryDatabase final : public Database {
   [[nodiscard]] Result<void> read(std::function<Result<void>(registry::sql::Db&)> fn) override;
   [[nodiscard]] Result<void> consume_claim_with(
       std::string_view action_id, std::string_view process_id, std::string_view execution_id,
-      std::function<Result<void>(registry::sql::Db&)> also) override;
+      std::function<Result<void>(registry::sql::Db&)> also, registry::Durability d) override;
+  [[nodiscard]] Result<void> consume_claim_and_record(
+      registry::NewExecution const& ex, std::function<Result<void>(registry::sql::Db&)> also,
+      registry::Durability d) override;
+  [[nodiscard]] Result<void> await_durable() override;
+  void write_deferred(std::string execution_id, char const* what,
+                      std::function<Result<void>(registry::sql::Db&)> fn) override;
 
  private:
   registry::Registry* reg_;
@@ -95,6 +112,13 @@ struct AuthorizeRequest {
   AuthorityClaim claim;
   std::string execution_id;
   std::int64_t now_ns = 0;
+  // The execution record to create in the authorizing transaction, after the claim (its
+  // execution id, action and process must be the request's). Null: the claim and the authority
+  // writes only (the record is then someone else's to create).
+  registry::NewExecution const* record = nullptr;
+  // How the authorizing transaction commits. `group`: the caller must await_durable() before it
+  // acts on the authorization (lets the process run) or reports any outcome of it.
+  registry::Durability durability = registry::Durability::full;
 };
 
 class AuthorityStore {
@@ -138,13 +162,20 @@ class AuthorityStore {
 
   // ---- the authorizing transaction --------------------------------------------------------
   // In ONE transaction: refuse a replayed (action, process) pair (auth.replay), load the
-  // current authority, cross_check() it, then consume the claim, begin the budget (one
-  // execution + the plan's cpu/wall reserved), use the lease and record the AuthorityUse.
-  // Any error leaves the database exactly as it was.
+  // current authority, cross_check() it, then begin the budget (one execution + the plan's
+  // cpu/wall reserved), use the lease, record the AuthorityUse, consume the claim and, when
+  // req.record is set, create the execution record. Any error leaves the database exactly as
+  // it was (no claim, no record, no budget change).
   [[nodiscard]] Result<AuthorityUse> authorize(AuthorizeRequest const& req);
   // Settles the budget of a terminal execution: its reservation is replaced by what the
   // terminal record observed (cpu_ms; wall_ms). Idempotent (a settled use is left alone).
   [[nodiscard]] Result<void> settle(std::string_view execution_id, core::TerminalRecord const& t);
+  // The same settlement queued as a deferred write (Database::write_deferred): it commits in
+  // the transaction of the database's next immediate write, ahead of it — the terminal record
+  // the caller writes next. A refusal is kept for `execution_id` (take_deferred_error).
+  void queue_settle(std::string const& execution_id, core::TerminalRecord const& t);
+  // Database::await_durable.
+  [[nodiscard]] Result<void> await_durable() { return db_->await_durable(); }
 
   // ---- reads for fences and quiescence ----------------------------------------------------
   [[nodiscard]] Result<std::optional<AuthorityUse>> get_use(std::string_view execution_id);

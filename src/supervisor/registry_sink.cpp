@@ -40,7 +40,14 @@ Result<> RegistrySink::record_authorized(std::string const& execution_id,
                                          std::string const& plan_digest) {
   auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
   if (!ex) return ex.error();
-  return registry_->record_authorized(*ex);
+  // The fdatasync runs on the registry's flusher while the supervisor creates the child;
+  // make_durable() waits for it before the barrier is released.
+  return registry_->record_authorized(*ex, registry::Durability::group);
+}
+
+Result<> RegistrySink::make_durable(std::string const& execution_id) {
+  (void)execution_id;  // one fdatasync covers every execution's group commits
+  return registry_->await_durable();
 }
 
 Result<> RegistrySink::record_staged(std::string const& execution_id,

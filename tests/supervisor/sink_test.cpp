@@ -32,6 +32,7 @@ class ScriptedSink final : public OwnershipSink {
     staged = id;
     return step("staged");
   }
+  Result<> make_durable(std::string const&) override { return step("durable"); }
   Result<> record_committed(std::string const&) override { return step("committed"); }
   Result<> record_phase(std::string const&, core::Phase p) override {
     return step("phase:" + std::string{core::phase_wire(p)});
@@ -59,9 +60,10 @@ TEST_F(SinkTest, CallsComeInLifecycleOrder) {
   managed();
   auto st = start(sh("exit 0"));
   ASSERT_TRUE(terminal(st.execution_id));
-  std::vector<std::string> const want = {
-      "authorized",   "phase:starting", "staged",        "committed",     "phase:running",
-      "phase:exited", "phase:closed",   "output:stdout", "output:stderr", "terminal:exited"};
+  std::vector<std::string> const want = {"authorized",    "phase:starting", "staged",
+                                         "durable",       "committed",      "phase:running",
+                                         "phase:exited",  "phase:closed",   "output:stdout",
+                                         "output:stderr", "terminal:exited"};
   EXPECT_EQ(sink_.calls, want);
   ASSERT_TRUE(sink_.staged.has_value());
   EXPECT_EQ(sink_.staged->pid, st.pid);
@@ -111,6 +113,41 @@ TEST_F(SinkTest, StagedFailureMeansNoUserCodeRan) {
     }
   }
   EXPECT_EQ(sink_.calls.back(), "terminal:spawn_failed");
+}
+
+// The claim may be committed without its fsync (group durability): when the sink cannot make it
+// durable, the staged child never runs the target.
+TEST_F(SinkTest, DurabilityFailureMeansNoUserCodeRan) {
+  managed();
+  sink_.fail_at = "durable";
+  auto st = start(sh("touch ran"));
+  EXPECT_EQ(st.phase, core::Phase::terminal);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  ASSERT_TRUE(rec->spawn_error);
+  EXPECT_EQ(rec->spawn_error->code, "durability");
+  drive([] { return false; }, 100ms);
+  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
+  EXPECT_EQ(std::count(sink_.calls.begin(), sink_.calls.end(), "committed"), 0);
+}
+
+// A launch that fails before its child exists still waits for the claim's durability before
+// its outcome (the terminal record, and so the caller's answer) is produced.
+TEST_F(SinkTest, EarlySpawnFailureIsReportedOnlyAfterDurability) {
+  managed();
+  auto p = sh("touch ran");
+  p.workspace.root = (workspace_ / "missing-workspace").string();
+  auto st = start(p);
+  EXPECT_EQ(st.phase, core::Phase::terminal);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  auto durable = std::find(sink_.calls.begin(), sink_.calls.end(), "durable");
+  auto term = std::find(sink_.calls.begin(), sink_.calls.end(), "terminal:spawn_failed");
+  ASSERT_NE(durable, sink_.calls.end());
+  ASSERT_NE(term, sink_.calls.end());
+  EXPECT_LT(durable, term);
 }
 
 TEST_F(SinkTest, CommittedFailureStopsAsSupervisorFailed) {

@@ -4,7 +4,11 @@
 //
 // With an event loop, writes that gate nothing are deferred and committed once per loop turn,
 // in one transaction shared by every execution (docs/durability.md, "Which writes wait"):
-//   record_authorized   claim + record, one synchronous=FULL transaction      now
+//   record_authorized   claim + record, one transaction with group durability:
+//                       in the WAL now, fdatasync'ed by the registry's flusher
+//                       while the child is created                           now
+//   make_durable        waits for that fdatasync: before the barrier release
+//                       and before any launch outcome is reported             wait
 //   phase starting      deferred: record_staged commits it, in its transaction  deferred
 //   record_staged       before the barrier is released                         now
 //   record_committed    with phase running, one transaction (the supervisor
@@ -40,8 +44,9 @@ class RegistrySink final : public OwnershipSink {
   RegistrySink(RegistrySink const&) = delete;
   RegistrySink& operator=(RegistrySink const&) = delete;
 
-  // consume_claim(action_id, process_id) + create the record (phase authorized), one FULL
-  // transaction. A claim that was ever consumed before is registry.claim_consumed: nothing is
+  // consume_claim(action_id, process_id) + create the record (phase authorized), one
+  // transaction committed with Durability::group (power-loss durable once make_durable
+  // returned). A claim that was ever consumed before is registry.claim_consumed: nothing is
   // launched.
   [[nodiscard]] Result<> record_authorized(std::string const& execution_id,
                                            core::ExecutionIdentity const& identity,
@@ -51,6 +56,9 @@ class RegistrySink final : public OwnershipSink {
                                        sys::PidfsIdentity const& identity, Boundary boundary,
                                        std::string const& cgroup_path,
                                        std::string const& marker_value) override;
+  // Registry::await_durable(): every group commit so far (this execution's claim among them)
+  // is on stable storage.
+  [[nodiscard]] Result<> make_durable(std::string const& execution_id) override;
   [[nodiscard]] Result<> record_committed(std::string const& execution_id) override;
   [[nodiscard]] Result<> record_phase(std::string const& execution_id, core::Phase phase) override;
   [[nodiscard]] Result<> record_trigger(std::string const& execution_id,

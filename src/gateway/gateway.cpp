@@ -208,9 +208,9 @@ Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
   if (!recorded || r->execution_id != use.execution_id) {
     return Error{Errc::internal, "the manager launched without recording the authorized execution"};
   }
-  // Already terminal (spawn failed): settled at its terminal record, nothing to fence.
-  auto view = manager_->get(r->execution_id);
-  if (view && !view->terminal) {
+  // Already terminal (spawn failed): settled at its terminal record, nothing to fence. The
+  // start result says so (no execution view needs to be built for it).
+  if (r->phase != core::Phase::terminal) {
     Dependent d;
     d.grant_id = use.grant_id;
     d.lease_id = use.lease_id;

@@ -669,6 +669,39 @@ TEST_F(GatewayTest, TheRecordComesWithTheClaimAndTheSettlementWithTheTerminalRec
   EXPECT_EQ(stored->phase, core::Phase::terminal);
 }
 
+// A spawn failure after the authorizing transaction is no error of start(): the execution is
+// terminal (spawn_failed), its claim stays consumed, its record is terminal, its budget is
+// settled, and nothing is left for a fence.
+TEST_F(GatewayTest, ASpawnFailureStaysConsumedAndIsSettledAtItsTerminalRecord) {
+  gw_manager();
+  Grant g = spec("g1");
+  g.budget.wall_ms = 100'000;
+  add(g);
+  auto p = plan({"/bin/custos-gateway-test-no-such-program"});
+  p.limits.wall_ms = 20'000;
+  auto st = gw_start(p, claim("g1"));
+  ASSERT_TRUE(st.has_value()) << st.error().message();
+  EXPECT_EQ(st->phase, core::Phase::terminal);
+  EXPECT_EQ(st->pid, 0);
+  EXPECT_FALSE(reg_->durability_pending()) << "the outcome preceded the claim's fsync";
+  auto rec = terminal(st->execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  EXPECT_EQ(count("claims"), 1);
+  auto stored = reg_->get(st->execution_id);
+  ASSERT_TRUE(stored.has_value()) << stored.error().message();
+  EXPECT_EQ(stored->phase, core::Phase::terminal);
+  auto const b = (*store_->get_grant("g1"))->second;
+  EXPECT_EQ(b.executions, 1U);
+  EXPECT_EQ(b.wall_ms_reserved, 0U);
+  EXPECT_TRUE((*store_->get_use(st->execution_id))->settled);
+  Caller admin = runner();
+  admin.admin = true;
+  auto revoked = gateway_->revoke(admin, "g1");
+  ASSERT_TRUE(revoked.has_value()) << revoked.error().message();
+  EXPECT_TRUE(revoked->fence.fenced.empty());
+}
+
 // The execution id the gateway authorized is the one the manager launched (the permit carries
 // it), and the authority use names it.
 TEST_F(GatewayTest, TheLaunchedExecutionIsTheAuthorizedOne) {

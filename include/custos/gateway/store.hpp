@@ -4,8 +4,10 @@
 //
 // The store never opens a connection of its own to the registry's file: every statement runs
 // through a `Database`, whose registry implementation queues the work on the registry's single
-// connection (group commit, BEGIN IMMEDIATE). The claim consumption and the authority writes
-// of one exec.start share ONE transaction committed with synchronous=FULL.
+// connection (group commit, BEGIN IMMEDIATE). The authority checks and writes, the claim
+// consumption and the execution record of one exec.start share ONE transaction (FULL, or the
+// registry's group durability awaited before anything acts on it). Every statement comes from
+// the connection's prepared-statement cache: no SQL is parsed per start.
 //
 // Thread safety: as the Database it is built on. Not on any event loop; blocking.
 #pragma once

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <string_view>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -25,6 +28,13 @@ double median_us(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// CPU time of the calling thread (the daemon's loop thread, in the model), in microseconds.
+double thread_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 double us_since(Clock::time_point t0) {
@@ -107,15 +117,26 @@ Result<std::vector<Request>> bench_requests(std::string const& prefix, std::size
   return out;
 }
 
+// A/B aids (development only; the rows use the defaults): CUSTOS_BENCH_REGISTRY_CLAIM=full
+// commits the claim with synchronous=FULL as before group durability,
+// CUSTOS_BENCH_REGISTRY_CACHE=0 opens the registry without its record cache.
+bool env_is(char const* name, std::string_view value) {
+  char const* v = std::getenv(name);
+  return v != nullptr && value == v;
+}
+
 Result<void> one_execution(Registry& reg, Request const& req, std::size_t i,
-                           TerminalBlob const& terminal) {
+                           TerminalBlob const& terminal, Durability claim) {
   std::string const& id = req.id;
   NewExecution const ex = CUSTOS_TRY(make_new_execution(id, req.identity, req.plan));
   constexpr auto deferred = WriteMode::deferred;
-  CUSTOS_TRYV(reg.record_authorized(ex));
+  // As RegistrySink: the claim with group durability, its fdatasync awaited after the staged
+  // write (make_durable, before the barrier release).
+  CUSTOS_TRYV(reg.record_authorized(ex, claim));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::starting, deferred));
   CUSTOS_TRYV(
       reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
+  CUSTOS_TRYV(reg.await_durable());
   CUSTOS_TRYV(reg.record_committed(id, deferred));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited, deferred));
@@ -158,17 +179,26 @@ Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const
   terminal.classification = "exited";
   terminal.recovery = "observed";
 
-  auto reg = CUSTOS_TRY(Registry::open(dir / "state"));
+  OpenOptions options;
+  if (env_is("CUSTOS_BENCH_REGISTRY_CACHE", "0")) options.record_cache_entries = 0;
+  Durability const claim =
+      env_is("CUSTOS_BENCH_REGISTRY_CLAIM", "full") ? Durability::full : Durability::group;
+  auto reg = CUSTOS_TRY(Registry::open(dir / "state", options));
   auto const seq = CUSTOS_TRY(bench_requests("seq-", out.executions));
   auto const par = CUSTOS_TRY(bench_requests("par-", out.executions));
   std::vector<double> samples;
+  std::vector<double> cpu;
   samples.reserve(out.executions);
+  cpu.reserve(out.executions);
   for (std::size_t i = 0; i < out.executions; ++i) {
     auto const t0 = Clock::now();
-    CUSTOS_TRYV(one_execution(*reg, seq[i], i, terminal));
+    double const c0 = thread_cpu_us();
+    CUSTOS_TRYV(one_execution(*reg, seq[i], i, terminal, claim));
+    cpu.push_back(thread_cpu_us() - c0);
     samples.push_back(us_since(t0));
   }
   out.sequential_us = median_us(std::move(samples));
+  out.sequential_cpu_us = median_us(std::move(cpu));
 
   auto const before = reg->write_stats();
   std::atomic<std::size_t> next{0};
@@ -180,7 +210,7 @@ Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const
       for (;;) {
         std::size_t const i = next.fetch_add(1);
         if (i >= out.executions) return;
-        if (!one_execution(*reg, par[i], i + out.executions, terminal)) {
+        if (!one_execution(*reg, par[i], i + out.executions, terminal, claim)) {
           failed = true;
         }
       }
@@ -192,6 +222,7 @@ Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const
   auto const after = reg->write_stats();
   out.concurrent_transactions = after.transactions - before.transactions;
   out.concurrent_full_commits = after.full_commits - before.full_commits;
+  out.concurrent_flushes = after.flushes - before.flushes;
   out.concurrent_writes = after.writes - before.writes;
 
   if (out.full_commit_us > 0) {

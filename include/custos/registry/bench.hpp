@@ -2,8 +2,10 @@
 //
 // Measures, in one run and in one directory (same filesystem, same disk cache state):
 //   floor      one synchronous=FULL WAL commit of a one-row transaction on a plain SQLite file
-//   sequential the durable work of one execution through the registry: claim (FULL) + record
-//              + staged + committed + running + exited + closed + terminal (NORMAL)
+//   sequential the durable work of one execution through the registry as RegistrySink does it:
+//              claim + record (group durability), staged, await_durable (the claim's
+//              fdatasync, before the barrier), committed + running + exited + closed +
+//              terminal (NORMAL)
 //   concurrent the same from `threads` threads at once (group commit shares the fsyncs)
 // and reports both as multiples of the floor. Targets (issue 4): sequential <= 1.5 commits'
 // worth per execution; concurrent per-execution cost well under the sequential one.
@@ -18,15 +20,18 @@
 namespace custos::registry {
 
 struct DurableOverheadResult {
-  double full_commit_us = 0;    // floor: median of single FULL commits
-  double sequential_us = 0;     // median per execution, one launcher
-  double sequential_ratio = 0;  // sequential_us / full_commit_us (target <= 1.5)
-  double concurrent_us = 0;     // wall time / executions with `threads` launchers
-  double concurrent_ratio = 0;  // concurrent_us / full_commit_us
+  double full_commit_us = 0;     // floor: median of single FULL commits
+  double sequential_us = 0;      // median per execution, one launcher
+  double sequential_ratio = 0;   // sequential_us / full_commit_us (target <= 1.5)
+  double sequential_cpu_us = 0;  // median CPU time of the writing thread per execution (the
+                                 // loop's cost; the flusher's fdatasync is not on it)
+  double concurrent_us = 0;      // wall time / executions with `threads` launchers
+  double concurrent_ratio = 0;   // concurrent_us / full_commit_us
   std::size_t threads = 0;
   std::size_t executions = 0;                 // per phase (sequential and concurrent each)
   std::uint64_t concurrent_transactions = 0;  // transactions used by the concurrent phase
   std::uint64_t concurrent_full_commits = 0;  // of which synchronous=FULL (fsyncs)
+  std::uint64_t concurrent_flushes = 0;       // the flusher's fdatasyncs (group durability)
   std::uint64_t concurrent_writes = 0;        // registry writes of the concurrent phase
 };
 

@@ -1,33 +1,44 @@
 #include "custos/supervisor/registry_sink.hpp"
 
-#include <boost/asio/post.hpp>
-
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/identity.hpp"
 
 namespace custos::supervisor {
 
 RegistrySink::~RegistrySink() {
-  // The handler still queued on the loop (if any) must not touch this sink.
-  *flush_posted_ = false;
-  flush_posted_.reset();
+  {
+    std::lock_guard<std::mutex> lk(flush_mu_);
+    flush_stop_ = true;
+  }
+  flush_cv_.notify_one();
+  if (flush_thread_.joinable()) flush_thread_.join();
   (void)registry_->flush();
 }
 
 void RegistrySink::schedule_flush() {
-  if (loop_ == nullptr || *flush_posted_) return;
-  *flush_posted_ = true;
-  std::weak_ptr<bool> weak = flush_posted_;
-  registry::Registry* reg = registry_;
-  // Runs after the handler that queued the write (and every handler already queued): one
-  // transaction per loop turn for every execution's deferred writes. A failure is kept per
-  // execution by the registry and reported with that execution's terminal record.
-  boost::asio::post(*loop_, [weak, reg] {
-    auto posted = weak.lock();
-    if (!posted) return;
-    *posted = false;
-    (void)reg->flush();
-  });
+  if (loop_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lk(flush_mu_);
+    if (flush_requested_) return;
+    flush_requested_ = true;
+    if (!flush_thread_.joinable()) flush_thread_ = std::thread([this] { flush_thread_main(); });
+  }
+  flush_cv_.notify_one();
+}
+
+void RegistrySink::flush_thread_main() {
+  std::unique_lock<std::mutex> lk(flush_mu_);
+  for (;;) {
+    flush_cv_.wait(lk, [this] { return flush_requested_ || flush_stop_; });
+    if (!flush_requested_) return;  // stopping, nothing asked for
+    flush_requested_ = false;
+    lk.unlock();
+    // Everything deferred so far, in one transaction (or several of max_batch writes). A
+    // refusal is kept per execution by the registry and reported with that execution's
+    // terminal record; a failed transaction is reported the same way to each of its writes.
+    (void)registry_->flush();
+    lk.lock();
+  }
 }
 
 Result<> RegistrySink::flush() {

@@ -3,6 +3,9 @@
 // the waiters got.
 #include "custos/supervisor/registry_sink.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 
@@ -94,6 +97,29 @@ TEST_F(RegistrySinkTest, SpawnFailureIsTerminalInTheRegistry) {
   EXPECT_EQ(stored->phase, core::Phase::terminal);
   ASSERT_TRUE(stored->terminal);
   EXPECT_EQ(stored->terminal->classification, "spawn_failed");
+}
+
+// With a loop, writes that gate nothing are deferred and committed by the sink's own flush
+// thread: nobody has to run the loop (and the loop does not pay the transaction).
+TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
+  boost::asio::io_context never_run;
+  RegistrySink deferring(*registry_, &never_run);
+  auto req = request(sh("exit 0"));
+  auto digest = core::plan_digest(req.identity, req.plan);
+  ASSERT_TRUE(digest);
+  std::string const id = "ex-00000000000000b1";
+  ASSERT_TRUE(deferring.record_authorized(id, req.identity, req.plan, digest->to_string()));
+  ASSERT_TRUE(deferring.make_durable(id));
+  EXPECT_FALSE(registry_->durability_pending());
+  ASSERT_TRUE(deferring.record_phase(id, core::Phase::starting));
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (registry_->deferred_pending() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(registry_->deferred_pending(), 0U);
+  auto stored = registry_->get(id);
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->phase, core::Phase::starting);
 }
 
 }  // namespace

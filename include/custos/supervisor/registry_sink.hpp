@@ -2,8 +2,9 @@
 // in ManagerConfig::sink. The registry decides durability (the claim is FULL-synced; ownership
 // and phases survive a daemon crash) and fires its crash failpoints (docs/durability.md).
 //
-// With an event loop, writes that gate nothing are deferred and committed once per loop turn,
-// in one transaction shared by every execution (docs/durability.md, "Which writes wait"):
+// With an event loop, writes that gate nothing are deferred and committed promptly by a
+// background thread, in one transaction shared by every execution (docs/durability.md, "Which
+// writes wait"):
 //   record_authorized   claim + record, one transaction with group durability:
 //                       in the WAL now, fdatasync'ed by the registry's flusher
 //                       while the child is created                           now
@@ -16,6 +17,9 @@
 //                       already done), so a failure of either fails this call   now
 //   record_trigger      before the graceful signal (recovery classifies by it) now
 //   phases stopping, exited, closed; output accounting                         deferred
+//                       (committed by the sink's background flusher thread, so the
+//                       transaction is not paid on the loop; an immediate write
+//                       queued meanwhile takes them into its own transaction)
 //   record_terminal     commits everything queued before it, then returns, so
 //                       waiters learn the result only once it is in the WAL    now
 // Without a loop every write is immediate (one transaction each).
@@ -23,9 +27,12 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/ownership_sink.hpp"
@@ -35,8 +42,9 @@ namespace custos::supervisor {
 class RegistrySink final : public OwnershipSink {
  public:
   // `registry` must outlive the sink (the daemon owns both). `loop`: the event loop the
-  // manager runs on; deferred writes are flushed by a handler posted to it (at most one
-  // pending at a time). Null: no write is deferred.
+  // manager runs on; non-null turns deferral on: writes that gate nothing are queued and
+  // committed by the sink's flush thread (started with the first of them, joined by the
+  // destructor). Null: no write is deferred.
   explicit RegistrySink(registry::Registry& registry,
                         boost::asio::io_context* loop = nullptr) noexcept
       : registry_(&registry), loop_(loop) {}
@@ -77,15 +85,23 @@ class RegistrySink final : public OwnershipSink {
   [[nodiscard]] registry::WriteMode deferrable() const noexcept {
     return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
   }
-  // Posts one flush to the loop unless one is pending already.
+  // Wakes the flush thread (starting it the first time) unless a flush is requested already.
   void schedule_flush();
+  void flush_thread_main();
 
   registry::Registry* registry_;
   boost::asio::io_context* loop_;
   // Executions whose `running` was written with their committed slot.
   std::set<std::string, std::less<>> running_recorded_;
-  // Shared with the posted flush handler: it does nothing once the sink is gone.
-  std::shared_ptr<bool> flush_posted_ = std::make_shared<bool>(false);
+  // The flush thread: commits the deferred writes while the loop goes on. The registry
+  // serializes it with the loop's immediate writes (one write queue, FIFO), so a deferred
+  // write still commits before, or in the same transaction as, any immediate write queued
+  // after it.
+  std::mutex flush_mu_;
+  std::condition_variable flush_cv_;
+  bool flush_requested_ = false;
+  bool flush_stop_ = false;
+  std::thread flush_thread_;
 };
 
 }  // namespace custos::supervisor

@@ -173,7 +173,7 @@ Result<void> RegistryDatabase::write_normal(std::function<Result<void>(Db&)> fn)
 }
 
 Result<void> RegistryDatabase::read(std::function<Result<void>(Db&)> fn) {
-  return reg_->read(std::move(fn));
+  return reg_->read(fn);
 }
 
 Result<void> RegistryDatabase::consume_claim_with(std::string_view action_id,

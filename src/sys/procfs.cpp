@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
+#include <optional>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/vfs.h>
 #include <thread>
@@ -200,6 +203,81 @@ bool readdir_inode_is_live() {
   return live;
 }
 
+// The entries of a /proc directory for one pass, either from a descriptor held across passes
+// (rewound to offset 0 and read with getdents64 into a buffer that is kept too) or from a
+// directory opened for this pass alone.
+class ProcListing {
+ public:
+  struct Entry {
+    std::uint64_t d_ino;
+    char const* d_name;
+  };
+
+  ProcListing(int held_fd, std::vector<char>& buffer) : fd_(held_fd), buf_(&buffer) {
+    if (buf_->size() < kBufferBytes) buf_->resize(kBufferBytes);
+    if (::lseek(fd_, 0, SEEK_SET) != 0) err_ = errno != 0 ? errno : EIO;
+  }
+  explicit ProcListing(std::string const& path)
+      : own_(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
+        fd_(own_.get()),
+        buf_(&local_) {
+    if (!own_.valid()) {
+      err_ = errno;
+    } else {
+      local_.resize(kBufferBytes);
+    }
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return err_ == 0; }
+  [[nodiscard]] int error() const noexcept { return err_; }
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+
+  // The next entry, or nullptr at the end of the directory or on an error (error() tells).
+  Entry const* next() {
+    for (;;) {
+      if (pos_ < len_) {
+        // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
+        char const* rec = buf_->data() + pos_;
+        std::uint16_t reclen = 0;
+        std::memcpy(&reclen, rec + 16, sizeof reclen);
+        if (reclen == 0) {
+          err_ = EIO;
+          return nullptr;
+        }
+        std::memcpy(&cur_.d_ino, rec, sizeof cur_.d_ino);
+        cur_.d_name = rec + 19;
+        pos_ += reclen;
+        return &cur_;
+      }
+      if (err_ != 0 || done_) return nullptr;
+      long const n = ::syscall(SYS_getdents64, fd_, buf_->data(), buf_->size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        err_ = errno;
+        return nullptr;
+      }
+      if (n == 0) {
+        done_ = true;
+        return nullptr;
+      }
+      pos_ = 0;
+      len_ = static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kBufferBytes = 32 * 1024;
+  UniqueFd own_;
+  int fd_ = -1;
+  std::vector<char> local_;
+  std::vector<char>* buf_;
+  std::size_t pos_ = 0;
+  std::size_t len_ = 0;
+  bool done_ = false;
+  int err_ = 0;
+  Entry cur_{};
+};
+
 // One marker being scanned for, as the passes see it.
 struct ScanTarget {
   std::string needle;
@@ -220,16 +298,26 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
                        std::vector<std::size_t> const& active, ScanParams const& sp,
                        std::vector<MarkerScanResult>& out) {
   std::string const& proc_root = sp.proc_root;
-  std::unique_ptr<DIR, int (*)(DIR*)> const dir(::opendir(proc_root.c_str()), &::closedir);
-  if (!dir) return Error(Errc::procfs_failed, "opendir " + proc_root, errno);
+  // The cache's held procfs directory when there is one (see ProcStartCache::proc_dir),
+  // otherwise a directory opened for this pass.
+  int const held = sp.cache != nullptr ? sp.cache->proc_dir(proc_root) : -1;
+  std::optional<ProcListing> listing;
+  if (held >= 0) {
+    listing.emplace(held, sp.cache->listing_buffer());
+  } else {
+    listing.emplace(proc_root);
+  }
+  if (!listing->ok()) return Error(Errc::procfs_failed, "open " + proc_root, listing->error());
   for (std::size_t const t : active) out[t] = MarkerScanResult{};
   bool any_bound = false;
   for (std::size_t const t : active) any_bound = any_bound || targets[t].not_before_ticks;
-  // Only a real procfs gives recycled pids fresh inode numbers (see ProcStartCache).
+  // Only a real procfs gives recycled pids fresh inode numbers (see ProcStartCache); a held
+  // directory was checked to be one when it was opened.
   ProcStartCache* cache = nullptr;
   if (sp.cache != nullptr && any_bound) {
     struct statfs fs {};
-    if (::fstatfs(::dirfd(dir.get()), &fs) == 0 && fs.f_type == kProcSuperMagic) cache = sp.cache;
+    if (held >= 0 || (::fstatfs(listing->fd(), &fs) == 0 && fs.f_type == kProcSuperMagic))
+      cache = sp.cache;
   }
   auto const now = std::chrono::steady_clock::now();
   if (cache != nullptr) cache->begin_pass(now);
@@ -239,11 +327,10 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
   std::vector<std::string const*> needles;
   std::vector<char> found;
   for (;;) {
-    errno = 0;
-    dirent const* e = ::readdir(dir.get());
+    ProcListing::Entry const* e = listing->next();
     if (e == nullptr) {
-      int const err = errno;
-      if (err != 0) return Error(Errc::procfs_failed, "readdir " + proc_root, err);
+      if (int const err = listing->error(); err != 0)
+        return Error(Errc::procfs_failed, "readdir " + proc_root, err);
       break;
     }
     std::int32_t pid = 0;
@@ -262,7 +349,7 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
         } else {
           // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
           struct stat st {};
-          if (::fstatat(::dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+          if (::fstatat(listing->fd(), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
             dir_inode = static_cast<std::uint64_t>(st.st_ino);
           }
         }
@@ -422,8 +509,10 @@ Result<UniqueFd> open_dir_path(std::string const& path) {
   return UniqueFd(fd);
 }
 
-Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
-                                 std::size_t max_bytes) {
+namespace {
+
+Result<std::string> read_at(UniqueFd const& dir, std::string const& name, std::size_t max_bytes,
+                            bool short_read_is_end) {
   int const fd = ::openat(dir.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Error(Errc::sys_error, "open " + name, errno);
   UniqueFd const guard(fd);
@@ -441,8 +530,21 @@ Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
                    "read " + name + ": larger than " + std::to_string(max_bytes) + " bytes", EFBIG);
     }
     out.append(buf, static_cast<std::size_t>(n));
+    if (short_read_is_end && static_cast<std::size_t>(n) < sizeof buf) break;
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
+                                 std::size_t max_bytes) {
+  return read_at(dir, name, max_bytes, false);
+}
+
+Result<std::string> read_shown_file_at(UniqueFd const& dir, std::string const& name,
+                                       std::size_t max_bytes) {
+  return read_at(dir, name, max_bytes, true);
 }
 
 Result<void> write_file_at(UniqueFd const& dir, std::string const& name, std::string_view data) {
@@ -667,6 +769,22 @@ ProcStartCache::Entry& ProcStartCache::store(std::int32_t pid, std::uint64_t dir
   return e;
 }
 
+int ProcStartCache::proc_dir(std::string const& proc_root) {
+  if (proc_dir_.valid() && proc_dir_root_ == proc_root) return proc_dir_.get();
+  proc_dir_.reset(::open(proc_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  proc_dir_root_ = proc_root;
+  struct statfs fs {};
+  if (proc_dir_.valid() && (::fstatfs(proc_dir_.get(), &fs) != 0 || fs.f_type != kProcSuperMagic)) {
+    proc_dir_.reset();
+  }
+  return proc_dir_.valid() ? proc_dir_.get() : -1;
+}
+
+void ProcStartCache::drop_proc_dir() noexcept {
+  proc_dir_.reset();
+  proc_dir_root_.clear();
+}
+
 void ProcStartCache::end_pass(std::chrono::steady_clock::time_point now) {
   std::erase_if(entries_, [&](auto const& kv) { return kv.second.seen_pass != pass_; });
   last_pass_ = now;
@@ -727,7 +845,11 @@ bool MarkerSweeper::proc_hides_processes_now() {
   if (!mountinfo_.valid()) {
     mountinfo_.reset(::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC));
     hides_.reset();
-    if (!mountinfo_.valid()) return read_proc_hides_processes(options_.proc_root);
+    if (!mountinfo_.valid()) {
+      // No way to see mount changes: no directory is held across passes either.
+      cache_.drop_proc_dir();
+      return read_proc_hides_processes(options_.proc_root);
+    }
   }
   if (hides_) {
     // The file reports POLLPRI|POLLERR once after each change of the mount table since the
@@ -737,6 +859,9 @@ bool MarkerSweeper::proc_hides_processes_now() {
     if (n == 0 || (n > 0 && (p.revents & (POLLPRI | POLLERR)) == 0)) return *hides_;
   }
   hides_.reset();
+  // The mount table changed (or is read for the first time): the held /proc directory may
+  // belong to a mount that is no longer the one at proc_root.
+  cache_.drop_proc_dir();
   if (::lseek(mountinfo_.get(), 0, SEEK_SET) != 0)
     return read_proc_hides_processes(options_.proc_root);
   std::string text;

@@ -536,6 +536,78 @@ TEST_F(MarkerTest, StartTimeCacheServesRepeatedPasses) {
   EXPECT_EQ(fake_cache.stats().stat_reads, 0u);
 }
 
+// The cache holds /proc open across passes and rewinds it: a process born after one pass is
+// listed, dated and matched by the next, through a scan and through the sweeper alike.
+TEST_F(MarkerTest, HeldProcDirectorySeesProcessesBornBetweenPasses) {
+  Marker const m = Marker::generate().value();
+  std::uint64_t const not_before = read_start_time(static_cast<std::int32_t>(::getpid())).value();
+  ProcStartCache cache;
+  MarkerScanOptions so;
+  so.not_before_ticks = not_before;
+  so.cache = &cache;
+  auto before = marker_scan(m, so);
+  ASSERT_TRUE(before) << before.error().message();
+  EXPECT_TRUE(before->matched.empty());
+  int const held = cache.proc_dir("/proc");
+  ASSERT_GE(held, 0) << "/proc is a procfs: the cache keeps it open";
+  EXPECT_EQ(cache.proc_dir("/proc"), held) << "the same descriptor serves the next pass";
+
+  Pidfd root = start_shell("exec sleep 300", {"PATH=/usr/bin:/bin", m.env_entry()});
+  ASSERT_TRUE(root.valid());
+  ASSERT_TRUE(eventually([&] {
+    auto r = marker_scan(m, so);
+    return r && r->matched.size() == 1 && r->matched.front() == root.pid();
+  }));
+  EXPECT_EQ(cache.proc_dir("/proc"), held);
+
+  MarkerSweeper sweeper;
+  ASSERT_TRUE(
+      sweeper.enqueue({MarkerSweepTarget{Marker::generate().value(), not_before}, nullptr}));
+  sweeper.run_pending();  // a first pass with nothing to find opens and keeps /proc
+  std::optional<Result<MarkerSweepResult>> got;
+  ASSERT_TRUE(sweeper.enqueue(
+      {MarkerSweepTarget{m, not_before}, [&got](Result<MarkerSweepResult> r) { got = r; }}));
+  sweeper.run_pending();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(*got) << got->error().message();
+  EXPECT_EQ((*got)->signalled, 1u);
+  EXPECT_TRUE((*got)->confirmed);
+  EXPECT_TRUE(root.wait());
+  root = Pidfd();
+
+  cache.drop_proc_dir();
+  auto after = marker_scan(m, so);
+  ASSERT_TRUE(after);
+  EXPECT_TRUE(after->matched.empty());
+}
+
+// read_shown_file_at returns what read_file_at returns: whole kernel files in one read, and a
+// file longer than one buffer still whole.
+TEST_F(MarkerTest, ShownFileReadIsTheWholeFile) {
+  auto proc = open_dir_path("/proc/self");
+  ASSERT_TRUE(proc);
+  auto shown = read_shown_file_at(*proc, "stat");
+  ASSERT_TRUE(shown) << shown.error().message();
+  EXPECT_EQ(shown->back(), '\n');
+  auto const whole = read_file_at(*proc, "stat");
+  ASSERT_TRUE(whole);
+  // The values move (times), the fields do not.
+  EXPECT_EQ(std::count(shown->begin(), shown->end(), ' '),
+            std::count(whole->begin(), whole->end(), ' '));
+
+  TempDir dir;
+  std::string big(10000, 'x');
+  big[4095] = 'a';
+  big[4096] = 'b';
+  write_text(dir.path() + "/big", big);
+  auto d = open_dir_path(dir.path());
+  ASSERT_TRUE(d);
+  EXPECT_EQ(read_shown_file_at(*d, "big").value(), big);
+  auto missing = read_shown_file_at(*d, "missing");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().sys_errno, ENOENT);
+}
+
 // Several markers in one set of passes: each gets what its own sweep would report.
 TEST_F(MarkerTest, SweepManyServesEveryMarkerInSharedPasses) {
   Marker const a = Marker::generate().value();

@@ -40,6 +40,15 @@ namespace custos::sys {
 [[nodiscard]] Result<std::string> read_file_at(UniqueFd const& dir, std::string const& name,
                                                std::size_t max_bytes = std::size_t{64} * 1024);
 
+// read_file_at for a small kernel file produced by a single show() (cgroup.events, cpu.stat,
+// memory.current, /proc/<pid>/stat; not cgroup.procs or mountinfo, which are lists): the kernel
+// copies such a file out as far as the reader's 4 KiB buffer allows, so a read that leaves room
+// is the whole file, and the read(2) that would only return 0 is skipped. A read that fills the
+// buffer continues like read_file_at. Same errors.
+[[nodiscard]] Result<std::string> read_shown_file_at(UniqueFd const& dir, std::string const& name,
+                                                     std::size_t max_bytes = std::size_t{64} *
+                                                                             1024);
+
 // Writes `data` to `name` (relative to `dir`) in one write(2), as cgroupfs expects.
 // Errors: sys.error carrying the errno of openat/write.
 [[nodiscard]] Result<void> write_file_at(UniqueFd const& dir, std::string const& name,
@@ -140,7 +149,20 @@ class ProcStartCache {
   void count_hit() noexcept { ++hits_; }
   void count_stat_read() noexcept { ++stat_reads_; }
 
+  // The directory the passes list: `proc_root` held open across passes and rewound for each
+  // (a fresh opendir per pass cost an open, fstat, fstatfs, a 32 KiB buffer that went back to
+  // the heap and a close). -1 when `proc_root` cannot be opened or is not a procfs: the scan
+  // then opens it per pass, without the cache, as before. The listing itself is always read
+  // fresh (getdents64 from offset 0), so it sees the processes that exist at that pass.
+  [[nodiscard]] int proc_dir(std::string const& proc_root);
+  [[nodiscard]] std::vector<char>& listing_buffer() noexcept { return listing_; }
+  // Forgets the held directory (the mount table changed: /proc may now be another mount).
+  void drop_proc_dir() noexcept;
+
  private:
+  UniqueFd proc_dir_;
+  std::string proc_dir_root_;
+  std::vector<char> listing_;
   std::chrono::milliseconds max_idle_;
   std::unordered_map<std::int32_t, Entry> entries_;
   std::uint64_t pass_ = 0;

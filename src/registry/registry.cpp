@@ -469,10 +469,34 @@ void Registry::flusher_main() {
   struct stat wal_st {};
   std::unique_lock<std::mutex> lk(dur_mu_);
   auto pending = [this] { return !dur_error_ && commit_seq_ > durable_seq_; };
+  auto deliverable = [this] {
+    return !durable_waiters_.empty() &&
+           (dur_error_.has_value() || durable_waiters_.front().first <= durable_seq_);
+  };
+  // Runs the when_durable() completions that are due, without the lock (they may call back
+  // into the registry).
+  auto deliver = [&] {
+    std::vector<std::function<void(Result<void>)>> due;
+    while (deliverable()) {
+      due.push_back(std::move(durable_waiters_.front().second));
+      durable_waiters_.pop_front();
+    }
+    if (due.empty()) return;
+    std::optional<Error> const err = dur_error_;
+    lk.unlock();
+    for (auto& fn : due) fn(err ? Result<void>{*err} : Result<void>{ok()});
+    lk.lock();
+  };
   for (;;) {
-    dur_cv_.wait(lk, [&] { return stop_flusher_ || pending(); });
+    dur_cv_.wait(lk, [&] { return stop_flusher_ || pending() || deliverable(); });
+    deliver();
     if (!pending()) {
-      if (stop_flusher_) return;
+      if (stop_flusher_) {
+        // Nothing is pending, so every completion is due (or the registry failed): none is
+        // left behind.
+        deliver();
+        return;
+      }
       continue;
     }
     if (slow) {
@@ -498,7 +522,28 @@ void Registry::flusher_main() {
       writes_refused_.store(true, std::memory_order_release);
     }
     dur_cv_.notify_all();
+    deliver();
   }
+}
+
+void Registry::when_durable(std::function<void(Result<void>)> done) {
+  std::unique_lock<std::mutex> lk(dur_mu_);
+  if (dur_error_) {
+    Error const e = *dur_error_;
+    lk.unlock();
+    done(e);
+    return;
+  }
+  if (durable_seq_ >= commit_seq_) {
+    lk.unlock();
+    done(ok());
+    return;
+  }
+  // Pending means a group commit was made, so the flusher runs; it delivers this completion
+  // after the flush (or FULL commit) that covers commit_seq_.
+  durable_waiters_.emplace_back(commit_seq_, std::move(done));
+  lk.unlock();
+  dur_cv_.notify_all();
 }
 
 Result<void> Registry::await_durable() {

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
+#include <future>
 #include <string>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -285,6 +286,90 @@ TEST(RegistryGroupDurability, FailedFdatasyncFailsAwaitAndRefusesLaterWrites) {
   EXPECT_EQ(rec->phase, core::Phase::authorized);
   auto none = reg->get("ex-2");
   CUSTOS_EXPECT_ERRC(none, Errc::registry_not_found);
+}
+
+// ---- when_durable ------------------------------------------------------------------------
+
+TEST(RegistryWhenDurable, CalledAtOnceWhenNothingIsPending) {
+  TempDir t;
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  bool called = false;
+  reg->when_durable([&](Result<void> r) {
+    EXPECT_TRUE(r);
+    called = true;
+  });
+  EXPECT_TRUE(called);
+  EXPECT_EQ(reg->write_stats().flushes, 0u);
+}
+
+TEST(RegistryWhenDurable, CompletesOnTheFlusherAfterTheFdatasync) {
+  if (!kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  TempDir t;
+  ScopedFailpoint fp{"flusher_slow"};
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1"), Durability::group));
+  std::promise<std::pair<bool, std::thread::id>> done;
+  auto fut = done.get_future();
+  reg->when_durable([&](Result<void> r) {
+    // Due only once the flush covered the commit: nothing pending any more.
+    done.set_value({r.has_value() && !reg->durability_pending(), std::this_thread::get_id()});
+  });
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto const [good, thread] = fut.get();
+  EXPECT_TRUE(good);
+  EXPECT_NE(thread, std::this_thread::get_id());  // not called at once: on the flusher
+  EXPECT_EQ(reg->write_stats().flushes, 1u);
+}
+
+TEST(RegistryWhenDurable, AFullCommitCompletesItWithoutAFlush) {
+  if (!kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  TempDir t;
+  ScopedFailpoint fp{"flusher_slow"};
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1"), Durability::group));
+  std::promise<bool> done;
+  auto fut = done.get_future();
+  reg->when_durable([&](Result<void> r) { done.set_value(r.has_value()); });
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-2", "act-2")));  // FULL
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(fut.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(reg->write_stats().flushes, 0u);
+}
+
+TEST(RegistryWhenDurable, AFailedFdatasyncCompletesWithRegistryIo) {
+  if (!kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  TempDir t;
+  ScopedFailpoint fp{"flusher_fsync_fails"};
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1"), Durability::group));
+  std::promise<Errc> done;
+  auto fut = done.get_future();
+  reg->when_durable([&](Result<void> r) { done.set_value(r ? Errc{} : r.error().code); });
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), Errc::registry_io);
+  // After the failure: at once, with the same error.
+  bool failed_at_once = false;
+  reg->when_durable(
+      [&](Result<void> r) { failed_at_once = !r && r.error().code == Errc::registry_io; });
+  EXPECT_TRUE(failed_at_once);
+}
+
+TEST(RegistryWhenDurable, TheDestructorDeliversWhatIsPending) {
+  if (!kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  TempDir t;
+  ScopedFailpoint fp{"flusher_slow"};
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1"), Durability::group));
+  bool called = false;
+  reg->when_durable([&](Result<void> r) { called = r.has_value(); });
+  reg.reset();  // joins the flusher after its last flush and deliveries
+  EXPECT_TRUE(called);
 }
 
 // ---- transact_deferred ---------------------------------------------------------------------

@@ -45,6 +45,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "custos/core/accounting.hpp"
@@ -389,6 +390,13 @@ class Registry {
   [[nodiscard]] Result<void> await_durable();
   // True when a group commit is not yet known durable (for tests and the sink).
   [[nodiscard]] bool durability_pending() const;
+  // await_durable() without blocking: `done` is called once every group commit made before
+  // this call is on stable storage (ok), or with registry.io when the flusher's fdatasync
+  // failed. Called at once, on the calling thread, when nothing is pending (or the registry
+  // already failed); otherwise on the flusher thread, with no registry lock held: keep it
+  // short (post to your event loop). For a launch that goes back to its loop after
+  // record_staged and releases the barrier from this completion.
+  void when_durable(std::function<void(Result<void>)> done);
 
   // The cached copy of a record (write-through cache of live executions), if it is cached.
   // For tests and diagnostics: the write path is the only user of the cache.
@@ -534,6 +542,9 @@ class Registry {
   std::uint64_t flushes_ = 0;
   std::optional<Error> dur_error_;
   bool stop_flusher_ = false;
+  // when_durable() completions waiting for durable_seq_ to reach their commit number (FIFO:
+  // the numbers never decrease).
+  std::deque<std::pair<std::uint64_t, std::function<void(Result<void>)>>> durable_waiters_;
   std::thread flusher_;
   // Set once an fdatasync failed: every later write is refused (read without dur_mu_).
   std::atomic<bool> writes_refused_{false};

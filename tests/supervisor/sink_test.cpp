@@ -54,6 +54,33 @@ class SinkTest : public SupervisorTest {
   ExecutionManager& managed() {
     return manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = &sink_; });
   }
+
+  // The sink call `fail_at` fails between the child's creation and its barrier release: the
+  // launch ends spawn_failed with `code`, no user code ran, and the staged child was killed
+  // and reaped at its barrier.
+  void expect_killed_at_barrier(std::string const& fail_at, std::string const& code) {
+    managed();
+    sink_.fail_at = fail_at;
+    auto st = start(sh("touch ran"));
+    EXPECT_EQ(st.phase, core::Phase::terminal);
+    auto rec = terminal(st.execution_id);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+    ASSERT_TRUE(rec->spawn_error);
+    EXPECT_EQ(rec->spawn_error->code, code);
+    drive([] { return false; }, 100ms);
+    EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
+    ASSERT_TRUE(sink_.staged.has_value());
+    if (auto fd = sys::Pidfd::open(sink_.staged->pid)) {
+      // The pid exists again only if someone else reused it: never our staged child.
+      auto t = sys::read_start_time(sink_.staged->pid);
+      if (t) {
+        EXPECT_NE(*t, sink_.staged->start_time_ticks);
+      }
+    }
+    EXPECT_EQ(std::count(sink_.calls.begin(), sink_.calls.end(), "committed"), 0);
+    EXPECT_EQ(sink_.calls.back(), "terminal:spawn_failed");
+  }
 };
 
 TEST_F(SinkTest, CallsComeInLifecycleOrder) {
@@ -92,44 +119,13 @@ TEST_F(SinkTest, AuthorizedFailureLaunchesNothing) {
 }
 
 TEST_F(SinkTest, StagedFailureMeansNoUserCodeRan) {
-  managed();
-  sink_.fail_at = "staged";
-  auto st = start(sh("touch ran"));
-  EXPECT_EQ(st.phase, core::Phase::terminal);
-  auto rec = terminal(st.execution_id);
-  ASSERT_TRUE(rec);
-  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
-  ASSERT_TRUE(rec->spawn_error);
-  EXPECT_EQ(rec->spawn_error->code, "record_staged");
-  drive([] { return false; }, 100ms);
-  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
-  // The staged child was killed and reaped at its barrier.
-  ASSERT_TRUE(sink_.staged.has_value());
-  if (auto fd = sys::Pidfd::open(sink_.staged->pid)) {
-    // The pid exists again only if someone else reused it: never our staged child.
-    auto t = sys::read_start_time(sink_.staged->pid);
-    if (t) {
-      EXPECT_NE(*t, sink_.staged->start_time_ticks);
-    }
-  }
-  EXPECT_EQ(sink_.calls.back(), "terminal:spawn_failed");
+  expect_killed_at_barrier("staged", "record_staged");
 }
 
 // The claim may be committed without its fsync (group durability): when the sink cannot make it
 // durable, the staged child never runs the target.
 TEST_F(SinkTest, DurabilityFailureMeansNoUserCodeRan) {
-  managed();
-  sink_.fail_at = "durable";
-  auto st = start(sh("touch ran"));
-  EXPECT_EQ(st.phase, core::Phase::terminal);
-  auto rec = terminal(st.execution_id);
-  ASSERT_TRUE(rec);
-  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
-  ASSERT_TRUE(rec->spawn_error);
-  EXPECT_EQ(rec->spawn_error->code, "durability");
-  drive([] { return false; }, 100ms);
-  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran"));
-  EXPECT_EQ(std::count(sink_.calls.begin(), sink_.calls.end(), "committed"), 0);
+  expect_killed_at_barrier("durable", "durability");
 }
 
 // A launch that fails before its child exists still waits for the claim's durability before

@@ -1,6 +1,7 @@
 // RegistrySink: the OwnershipSink backed by the SQLite registry — the wiring the daemon passes
-// in ManagerConfig::sink. The registry decides durability (the claim is FULL-synced; ownership
-// and phases survive a daemon crash) and fires its crash failpoints (docs/durability.md).
+// in ManagerConfig::sink. The registry decides durability (the claim is on stable storage before
+// the barrier release, through its flusher's fdatasync; ownership and phases survive a daemon
+// crash) and fires its crash failpoints (docs/durability.md).
 //
 // With an event loop, writes that gate nothing are deferred and committed promptly by a
 // background thread, in one transaction shared by every execution (docs/durability.md, "Which

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <fcntl.h>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -64,7 +65,16 @@ Result<std::string> read_boot_id() {
   return s;
 }
 
-Result<std::uint64_t> read_start_time(std::int32_t pid) {
+namespace {
+
+struct StatFields {
+  std::uint64_t start_ticks = 0;
+  std::optional<std::uint64_t> ignored_signals;  // field 33 (sigignore), when asked for
+};
+
+// Fields 22 (starttime) and, with `want_ignored`, 33 (sigignore: the mask of ignored signals,
+// bit n-1 for signal n, masked by the kernel to signals 1..31) of /proc/<pid>/stat, one read.
+Result<StatFields> read_stat_fields(std::int32_t pid, bool want_ignored) {
   std::string const path = "/proc/" + std::to_string(pid) + "/stat";
   std::string const stat = CUSTOS_TRY(read_small_file(path, Errc::procfs_failed));
   // comm (field 2) may hold spaces and parentheses; it ends at the *last* ')'.
@@ -73,27 +83,36 @@ Result<std::uint64_t> read_start_time(std::int32_t pid) {
     return Error(Errc::procfs_failed, path + ": no comm field", EINVAL);
   std::string_view rest(stat);
   rest.remove_prefix(close + 1);
-  // After ')' come fields 3.. separated by single spaces; starttime is field 22.
+  // After ')' come fields 3.. separated by single spaces.
   int field = 2;
   std::size_t pos = 0;
-  while (field < 22) {
-    pos = rest.find(' ', pos);
-    if (pos == std::string_view::npos) break;
-    ++pos;
-    ++field;
+  auto number_at = [&](int wanted) -> std::optional<std::uint64_t> {
+    while (field < wanted) {
+      pos = rest.find(' ', pos);
+      if (pos == std::string_view::npos) return std::nullopt;
+      ++pos;
+      ++field;
+    }
+    std::uint64_t value = 0;
+    auto const* begin = rest.data() + pos;
+    auto const* end = rest.data() + rest.size();
+    auto const [ptr, ec] = std::from_chars(begin, end, value);
+    if (ec != std::errc() || ptr == begin) return std::nullopt;
+    return value;
+  };
+  StatFields out;
+  auto const start = number_at(22);
+  if (!start) return Error(Errc::procfs_failed, path + ": no starttime field", EINVAL);
+  out.start_ticks = *start;
+  if (want_ignored) {
+    out.ignored_signals = number_at(33);
+    if (!out.ignored_signals)
+      return Error(Errc::procfs_failed, path + ": no sigignore field", EINVAL);
   }
-  if (field != 22) return Error(Errc::procfs_failed, path + ": too few fields", EINVAL);
-  std::uint64_t value = 0;
-  auto const* begin = rest.data() + pos;
-  auto const* end = rest.data() + rest.size();
-  auto const [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || ptr == begin) {
-    return Error(Errc::procfs_failed, path + ": bad starttime", EINVAL);
-  }
-  return value;
+  return out;
 }
 
-Result<PidfsIdentity> read_identity(Pidfd const& pidfd) {
+Result<PidfsIdentity> identity_of(Pidfd const& pidfd, std::uint64_t* ignored_signals) {
   if (!pidfd.valid()) return Error(Errc::pidfd_failed, "read_identity on an empty Pidfd", EBADF);
   struct stat st {};
   if (::fstat(pidfd.fd().get(), &st) != 0) return Error(Errc::sys_error, "fstat(pidfd)", errno);
@@ -110,20 +129,36 @@ Result<PidfsIdentity> read_identity(Pidfd const& pidfd) {
 
   PidfsIdentity id;
   id.boot_id = CUSTOS_TRY(read_boot_id());
-  id.pidfs_dev = static_cast<std::uint64_t>(st.st_dev);
+  id.pidfs_dev = dev;
   id.pidfs_ino = static_cast<std::uint64_t>(st.st_ino);
   id.pid = pidfd.pid();
-  auto start = read_start_time(pidfd.pid());
+  auto fields = read_stat_fields(pidfd.pid(), ignored_signals != nullptr);
   // Re-verify after the /proc read: if the process had exited, its pid may have been reused and
-  // the start time read above may belong to someone else.
+  // what was read above may belong to someone else.
   if (!pidfd.alive()) {
     return Error(Errc::identity_mismatch,
                  "process " + std::to_string(pidfd.pid()) + " exited while its identity was read",
                  ESRCH);
   }
-  if (!start) return std::move(start).error();
-  id.start_time_ticks = *start;
+  if (!fields) return std::move(fields).error();
+  id.start_time_ticks = fields->start_ticks;
+  if (ignored_signals != nullptr) *ignored_signals = fields->ignored_signals.value_or(0);
   return id;
+}
+
+}  // namespace
+
+Result<std::uint64_t> read_start_time(std::int32_t pid) {
+  auto const fields = CUSTOS_TRY(read_stat_fields(pid, false));
+  return fields.start_ticks;
+}
+
+Result<PidfsIdentity> read_identity(Pidfd const& pidfd) {
+  return identity_of(pidfd, nullptr);
+}
+
+Result<PidfsIdentity> read_identity(Pidfd const& pidfd, std::uint64_t& ignored_signals) {
+  return identity_of(pidfd, &ignored_signals);
 }
 
 }  // namespace custos::sys

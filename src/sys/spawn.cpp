@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -43,6 +44,9 @@ constexpr std::uint64_t kCloneVm = 0x00000100ULL;
 constexpr std::uint64_t kClonePidfd = 0x00001000ULL;
 constexpr std::uint64_t kCloneNewCgroup = 0x02000000ULL;
 constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
+// Linux 5.5: the child starts with every *handled* signal at SIG_DFL (flags and masks cleared);
+// ignored signals stay ignored, as across execve.
+constexpr std::uint64_t kCloneClearSighand = 0x100000000ULL;
 
 // The kernel's struct sigaction for rt_sigaction on x86_64 (not glibc's): the child resets
 // dispositions with the raw syscall so no sanitizer or libc wrapper runs between clone and exec.
@@ -104,6 +108,10 @@ struct ChildPlan {
   int cwd_fd = -1;
   int barrier_fd = -1;
   int error_fd = -1;
+  // Signals the child sets to SIG_DFL itself (bit n-1 for signal n), or every signal when
+  // reset_all (a kernel without CLONE_CLEAR_SIGHAND). See "Signal dispositions" below.
+  std::uint64_t reset_signals = 0;
+  bool reset_all = true;
 };
 
 // --- child side: raw syscalls only, no allocation, no locks, no return ---------------------
@@ -153,11 +161,14 @@ CUSTOS_CHILD_INLINE long arg(T v) {
   // 1. Default dispositions for every signal (the daemon may ignore SIGPIPE or have handlers
   //    that must never run in the child), then an empty mask (the parent blocked everything
   //    around clone3 so no handler could run before this point). Without CLONE_SIGHAND the
-  //    child's dispositions are its own copy: this does not touch the daemon's.
+  //    child's dispositions are its own copy: this does not touch the daemon's. With
+  //    CLONE_CLEAR_SIGHAND the kernel already reset every handled signal, so only the ignored
+  //    ones the parent named are left to reset here (the parent checks it named them all).
   KernelSigaction dfl{};
   dfl.handler = SIG_DFL;
   for (int sig = 1; sig <= kMaxSignal; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
+    if (!plan.reset_all && ((plan.reset_signals >> (sig - 1)) & 1U) == 0) continue;
     // EINVAL for signal numbers the kernel reserves is expected and harmless.
     raw_syscall(SYS_rt_sigaction, sig, arg(&dfl), 0, sizeof dfl.mask);
   }
@@ -411,6 +422,28 @@ std::size_t plan_bytes(SpawnSpec const& spec) {
   if (spec.credentials) n += spec.credentials->groups.size() * sizeof(gid_t) + 16;
   return n;
 }
+
+// ---- signal dispositions ---------------------------------------------------------------------
+//
+// The child must start the target with every disposition at SIG_DFL. Resetting all 64 from the
+// child cost ~16 us of rt_sigaction calls on the launch's critical path (the parent waits for
+// the child's "ready"). Instead:
+//   * clone3(CLONE_CLEAR_SIGHAND) makes the kernel reset every *handled* signal at creation, so
+//     no daemon handler can ever run in the child (not even between clone and the reset);
+//   * the child resets every real-time signal (32..64) and, of the standard ones (1..31), those
+//     in g_ignored_signals: the ones the daemon was seen ignoring;
+//   * the parent reads the child's ignored-signal mask of the standard signals in the same
+//     /proc/<pid>/stat read that gives the identity's start time (no extra syscall; the kernel
+//     shows only signals 1..31 there, hence the real-time ones are always reset). The child was
+//     created with the daemon's dispositions of that moment and only ever un-ignores signals of
+//     the set it was given, so a bit outside that set is a signal the daemon ignored that
+//     nobody named: the set learns it and the spawn starts over with a fresh child (the first
+//     one is killed at its barrier; no target code ran). The set only grows, so that happens
+//     once per signal the daemon ever ignores (SIGPIPE at the first launch).
+constexpr std::uint64_t kStandardSignals = 0x7fffffffULL;  // bits of signals 1..31
+std::atomic<std::uint64_t> g_ignored_signals{0};
+// Set when the kernel refused CLONE_CLEAR_SIGHAND (before 5.5): the child resets all 64.
+std::atomic<bool> g_no_clear_sighand{false};
 
 // Blocks every signal for the calling thread for the duration of clone3, so that the child
 // cannot run one of the daemon's handlers before it has reset them.
@@ -694,9 +727,16 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     return Error(Errc::sys_error, "spawn plan larger than its arena", EOVERFLOW);
   }
 
+  bool const clear_sighand = !g_no_clear_sighand.load(std::memory_order_relaxed);
+  std::uint64_t const reset_signals =
+      (g_ignored_signals.load(std::memory_order_relaxed) & kStandardSignals) | ~kStandardSignals;
+  bool reset_all = !clear_sighand;
+  plan->reset_all = reset_all;
+  plan->reset_signals = reset_signals;
+
   int pidfd_raw = -1;
   CloneArgs args{};
-  args.flags = kCloneVm | kClonePidfd;
+  args.flags = kCloneVm | kClonePidfd | (clear_sighand ? kCloneClearSighand : 0);
   if (spec.cgroup_fd >= 0) {
     args.flags |= kCloneIntoCgroup;
     args.cgroup = static_cast<std::uint64_t>(spec.cgroup_fd);
@@ -714,6 +754,16 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     // VMAs) and nothing to tear down at execve, while the parent still goes on to record the
     // child's identity. The child runs child_main on the arena's stack.
     pid = clone3_on_stack(&args, &child_main, plan);
+    if (pid == -EINVAL && clear_sighand) {
+      // A kernel before 5.5 does not know CLONE_CLEAR_SIGHAND: without it, the child resets
+      // every signal itself. Remembered only if the retry is accepted (EINVAL can have other
+      // causes, which the retry reports).
+      args.flags &= ~kCloneClearSighand;
+      reset_all = true;
+      plan->reset_all = true;
+      pid = clone3_on_stack(&args, &child_main, plan);
+      if (pid >= 0) g_no_clear_sighand.store(true, std::memory_order_relaxed);
+    }
   }
   if (pid < 0) {
     int const clone_errno = static_cast<int>(-pid);
@@ -736,7 +786,17 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   // The identity (pidfs inode, boot id, start time) is read while the child runs its setup on
   // another CPU rather than after it: it does not depend on the setup. A child that failed its
   // setup meanwhile reports that failure below, which takes precedence.
-  auto identity = read_identity(staged.pidfd_);
+  std::uint64_t child_ignored = 0;
+  auto identity = read_identity(staged.pidfd_, child_ignored);
+  if (identity && !reset_all) {
+    // See "signal dispositions": an ignored signal the child was not told to reset.
+    std::uint64_t const missed = child_ignored & kStandardSignals & ~reset_signals;
+    if (missed != 0) {
+      g_ignored_signals.fetch_or(missed, std::memory_order_relaxed);
+      { auto discard = std::move(staged); }  // killed and reaped at its barrier
+      return spawn_staged(spec);             // at most once per newly ignored set of signals
+    }
+  }
   if (!spec.wait_for_setup && identity) {
     // release() collects the setup report (see SpawnSpec::wait_for_setup). A failed identity
     // read may mean the child already died in its setup: that failure is reported below.

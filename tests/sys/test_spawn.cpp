@@ -313,6 +313,45 @@ TEST_F(SpawnTest, SignalDispositionsAndMaskAreReset) {
   EXPECT_EQ(r->out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
 }
 
+// The child resets only the signals the daemon was seen ignoring (the kernel resets handled
+// ones at clone3): a signal ignored only after earlier spawns must still be default in the
+// target, real-time signals included, and at the next spawn too. (Handled signals are reset by
+// execve anyway, so SigCgt shows only the target's own handlers; the handlers installed here
+// exercise the clone3 reset that keeps them from running in the child before execve.)
+void note_signal(int) {}
+
+TEST_F(SpawnTest, DispositionsChangedBetweenSpawnsAreDefaultInTheTarget) {
+  auto status_line = simple_spec("/bin/grep", {"grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"});
+  std::string const all_default = "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n";
+  auto first = run_capture(status_line);
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(first->out, all_default);
+
+  int const rt = SIGRTMIN + 7;
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  struct sigaction handler {};
+  handler.sa_handler = &note_signal;
+  struct sigaction old_usr2 {};
+  struct sigaction old_rt {};
+  struct sigaction old_winch {};
+  struct sigaction old_hup {};
+  ASSERT_EQ(::sigaction(SIGUSR2, &ign, &old_usr2), 0);
+  ASSERT_EQ(::sigaction(rt, &ign, &old_rt), 0);
+  ASSERT_EQ(::sigaction(SIGWINCH, &handler, &old_winch), 0);
+  ASSERT_EQ(::sigaction(SIGHUP, &handler, &old_hup), 0);
+  auto second = run_capture(status_line);
+  auto third = run_capture(status_line);
+  ::sigaction(SIGUSR2, &old_usr2, nullptr);
+  ::sigaction(rt, &old_rt, nullptr);
+  ::sigaction(SIGWINCH, &old_winch, nullptr);
+  ::sigaction(SIGHUP, &old_hup, nullptr);
+  ASSERT_TRUE(second) << second.error().message();
+  ASSERT_TRUE(third) << third.error().message();
+  EXPECT_EQ(second->out, all_default);
+  EXPECT_EQ(third->out, all_default);
+}
+
 TEST_F(SpawnTest, NewSessionByDefault) {
   auto r = run_capture(simple_spec("/bin/sh", {"sh", "-c", "ps -o sid= -p $$; echo $$"}));
   ASSERT_TRUE(r) << r.error().message();

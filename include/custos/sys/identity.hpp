@@ -38,5 +38,11 @@ struct PidfsIdentity {
 // anon inode, which would make the identity meaningless); identity.mismatch when the process
 // exited during the read; procfs.failed / sys.error from the reads.
 [[nodiscard]] Result<PidfsIdentity> read_identity(Pidfd const& pidfd);
+// The same, and from the same read of /proc/PID/stat the process's ignored-signal mask as it
+// was at that read (field 33: bit n-1 for signal n; the kernel shows only signals 1..31 there).
+// spawn_staged uses it to check, at no extra syscall, that its child resets every standard
+// signal it inherited as SIG_IGN.
+[[nodiscard]] Result<PidfsIdentity> read_identity(Pidfd const& pidfd,
+                                                  std::uint64_t& ignored_signals);
 
 }  // namespace custos::sys

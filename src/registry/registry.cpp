@@ -551,6 +551,7 @@ Result<void> Registry::await_durable() {
   if (dur_error_) return *dur_error_;
   std::uint64_t const target = commit_seq_;
   if (durable_seq_ >= target) return ok();
+  ++durable_waits_;
   // The flusher runs (the first group commit started it) and flushes whenever a commit is not
   // yet covered; a flush already in progress that started before `target` is followed by one
   // more.
@@ -723,6 +724,7 @@ WriteStats Registry::write_stats() const {
   out.deferred_failed = deferred_failed_;
   std::lock_guard<std::mutex> dg(dur_mu_);
   out.flushes = flushes_;
+  out.durable_waits = durable_waits_;
   return out;
 }
 

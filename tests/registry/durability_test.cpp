@@ -64,9 +64,10 @@ TEST(RegistryGroupDurability, VisibleAtOnceAndDurableAfterAwait) {
   // No FULL commit was made for it: the flusher's fdatasync is the only sync.
   EXPECT_EQ(after.full_commits, before.full_commits);
 
-  // Nothing pending: await returns at once, without an fdatasync.
+  // Nothing pending: await returns at once, without an fdatasync (and without waiting).
   CUSTOS_ASSERT_OK(reg->await_durable());
   EXPECT_EQ(reg->write_stats().flushes, after.flushes);
+  EXPECT_EQ(reg->write_stats().durable_waits, after.durable_waits);
 }
 
 TEST(RegistryGroupDurability, AwaitWithNothingPendingDoesNoFsync) {
@@ -102,6 +103,7 @@ TEST(RegistryGroupDurability, ManyGroupCommitsShareOneFdatasync) {
   CUSTOS_ASSERT_OK(reg->await_durable());
   EXPECT_FALSE(reg->durability_pending());
   auto const s = reg->write_stats();
+  EXPECT_EQ(s.durable_waits, 1u);  // the flusher was still in its 50 ms wait
   EXPECT_GE(s.flushes, 1u);
   // Every commit that returned before a flush started is covered by it: one flush per 50 ms
   // window at most (plus the one the last commits need).

@@ -258,6 +258,7 @@ struct WriteStats {
   std::uint64_t deferred = 0;         // of the writes, queued as WriteMode::deferred
   std::uint64_t deferred_failed = 0;  // deferred writes refused at commit
   std::uint64_t flushes = 0;          // fdatasyncs the durability flusher started (group commits)
+  std::uint64_t durable_waits = 0;    // await_durable() calls that had to wait for a flush
   std::uint64_t cache_hits = 0;       // record writes that found their record in the cache
   std::uint64_t cache_misses = 0;     // record writes that loaded and verified it from the file
 };
@@ -540,6 +541,7 @@ class Registry {
   std::uint64_t commit_seq_ = 0;
   std::uint64_t durable_seq_ = 0;
   std::uint64_t flushes_ = 0;
+  std::uint64_t durable_waits_ = 0;
   std::optional<Error> dur_error_;
   bool stop_flusher_ = false;
   // when_durable() completions waiting for durable_seq_ to reach their commit number (FIFO:

@@ -308,8 +308,8 @@ std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
   std::size_t const n = env.quick ? 50 : 400;
   auto r = registry::bench_durable_overhead(env.work_dir, n, 16);
   Row seq{
-      "registry: durable writes per execution, sequential (claim+record FULL, then 4 NORMAL "
-      "transactions)",
+      "registry: durable writes per execution, sequential (claim+record with group durability "
+      "awaited, then NORMAL transactions)",
       "us",
       std::nullopt,
       "one SQLite WAL synchronous=FULL commit (same run)",
@@ -330,11 +330,14 @@ std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
   } else {
     seq.value = r->sequential_us;
     seq.floor_value = r->full_commit_us;
-    seq.note = std::to_string(r->executions) + " executions, median";
+    char cpu[32];
+    std::snprintf(cpu, sizeof cpu, "%.0f", r->sequential_cpu_us);
+    seq.note = std::to_string(r->executions) + " executions, median; " + cpu +
+               " us of the writing thread's CPU per execution";
     par.value = r->concurrent_us;
     par.floor_value = r->full_commit_us;
     par.note = std::to_string(r->concurrent_transactions) + " transactions and " +
-               std::to_string(r->concurrent_full_commits) + " fsyncs for " +
+               std::to_string(r->concurrent_full_commits + r->concurrent_flushes) + " fsyncs for " +
                std::to_string(r->concurrent_writes) + " writes";
   }
   return {seq, par, sequential_launch_row(env), concurrent_launch_row(env)};

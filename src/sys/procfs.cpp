@@ -266,7 +266,7 @@ class ProcListing {
   }
 
  private:
-  static constexpr std::size_t kBufferBytes = 32 * 1024;
+  static constexpr std::size_t kBufferBytes = std::size_t{32} * 1024;
   UniqueFd own_;
   int fd_ = -1;
   std::vector<char> local_;

@@ -8,12 +8,6 @@
 namespace custos::registry::test {
 namespace {
 
-std::unique_ptr<Registry> open_ok(TempDir const& t, OpenOptions const& o = {}) {
-  auto r = Registry::open(t.state(), o);
-  EXPECT_TRUE(r) << (r ? "" : r.error().message());
-  return r ? std::move(*r) : nullptr;
-}
-
 // The cached copy equals the record as the file has it.
 void expect_cache_is_file(Registry& reg, std::string const& id) {
   auto file = reg.get(id);

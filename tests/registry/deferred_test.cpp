@@ -13,12 +13,6 @@
 namespace custos::registry::test {
 namespace {
 
-std::unique_ptr<Registry> open_ok(TempDir const& t) {
-  auto r = Registry::open(t.state());
-  EXPECT_TRUE(r) << (r ? "" : r.error().message());
-  return r ? std::move(*r) : nullptr;
-}
-
 // The phase as stored in the file, read through a second connection (the registry holds the
 // file in exclusive locking mode, so only after it is closed) — or, while it is open, what a
 // crash would leave: see ForkedCrashLosesOnlyTheQueuedWrites.

@@ -25,12 +25,6 @@
 namespace custos::registry::test {
 namespace {
 
-std::unique_ptr<Registry> open_ok(TempDir const& t, OpenOptions const& o = {}) {
-  auto r = Registry::open(t.state(), o);
-  EXPECT_TRUE(r) << (r ? "" : r.error().message());
-  return r ? std::move(*r) : nullptr;
-}
-
 // Sets CUSTOS_FAILPOINT for the scope. The flusher reads it when it starts (at the registry's
 // first group commit), so set it before that and keep it until the registry is gone.
 class ScopedFailpoint {

@@ -40,6 +40,13 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Opens the registry of `t`'s state dir; a failure is a test failure (and nullptr).
+inline std::unique_ptr<Registry> open_ok(TempDir const& t, OpenOptions const& o = {}) {
+  auto r = Registry::open(t.state(), o);
+  EXPECT_TRUE(r) << (r ? "" : r.error().message());
+  return r ? std::move(*r) : nullptr;
+}
+
 // A real execution: identity + plan parsed by core and encoded canonically. `pad` grows argv
 // (bigger rows).
 inline NewExecution make_execution(std::string const& id, std::string const& action,

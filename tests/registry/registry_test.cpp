@@ -13,12 +13,6 @@
 namespace custos::registry::test {
 namespace {
 
-std::unique_ptr<Registry> open_ok(TempDir const& t, OpenOptions const& o = {}) {
-  auto r = Registry::open(t.state(), o);
-  EXPECT_TRUE(r) << (r ? "" : r.error().message());
-  return r ? std::move(*r) : nullptr;
-}
-
 // Walks one execution through the whole observed life.
 void full_life(Registry& reg, std::string const& id, std::string const& action) {
   CUSTOS_ASSERT_OK(reg.record_authorized(make_execution(id, action)));

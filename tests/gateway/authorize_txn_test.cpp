@@ -19,6 +19,8 @@
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 
+#include "identity_fixture.hpp"
+
 namespace custos::gateway {
 namespace {
 
@@ -30,22 +32,8 @@ class AuthorizeTxnTest : public ::testing::Test {
     char tmpl[] = "/tmp/custos-gw-txn-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    id_.project_id = "p1";
-    id_.session_id = "s1";
-    id_.run_id = "r1";
-    id_.attempt_id = "a1";
-    id_.turn_id = "t1";
-    id_.action_id = "act-1";
-    id_.process_id = "proc-1";
-    id_.workspace_id = "w1";
-    id_.resource_id = "res1";
-    id_.environment_id = "env1";
-    id_.generation = 1;
-    plan_.command.executable = "/bin/true";
-    plan_.command.argv = {"true"};
-    plan_.workspace.root = "/srv/w1";
-    plan_.limits.cpu_ms = 1000;
-    plan_.limits.wall_ms = 5000;
+    id_ = fixture::fixture_identity(1);
+    plan_ = fixture::fixture_plan();
   }
   void TearDown() override {
     close();

@@ -13,6 +13,8 @@
 #include "custos/core/plan_canonical.hpp"
 #include "custos/registry/registry.hpp"
 
+#include "identity_fixture.hpp"
+
 namespace custos::gateway {
 namespace {
 
@@ -29,22 +31,8 @@ class StoreTest : public ::testing::Test {
     reg_ = std::move(*reg);
     db_ = std::make_unique<RegistryDatabase>(*reg_);
     store_ = std::make_unique<AuthorityStore>(*db_);
-    id_.project_id = "p1";
-    id_.session_id = "s1";
-    id_.run_id = "r1";
-    id_.attempt_id = "a1";
-    id_.turn_id = "t1";
-    id_.action_id = "act-1";
-    id_.process_id = "proc-1";
-    id_.workspace_id = "w1";
-    id_.resource_id = "res1";
-    id_.environment_id = "env1";
-    id_.generation = 2;
-    plan_.command.executable = "/bin/true";
-    plan_.command.argv = {"true"};
-    plan_.workspace.root = "/srv/w1";
-    plan_.limits.cpu_ms = 1000;
-    plan_.limits.wall_ms = 5000;
+    id_ = fixture::fixture_identity(2);
+    plan_ = fixture::fixture_plan();
   }
   void TearDown() override {
     store_.reset();

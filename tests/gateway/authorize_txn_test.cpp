@@ -97,17 +97,7 @@ class AuthorizeTxnTest : public ::testing::Test {
     return c;
   }
 
-  std::int64_t count(char const* table) {
-    std::int64_t n = -1;
-    auto r = db_->read([&](registry::sql::Db& db) -> Result<void> {
-      auto v = db.query_int(std::string{"SELECT COUNT(*) FROM "} + table);
-      if (!v) return v.error();
-      n = v->value_or(-1);
-      return ok();
-    });
-    EXPECT_TRUE(r.has_value());
-    return n;
-  }
+  std::int64_t count(char const* table) { return fixture::row_count(*db_, table); }
 
   BudgetUse budget() {
     auto g = store_->get_grant("g1");

@@ -9,6 +9,8 @@
 #include "custos/core/plan_canonical.hpp"
 #include "custos/gateway/authority.hpp"
 
+#include "identity_fixture.hpp"
+
 namespace custos::gateway {
 namespace {
 
@@ -22,17 +24,7 @@ struct Fixture {
   AuthoritySnapshot cur;
 
   Fixture() {
-    id.project_id = "p1";
-    id.session_id = "s1";
-    id.run_id = "r1";
-    id.attempt_id = "a1";
-    id.turn_id = "t1";
-    id.action_id = "act-1";
-    id.process_id = "proc-1";
-    id.workspace_id = "w1";
-    id.resource_id = "res1";
-    id.environment_id = "env1";
-    id.generation = 3;
+    id = fixture::fixture_identity(3);
     id.revision = 17;
     plan.command.executable = "/usr/bin/make";
     plan.command.argv = {"make", "test"};

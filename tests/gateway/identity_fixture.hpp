@@ -1,6 +1,9 @@
-// The identity and plan the gateway suites authorize: project p1, session s1, action act-1,
-// process proc-1, workspace w1 at /srv/w1, environment env1, resource res1.
+// What the gateway suites share: the identity and plan they authorize (project p1, session s1,
+// action act-1, process proc-1, workspace w1 at /srv/w1, environment env1, resource res1) and
+// a row count of the authority store's tables.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
@@ -8,6 +11,8 @@
 
 #include "custos/core/identity.hpp"
 #include "custos/core/plan.hpp"
+#include "custos/gateway/store.hpp"
+#include "custos/registry/sqlite.hpp"
 
 namespace custos::gateway::fixture {
 
@@ -36,6 +41,19 @@ namespace custos::gateway::fixture {
   plan.limits.cpu_ms = 1000;
   plan.limits.wall_ms = 5000;
   return plan;
+}
+
+// Rows in `table` of the authority store's database (-1 when the read failed).
+[[nodiscard]] inline std::int64_t row_count(Database& db, char const* table) {
+  std::int64_t n = -1;
+  auto r = db.read([&](registry::sql::Db& sql) -> Result<void> {
+    auto v = sql.query_int(std::string{"SELECT COUNT(*) FROM "} + table);
+    if (!v) return v.error();
+    n = v->value_or(-1);
+    return ok();
+  });
+  EXPECT_TRUE(r.has_value());
+  return n;
 }
 
 }  // namespace custos::gateway::fixture

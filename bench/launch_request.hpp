@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unistd.h>
 
@@ -66,6 +68,64 @@ inline bool drive_until(boost::asio::io_context& io, std::function<bool()> const
     io.run_for(std::min<Clock::duration>(slice, deadline - now));
   }
   return true;
+}
+
+// Keeps `in_flight_max` executions from `start` running on `mgr` (its loop `io`) until `total`
+// have ended or `deadline` passes; launches per second over the wall time, or nothing with `why`
+// set when a start failed, an execution did not end `exited`, or time ran out. The counters are
+// shared with the wait callbacks, so one that fires after the return (a timed-out run, then the
+// harness's teardown) touches nothing gone.
+inline std::optional<double> launches_per_second(
+    supervisor::ExecutionManager& mgr, boost::asio::io_context& io,
+    std::function<Result<supervisor::StartResult>()> const& start, std::size_t in_flight_max,
+    std::size_t total, std::chrono::steady_clock::time_point deadline, std::string& why) {
+  using namespace std::chrono_literals;
+  using Clock = std::chrono::steady_clock;
+  struct Counts {
+    std::size_t started = 0, finished = 0, in_flight = 0;
+    bool failed = false;
+  };
+  auto c = std::make_shared<Counts>();
+  auto const t0 = Clock::now();
+  while (c->finished < total && !c->failed && Clock::now() < deadline) {
+    while (c->in_flight < in_flight_max && c->started < total) {
+      auto r = start();
+      if (!r) {
+        why = "start failed: " + r.error().message();
+        c->failed = true;
+        break;
+      }
+      ++c->started;
+      ++c->in_flight;
+      mgr.wait(r->execution_id, 10s, [c, &io](Result<core::TerminalRecord> t) {
+        --c->in_flight;
+        ++c->finished;
+        if (!t || t->classification != core::Classification::exited) c->failed = true;
+        io.stop();
+      });
+    }
+    // Back to launching when a slot is free and launches remain; in the tail (all started)
+    // only completions matter.
+    (void)drive_until(
+        io,
+        [&] {
+          return (c->in_flight < in_flight_max && c->started < total) || c->failed ||
+                 c->finished >= total;
+        },
+        10s);
+  }
+  double const secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  (void)drive_until(
+      io, [&] { return c->in_flight == 0; }, 20s);
+  if (c->failed) {
+    if (why.empty()) why = "an execution did not end as exited";
+    return std::nullopt;
+  }
+  if (c->finished < total) {
+    why = "the run's time limit was reached";
+    return std::nullopt;
+  }
+  return static_cast<double>(c->finished) / secs;
 }
 
 // A row's teardown while its manager still runs executions: cancel them all and run the loop

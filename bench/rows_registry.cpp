@@ -116,9 +116,7 @@ class Launcher {
   ~Launcher() {
     cancel_remaining(*mgr_, io_);
     mgr_.reset();
-    // The posted flush (if any) runs here; then the sink and the registry close.
-    io_.restart();
-    (void)io_.poll();
+    // The sink joins its flush thread (committing what is deferred), then the registry closes.
     timed_.reset();
     sink_.reset();
     registry_.reset();
@@ -143,43 +141,8 @@ class Launcher {
   std::optional<double> concurrent(std::string const& program, std::size_t in_flight_max,
                                    std::size_t total, Clock::time_point deadline,
                                    std::string& why) {
-    std::size_t started = 0, finished = 0, in_flight = 0;
-    bool failed = false;
-    auto const t0 = Clock::now();
-    while (finished < total && !failed && Clock::now() < deadline) {
-      while (in_flight < in_flight_max && started < total) {
-        auto r = start(program);
-        if (!r) {
-          why = "start failed: " + r.error().message();
-          failed = true;
-          break;
-        }
-        ++started;
-        ++in_flight;
-        mgr_->wait(r->execution_id, 10000ms, [&](Result<core::TerminalRecord> t) {
-          --in_flight;
-          ++finished;
-          if (!t || t->classification != core::Classification::exited) failed = true;
-          io_.stop();
-        });
-      }
-      drive(
-          [&] {
-            return (in_flight < in_flight_max && started < total) || failed || finished >= total;
-          },
-          10s);
-    }
-    double const secs = seconds_since(t0);
-    drive([&] { return in_flight == 0; }, 20s);
-    if (failed) {
-      if (why.empty()) why = "an execution did not end as exited";
-      return std::nullopt;
-    }
-    if (finished < total) {
-      why = "the run's time limit was reached";
-      return std::nullopt;
-    }
-    return static_cast<double>(finished) / secs;
+    return launches_per_second(
+        *mgr_, io_, [&] { return start(program); }, in_flight_max, total, deadline, why);
   }
 
  private:

@@ -88,6 +88,7 @@ class Harness {
   }
 
   void wake() { io_.stop(); }
+  boost::asio::io_context& io() { return io_; }
 
   std::optional<core::TerminalRecord> wait(std::string const& id,
                                            std::chrono::milliseconds timeout) {
@@ -149,11 +150,6 @@ std::optional<double> launch_sequential_ms(Env const& env, std::string& why) {
 }
 
 std::optional<double> launch_concurrent_per_s(Env const& env, std::string& why) {
-  // Declared before the harness: its destructor may still run wait callbacks that touch them.
-  std::size_t started = 0;
-  std::size_t finished = 0;
-  std::size_t in_flight = 0;
-  bool failed = false;
   Harness h(env, "sup-concurrent");
   if (!h.has_cgroup()) {
     why = "no writable cgroup v2 for the executions";
@@ -161,41 +157,9 @@ std::optional<double> launch_concurrent_per_s(Env const& env, std::string& why) 
   }
   constexpr std::size_t kInFlight = 16;
   std::size_t const total = kInFlight * (env.quick ? 20 : 120);
-  auto const t0 = Clock::now();
-  while (finished < total && !failed && Clock::now() < env.deadline) {
-    while (in_flight < kInFlight && started < total) {
-      auto r = h.start(h.plan({env.noop_path}));
-      if (!r) {
-        why = "start failed: " + r.error().message();
-        failed = true;
-        break;
-      }
-      ++started;
-      ++in_flight;
-      h.mgr().wait(r->execution_id, 10000ms, [&](Result<core::TerminalRecord> t) {
-        --in_flight;
-        ++finished;
-        if (!t || t->classification != core::Classification::exited) failed = true;
-        h.wake();
-      });
-    }
-    // Back to launching when a slot is free and launches remain; in the tail (all started)
-    // only completions matter.
-    h.drive(
-        [&] { return (in_flight < kInFlight && started < total) || failed || finished >= total; },
-        10s);
-  }
-  double const secs = seconds_since(t0);
-  h.drive([&] { return in_flight == 0; }, 20s);
-  if (failed) {
-    if (why.empty()) why = "an execution did not end as exited";
-    return std::nullopt;
-  }
-  if (finished < total) {
-    why = "the run's time limit was reached";
-    return std::nullopt;
-  }
-  return static_cast<double>(finished) / secs;
+  return launches_per_second(
+      h.mgr(), h.io(), [&] { return h.start(h.plan({env.noop_path})); }, kInFlight, total,
+      env.deadline, why);
 }
 
 // ---- teardown --------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -410,36 +409,6 @@ void ExecutionManager::schedule_reap() {
   });
 }
 
-std::map<std::int32_t, std::string> ExecutionManager::attribute_zombies() const {
-  // A zombie keeps its cgroup membership until it is reaped, so /proc/<pid>/cgroup still names
-  // the execution's cgroup (the marker is gone with the zombie's memory: marker-boundary orphans
-  // stay unattributed).
-  std::map<std::int32_t, std::string> out;
-  if (cgroup_owner_.empty()) return out;
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/proc/self/task", ec);
-  if (ec) return out;
-  for (auto const& t : it) {
-    auto dir = sys::open_dir_path(t.path().string());
-    if (!dir) continue;
-    auto children = sys::read_file_at(*dir, "children");
-    if (!children) continue;
-    std::string_view rest = *children;
-    while (!rest.empty()) {
-      auto sp = rest.find(' ');
-      auto tok = rest.substr(0, sp);
-      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-      std::int32_t pid = 0;
-      if (std::from_chars(tok.data(), tok.data() + tok.size(), pid).ec != std::errc{} || pid <= 0 ||
-          is_direct_child(pid)) {
-        continue;
-      }
-      if (auto owner = owner_by_cgroup(pid)) out[pid] = *owner;
-    }
-  }
-  return out;
-}
-
 std::optional<std::string> ExecutionManager::owner_by_cgroup(std::int32_t pid) const {
   if (cgroup_owner_.empty()) return std::nullopt;
   auto pdir = sys::open_dir_path("/proc/" + std::to_string(pid));
@@ -457,9 +426,15 @@ std::optional<std::string> ExecutionManager::owner_by_cgroup(std::int32_t pid) c
 
 void ExecutionManager::reap_orphans_now() {
   // Our own roots are waited through their pidfds (with their exit status); everything else
-  // that reparented to us is collected here so no zombie accumulates.
-  auto owners = attribute_zombies();
-  auto reaped = sys::reap_orphans([this](std::int32_t pid) { return is_direct_child(pid); });
+  // that reparented to us is collected here so no zombie accumulates. A zombie keeps its cgroup
+  // membership until it is reaped, so /proc/<pid>/cgroup still names the execution's cgroup
+  // just before (the marker is gone with the zombie's memory: marker-boundary orphans stay
+  // unattributed).
+  std::map<std::int32_t, std::string> owners;
+  auto reaped = sys::reap_orphans([this](std::int32_t pid) { return is_direct_child(pid); }, 1024,
+                                  [this, &owners](std::int32_t pid) {
+                                    if (auto owner = owner_by_cgroup(pid)) owners[pid] = *owner;
+                                  });
   stats_.orphans_reaped += reaped.size();
   for (auto const& r : reaped) {
     auto owner = owners.find(r.pid);

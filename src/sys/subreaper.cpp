@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace custos::sys {
 namespace {
@@ -31,6 +32,17 @@ std::optional<ReapedOrphan> reap_pid(pid_t pid) {
   }
   if (info.si_pid == 0) return std::nullopt;
   return ReapedOrphan{info.si_pid, status_of(info)};
+}
+
+// True if `pid` is a child of ours that has exited and waits to be reaped (nothing is reaped).
+bool exited_child(pid_t pid) {
+  siginfo_t info;
+  std::memset(&info, 0, sizeof info);
+  for (;;) {
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) break;
+    if (errno != EINTR) return false;
+  }
+  return info.si_pid != 0;
 }
 
 // State (field 3) and ppid (field 4) of /proc/<name>/stat; false if unreadable.
@@ -60,6 +72,7 @@ bool read_state_ppid(char const* name, char& state, pid_t& ppid) {
 
 // Slow path: every zombie whose parent is us and that is not a direct child.
 void scan_proc(std::function<bool(std::int32_t)> const& is_direct_child, std::size_t max_reaped,
+               std::function<void(std::int32_t)> const& before_reap,
                std::vector<ReapedOrphan>& out) {
   pid_t const self = ::getpid();
   DIR* dir = ::opendir("/proc");
@@ -73,6 +86,7 @@ void scan_proc(std::function<bool(std::int32_t)> const& is_direct_child, std::si
     if (ppid != self || state != 'Z') continue;
     pid_t const pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
     if (is_direct_child(pid)) continue;
+    if (before_reap) before_reap(pid);
     if (auto r = reap_pid(pid)) out.push_back(*r);
   }
   ::closedir(dir);
@@ -95,9 +109,74 @@ Result<bool> is_child_subreaper() {
   return value != 0;
 }
 
+Result<std::vector<std::int32_t>> list_own_children() {
+  // One `children` file per thread: a child belongs to the thread that created it, and an
+  // orphan reparents to some thread of the subreaper. Each file is produced from the thread's
+  // child list under the tasklist lock; a zombie stays on that list until it is reaped.
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return Error(Errc::procfs_failed, "open /proc/self/task", errno);
+  std::vector<std::int32_t> out;
+  std::string text;
+  std::array<char, 4096> buf{};
+  int read_errno = 0;
+  bool any = false;
+  while (dirent* e = ::readdir(tasks)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    std::string name = e->d_name;
+    name += "/children";
+    int const fd = ::openat(::dirfd(tasks), name.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      // A thread that exited since readdir has no children left to report.
+      if (errno != ENOENT && errno != ESRCH) read_errno = errno;
+      continue;
+    }
+    any = true;
+    text.clear();
+    for (;;) {
+      ssize_t const n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) read_errno = errno;
+      if (n <= 0) break;
+      text.append(buf.data(), static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::int32_t pid = 0;
+      auto const [ptr, ec] = std::from_chars(text.data() + pos, text.data() + text.size(), pid);
+      if (ec != std::errc() || ptr == text.data() + pos) {
+        ++pos;  // a separator (space or newline)
+        continue;
+      }
+      if (pid > 0) out.push_back(pid);
+      pos = static_cast<std::size_t>(ptr - text.data());
+    }
+  }
+  ::closedir(tasks);
+  if (read_errno != 0)
+    return Error(Errc::procfs_failed, "read /proc/self/task/*/children", read_errno);
+  if (!any) return Error(Errc::procfs_failed, "no readable /proc/self/task/*/children");
+  return out;
+}
+
 std::vector<ReapedOrphan> reap_orphans(std::function<bool(std::int32_t)> const& is_direct_child,
-                                       std::size_t max_reaped) {
+                                       std::size_t max_reaped,
+                                       std::function<void(std::int32_t)> const& before_reap) {
   std::vector<ReapedOrphan> out;
+  // The fast way: this process's own child list (our execution roots and the few orphans that
+  // reparented to us), each looked at with one non-reaping waitid. No other process is read.
+  if (auto children = list_own_children()) {
+    for (std::int32_t const pid : *children) {
+      if (out.size() >= max_reaped) break;
+      if (is_direct_child(pid)) continue;
+      if (!exited_child(pid)) continue;
+      if (before_reap) before_reap(pid);
+      if (auto r = reap_pid(pid)) out.push_back(*r);
+    }
+    return out;
+  }
+  // Without the child lists (a kernel without CONFIG_PROC_CHILDREN): peek at the first exited
+  // child, and scan /proc when that is a direct child hiding the orphans behind it.
   while (out.size() < max_reaped) {
     siginfo_t info;
     std::memset(&info, 0, sizeof info);
@@ -109,9 +188,10 @@ std::vector<ReapedOrphan> reap_orphans(std::function<bool(std::int32_t)> const& 
     if (is_direct_child(info.si_pid)) {
       // The first zombie belongs to someone's pidfd; it would be reported again on every peek,
       // so look for the orphans behind it directly.
-      scan_proc(is_direct_child, max_reaped, out);
+      scan_proc(is_direct_child, max_reaped, before_reap, out);
       break;
     }
+    if (before_reap) before_reap(info.si_pid);
     if (auto r = reap_pid(info.si_pid)) {
       out.push_back(*r);
     } else {

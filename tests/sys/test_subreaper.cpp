@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -87,6 +89,63 @@ TEST_F(SubreaperTest, DirectChildZombieIsLeftToItsPidfd) {
   ASSERT_TRUE(st) << st.error().message();
   ASSERT_TRUE(st->has_value());
   EXPECT_EQ(**st, ExitStatus::exited(0));
+}
+
+TEST_F(SubreaperTest, OwnChildrenAreListedZombiesIncluded) {
+  // One child still running, one exited and not yet reaped: both are ours and both are listed
+  // (the orphan pass finds its candidates there, without reading any other process).
+  auto running = spawn_staged(simple_spec("/bin/sleep", {"sleep", "5"}));
+  ASSERT_TRUE(running) << running.error().message();
+  auto live = std::move(*running).release();
+  ASSERT_TRUE(live) << live.error().message();
+  auto staged = spawn_staged(simple_spec("/bin/true", {"true"}));
+  ASSERT_TRUE(staged) << staged.error().message();
+  auto done = std::move(*staged).release();
+  ASSERT_TRUE(done) << done.error().message();
+  for (int i = 0; i < 500 && done->pidfd().alive(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(done->pidfd().alive());
+  auto kids = list_own_children();
+  ASSERT_TRUE(kids) << kids.error().message();
+  EXPECT_NE(std::find(kids->begin(), kids->end(), live->pid()), kids->end());
+  EXPECT_NE(std::find(kids->begin(), kids->end(), done->pid()), kids->end());
+  EXPECT_EQ(std::find(kids->begin(), kids->end(), static_cast<std::int32_t>(::getpid())),
+            kids->end());
+  // The zombie is left to its pidfd by a pass that is told it is direct.
+  std::int32_t const zombie = done->pid();
+  for (auto const& r :
+       reap_orphans([&](std::int32_t pid) { return pid == zombie || pid == live->pid(); })) {
+    EXPECT_NE(r.pid, zombie);
+  }
+  auto st = done->pidfd().try_wait();
+  ASSERT_TRUE(st) << st.error().message();
+  ASSERT_TRUE(st->has_value());
+  ASSERT_TRUE(live->pidfd().send_signal(SIGKILL));
+  ASSERT_TRUE(live->pidfd().wait());
+}
+
+TEST_F(SubreaperTest, OrphanIsShownToTheHookBeforeItIsReaped) {
+  auto o = launch_orphaning("0.1");
+  ASSERT_TRUE(o) << o.error().message();
+  std::int32_t const direct = o->root.pid();
+  ASSERT_TRUE(o->root.pidfd().wait());
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool seen_as_zombie = false;
+  bool reaped = false;
+  while (!reaped && std::chrono::steady_clock::now() < deadline) {
+    auto out = reap_orphans([direct](std::int32_t pid) { return pid == direct; }, 1024,
+                            [&](std::int32_t pid) {
+                              if (pid != o->orphan_pid) return;
+                              // Still there to be read: a zombie, not yet reaped.
+                              std::string const stat = "/proc/" + std::to_string(pid) + "/stat";
+                              seen_as_zombie = ::access(stat.c_str(), R_OK) == 0;
+                            });
+    for (auto const& r : out) reaped = reaped || r.pid == o->orphan_pid;
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(reaped);
+  EXPECT_TRUE(seen_as_zombie);
 }
 
 }  // namespace

@@ -141,7 +141,6 @@ class ExecutionManager {
   void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;
-  [[nodiscard]] std::map<std::int32_t, std::string> attribute_zombies() const;
   // One inotify instance for every execution's tree-empty wait (created on first use): closing an
   // inotify instance waits for an SRCU grace period (milliseconds), so one per execution would
   // cost more than the polling it replaces. Returns the watch descriptor, -1 when unavailable.

@@ -4,17 +4,21 @@
 #include "custos/daemon/daemon.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <grp.h>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -82,6 +86,7 @@ class Daemon {
     CUSTOS_TRYV(step("probe host", [&] { return probe(); }));
     CUSTOS_TRYV(step("start execution manager", [&] { return start_manager(); }));
     CUSTOS_TRYV(step("register methods", [&] { return register_methods(); }));
+    CUSTOS_TRYV(step("watch kept executions", [&] { return watch_kept(); }));
     CUSTOS_TRYV(step("listen", [&] { return listen(); }));
     CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
     notify_ready();
@@ -398,6 +403,65 @@ class Daemon {
         });
   }
 
+  // keep_running: each kept execution's recovered pidfd is watched on the loop (it becomes
+  // readable when the root exits). Then what is left of its tree is killed and its one terminal
+  // record written, with the root's exit status (registry::KeptExecutions::finish_exited), as
+  // the supervisor would have done had it still owned the execution.
+  Result<void> watch_kept() {
+    if (!kept_) return ok();
+    for (auto const& id : kept_->ids()) {
+      auto fd = kept_->watch_fd(id);
+      if (!fd) {
+        // Still cancellable; only its own end goes unnoticed until then or the next start.
+        spdlog::warn("recovery: {} cannot be watched for its exit: {}", id, fd.error().message());
+        continue;
+      }
+      auto sd = std::make_unique<asio::posix::stream_descriptor>(io_, fd->release());
+      sd->async_wait(asio::posix::descriptor_base::wait_read,
+                     [this, id](boost::system::error_code const& ec) {
+                       if (ec) return;  // closed: the daemon is stopping
+                       // Not destroyed inside its own completion.
+                       asio::post(io_, [this, id] { kept_watch_.erase(id); });
+                       await_kept_status(id, std::chrono::steady_clock::now() + kKeptStatusWait);
+                     });
+      kept_watch_.emplace(id, std::move(sd));
+    }
+    return ok();
+  }
+
+  // The root is not our child: its exit status becomes readable (PIDFD_GET_INFO) once its own
+  // parent reaped it. Systemd as PID 1 does that at once; some inits poll (about every second on
+  // these machines). Wait for it off the loop's critical path, bounded; past the bound the record
+  // says the status could not be observed.
+  static constexpr std::chrono::seconds kKeptStatusWait{5};
+  void await_kept_status(std::string const& id, std::chrono::steady_clock::time_point until) {
+    if (!kept_ || !kept_->contains(id)) return;  // exec.cancel ended it first
+    if (kept_->exit_observable(id) || std::chrono::steady_clock::now() >= until) {
+      on_kept_exit(id);
+      return;
+    }
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(20));
+    timer->async_wait([this, id, until, timer](boost::system::error_code const& ec) {
+      if (ec || shutting_down_) return;
+      await_kept_status(id, until);
+    });
+  }
+
+  void on_kept_exit(std::string const& id) {
+    if (!kept_ || !kept_->contains(id)) return;  // exec.cancel ended it first
+    auto r = kept_->finish_exited(id);
+    if (!r) {
+      spdlog::warn("recovery: {} exited, but its end could not be recorded: {}", id,
+                   r.error().message());
+      return;
+    }
+    spdlog::info("recovery: {} ended on its own ({}){}", id,
+                 core::classification_wire(r->terminal.classification), r->detail);
+    // Its budget was left reserved by the previous daemon: settle it now.
+    if (auto settled = gateway_->settle_recovered(); !settled)
+      spdlog::warn("gateway: settling {}: {}", id, settled.error().message());
+  }
+
   Result<void> listen() {
     rpc::ServerLimits limits;
     limits.max_line_bytes = config_.max_line_bytes;
@@ -544,6 +608,8 @@ class Daemon {
   // registry.
   std::unique_ptr<registry::Registry> registry_;
   std::unique_ptr<registry::KeptExecutions> kept_;  // keep_running: recovered, still running
+  // Exit watches of the kept executions (readiness of a dup of each recovered pidfd).
+  std::map<std::string, std::unique_ptr<asio::posix::stream_descriptor>> kept_watch_;
   std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<gateway::RegistryDatabase> authority_db_;
   std::unique_ptr<gateway::AuthorityStore> authority_;

@@ -2,9 +2,11 @@
 #include "custos/registry/recovery.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <poll.h>
 #include <sys/stat.h>
+#include <thread>
 
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/cgroup.hpp"
@@ -56,7 +58,7 @@ bool wait_exited(sys::Pidfd const& pidfd, std::chrono::milliseconds timeout) {
 // only the daemon creates processes there (CLONE_INTO_CGROUP) and nobody else writes to its
 // cgroup.procs, so cgroup.kill here cannot reach a stranger.
 core::Cleanup kill_cgroup(std::string const& path, std::chrono::milliseconds timeout,
-                          std::string& detail) {
+                          std::string& detail, bool* killed = nullptr) {
   auto dir = sys::CgroupDir::open(path);
   if (!dir) {
     if (dir.error().sys_errno == ENOENT) return core::Cleanup::confirmed;  // already gone
@@ -65,6 +67,7 @@ core::Cleanup kill_cgroup(std::string const& path, std::chrono::milliseconds tim
   }
   auto populated = dir->populated();
   if (populated && *populated) {
+    if (killed != nullptr) *killed = true;
     if (auto k = dir->kill(); !k) {
       detail += "; cgroup.kill: " + k.error().message();
       return core::Cleanup::unconfirmed;
@@ -300,29 +303,56 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
 
 namespace {
 
-// Ends one live_owned execution: kills its tree (the cgroup when it has one, then the root
-// through the recovered pidfd, then the marker sweep), waits for it, and writes its one
-// terminal record (recovery live_owned) with `trigger` unless the record already holds the
-// first accepted one. Shared by the default restart policy and by KeptExecutions::cancel.
+// How a process that is not our child ended: from waitid when it is ours after all (a
+// subreaper that inherited it), otherwise from PIDFD_GET_INFO once its parent reaped it — given
+// a moment, since that parent (init, usually) reaps on its own schedule.
+std::optional<core::ExitStatus> observed_exit(sys::Pidfd& pidfd) {
+  auto to_core = [](sys::ExitStatus const& s) -> std::optional<core::ExitStatus> {
+    if (s.code) return core::ExitStatus::exited(*s.code);
+    if (s.signal) return core::ExitStatus::signaled(*s.signal);
+    return std::nullopt;
+  };
+  if (auto own = pidfd.try_wait(); own && *own) return to_core(**own);
+  auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+  for (;;) {
+    auto info = pidfd.get_exit_info();
+    if (!info) return std::nullopt;  // no PIDFD_GET_INFO exit information on this kernel
+    if (*info) return to_core(**info);
+    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// Ends one live_owned execution and writes its one terminal record (recovery live_owned).
+// With a `trigger` (the default restart policy, KeptExecutions::cancel): kills its tree — the
+// cgroup when it has one, then the root through the recovered pidfd, then the marker sweep —
+// and records `trigger` unless the record already holds the first accepted one. Without one
+// (KeptExecutions::finish_exited: the root ended on its own) the root is not signalled; what
+// is left of its tree is killed as the supervisor kills a tree whose root exited, and the
+// record says how the root ended.
 Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOptions const& options,
-                         core::Trigger trigger) {
+                         std::optional<core::Trigger> trigger) {
   std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
   ExecutionRecord const rec = CUSTOS_TRY(registry.get(e.execution_id));
-  sys::Pidfd const& pidfd = *e.pidfd;
+  sys::Pidfd& pidfd = *e.pidfd;
 
   // Cancel and reap: the whole tree at once where a cgroup boundary exists, then the root
   // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
   bool confirmed = true;
+  bool killed_tree = false;
   if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
-    if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail) !=
+    if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail, &killed_tree) !=
         core::Cleanup::confirmed) {
       confirmed = false;
     }
   }
-  auto sent = pidfd.send_signal(SIGKILL);
-  if (!sent) {
-    e.detail += "; SIGKILL through the pidfd: " + sent.error().message();
-    confirmed = false;
+  Result<bool> sent = false;
+  if (trigger) {
+    sent = pidfd.send_signal(SIGKILL);
+    if (!sent) {
+      e.detail += "; SIGKILL through the pidfd: " + sent.error().message();
+      confirmed = false;
+    }
   }
   if (!wait_exited(pidfd, options.kill_timeout)) {
     e.detail += "; the root process did not exit in time";
@@ -337,16 +367,12 @@ Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOpti
 
   // The raw exit: from PIDFD_GET_INFO once whoever inherited the process has reaped it;
   // otherwise the SIGKILL this recovery delivered (the pidfd proves it reached our process).
-  std::optional<core::ExitStatus> exit;
-  if (auto info = pidfd.get_exit_info(); info && *info) {
-    if ((*info)->code) exit = core::ExitStatus::exited(*(*info)->code);
-    if ((*info)->signal) exit = core::ExitStatus::signaled(*(*info)->signal);
-  }
+  std::optional<core::ExitStatus> exit = observed_exit(*e.pidfd);
   if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
 
   core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
-  t.trigger = rec.trigger ? rec.trigger : std::optional<core::Trigger>{trigger};
-  t.escalation.forced = true;
+  t.trigger = rec.trigger ? rec.trigger : trigger;
+  t.escalation.forced = trigger.has_value() || killed_tree;
   std::vector<core::Phase> steps;
   if (rec.ownership.state == OwnershipState::staged) {
     // The last durable write is the staged slot: the daemon died at the barrier, or after
@@ -463,6 +489,50 @@ Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execut
   if (!after.terminal) {
     return Error{Errc::internal, std::string{execution_id} + ": no terminal record after cancel"};
   }
+  out.terminal = CUSTOS_TRY(decode_terminal(*after.terminal));
+  out.cleanup = e.cleanup;
+  out.detail = std::move(e.detail);
+  return out;
+}
+
+Result<sys::UniqueFd> KeptExecutions::watch_fd(std::string_view execution_id) const {
+  auto it = kept_.find(execution_id);
+  if (it == kept_.end()) {
+    return Error{Errc::exec_not_found,
+                 std::string{execution_id} + " is not a recovered execution kept running"};
+  }
+  return it->second.pidfd->fd().dup();
+}
+
+bool KeptExecutions::exit_observable(std::string_view execution_id) {
+  auto it = kept_.find(execution_id);
+  if (it == kept_.end()) return true;
+  sys::Pidfd& pidfd = *it->second.pidfd;
+  if (pidfd.alive()) return false;
+  if (auto own = pidfd.try_wait(); own && *own) return true;
+  auto info = pidfd.get_exit_info();
+  // Without PIDFD_GET_INFO exit information there is nothing to wait for.
+  return !info || info->has_value();
+}
+
+Result<KeptExecutions::Finished> KeptExecutions::finish_exited(std::string_view execution_id) {
+  auto it = kept_.find(execution_id);
+  if (it == kept_.end()) {
+    return Error{Errc::exec_not_found,
+                 std::string{execution_id} + " is not a recovered execution kept running"};
+  }
+  if (it->second.pidfd->alive()) {
+    return Error{Errc::exec_not_running,
+                 std::string{execution_id} + ": its root process has not exited"};
+  }
+  RecoveredExecution e = std::move(it->second);
+  kept_.erase(it);
+  CUSTOS_TRYV(finish_live(*registry_, e, options_, std::nullopt));
+  auto const after = CUSTOS_TRY(registry_->get(execution_id));
+  if (!after.terminal) {
+    return Error{Errc::internal, std::string{execution_id} + ": no terminal record after exit"};
+  }
+  Finished out;
   out.terminal = CUSTOS_TRY(decode_terminal(*after.terminal));
   out.cleanup = e.cleanup;
   out.detail = std::move(e.detail);

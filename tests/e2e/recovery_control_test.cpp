@@ -126,5 +126,85 @@ TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
   EXPECT_TRUE(h2->at("result").at("registry").at("kept_running").as_array().empty());
 }
 
+// The same restart, and the kept execution's root then exits on its own: the daemon watches the
+// recovered pidfd, kills what the root left behind and records the root's exit status, with no
+// call from anyone (before, the record stayed non-terminal until a cancel or the next start).
+TEST(RecoveryControl, KeptRunningExecutionThatEndsOnItsOwnGetsItsTerminalRecord) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
+  DaemonOptions o;
+  o.extra_args = {"--restart-policy", "keep_running"};
+  o.env = {"CUSTOS_FAILPOINT=while_running"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+  std::string const go = (d.tmp() / "go").string();
+  {
+    auto c = d.client();
+    auto r = c.call(
+        1, "exec.start",
+        start_params({"/bin/sh", "-c",
+                      "sleep 1000 & while [ ! -e '" + go + "' ]; do sleep 0.02; done; exit 7"}),
+        5000ms);
+    EXPECT_FALSE(r && r->contains("result")) << json::serialize(*r);
+  }
+  auto status = d.wait_exit(30s);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
+  std::set<pid_t> pids;
+  for (int i = 0; i < 200 && pids.size() < 2; ++i) {
+    pids = pids_below(d.cgroup());
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(pids.size(), 2U) << "the execution's tree: a shell and its background sleep";
+  std::vector<int> tree;
+  for (pid_t p : pids) {
+    int fd = pidfd_open(p);
+    if (fd >= 0) tree.push_back(fd);  // a short-lived `sleep 0.02` may be gone already
+  }
+
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto h = c.call(2, "host.info");
+  ASSERT_TRUE(h && h->contains("result"));
+  auto const& kept = h->at("result").at("registry").at("kept_running").as_array();
+  ASSERT_EQ(kept.size(), 1U) << json::serialize(h->at("result").at("registry"));
+  std::string const id{kept[0].as_string()};
+  auto g = c.call(3, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result"));
+  EXPECT_EQ(g->at("result").at("phase").as_string(), "running") << json::serialize(*g);
+
+  { std::ofstream{go}; }
+  json::object rec;
+  for (int i = 0; i < 500; ++i) {
+    auto r = c.call(4, "exec.get", {{"execution_id", id}});
+    ASSERT_TRUE(r && r->contains("result"));
+    rec = r->at("result").as_object();
+    if (rec.at("phase").as_string() == "terminal") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(rec.at("phase").as_string(), "terminal") << json::serialize(rec) << d.log();
+  auto const& t = rec.at("terminal").as_object();
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(t.at("exit").at("code").as_int64(), 7) << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  EXPECT_FALSE(t.contains("trigger") && !t.at("trigger").is_null()) << json::serialize(t);
+  // The background sleep the root left behind was killed with the execution's cgroup.
+  for (int fd : tree) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 5000), 1) << "a process of the kept tree survived its root";
+    ::close(fd);
+  }
+  EXPECT_TRUE(pids_below(d.cgroup()).empty());
+  // Ended: a cancel now cannot produce a second terminal record.
+  auto x = c.call(5, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(x);
+  EXPECT_FALSE(x->contains("result") && x->at("result").at("accepted").as_bool())
+      << json::serialize(*x);
+  auto again = c.call(6, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(again && again->contains("result"));
+  EXPECT_EQ(json::serialize(again->at("result").at("terminal")), json::serialize(t));
+}
+
 }  // namespace
 }  // namespace custos::e2e

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <fstream>
+#include <poll.h>
 #include <set>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -43,7 +45,8 @@ enum class Mode : std::uint8_t { immediate, deferred, gateway };
 // SIGKILLs it somewhere on the way).
 [[noreturn]] void crashing_daemon(std::filesystem::path const& state, std::string const& point,
                                   std::string const& cgroup_path, sys::Marker const& marker,
-                                  Mode mode) {
+                                  Mode mode,
+                                  std::string const& script = "sleep 1000 & exec sleep 1000") {
   ::setenv(std::string{kFailpointEnv}.c_str(), point.c_str(), 1);
   auto reg = Registry::open(state);
   if (!reg) ::_exit(20);
@@ -63,7 +66,7 @@ enum class Mode : std::uint8_t { immediate, deferred, gateway };
   }
   sys::SpawnSpec spec;
   spec.executable = "/bin/sh";
-  spec.argv = {"sh", "-c", "sleep 1000 & exec sleep 1000"};
+  spec.argv = {"sh", "-c", script};
   spec.envp = {"PATH=/usr/bin:/bin", marker.env_entry()};
   spec.cgroup_fd = cg.get();
   auto staged = sys::spawn_staged(spec);
@@ -363,6 +366,86 @@ INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKept,
                                            CrashCase{"while_running", false, Mode::immediate},
                                            CrashCase{"while_stopping", true, Mode::immediate},
                                            CrashCase{"while_stopping", false, Mode::deferred}),
+                         case_name);
+
+// keep_running, and the kept execution's root then ends on its own: the owner sees its pidfd
+// become readable and KeptExecutions::finish_exited kills what is left of the tree and writes
+// exactly one terminal record with the root's exit status and no trigger.
+class RegistryKeptExit : public RegistryCrash {};
+
+TEST_P(RegistryKeptExit, RootThatEndsOnItsOwnIsFinishedWithItsExitStatus) {
+  auto const& param = GetParam();
+  auto marker = sys::Marker::generate();
+  ASSERT_TRUE(marker);
+  std::string const go = (t_.state() / "go").string();
+  // A background child that would outlive the root, and a root that exits 7 once told to.
+  std::string const script =
+      "sleep 1000 & while [ ! -e '" + go + "' ]; do sleep 0.02; done; exit 7";
+  pid_t const daemon = ::fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode, script);
+  int status = 0;
+  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  std::vector<sys::Pidfd> tree;
+  if (auto scan = sys::marker_scan(*marker); scan) {
+    for (auto pid : scan->matched) {
+      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
+    }
+  }
+  ASSERT_GE(tree.size(), 2U);
+
+  auto reg = Registry::open(t_.state());
+  ASSERT_TRUE(reg) << reg.error().message();
+  RecoveryOptions o;
+  o.policy = RestartPolicy::keep_running;
+  auto report = recover(**reg, o);
+  ASSERT_TRUE(report) << report.error().message();
+  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report, o));
+  KeptExecutions kept(**reg, *report, o);
+  ASSERT_TRUE(kept.contains(kId));
+  // Still running: nothing to finish yet, and nothing was written.
+  CUSTOS_EXPECT_ERRC(kept.finish_exited(kId), Errc::exec_not_running);
+  EXPECT_FALSE((*reg)->get(kId)->terminal);
+  auto watch = kept.watch_fd(kId);
+  ASSERT_TRUE(watch) << watch.error().message();
+  pollfd p{watch->get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the pidfd is readable while the root runs";
+
+  { std::ofstream{go}; }
+  ASSERT_EQ(::poll(&p, 1, 10000), 1) << "the root did not exit";
+  auto f = kept.finish_exited(kId);
+  ASSERT_TRUE(f) << f.error().message();
+  reap_all();
+  EXPECT_EQ(f->terminal.recovery, core::RecoveryPath::live_owned) << f->detail;
+  EXPECT_FALSE(f->terminal.trigger.has_value());
+  // The exit status comes from waitid (this test process may be the subreaper that inherited
+  // the root) or PIDFD_GET_INFO (kernels from 6.15); older kernels cannot say.
+  auto const info_probe = tree.front().get_exit_info();
+  if (info_probe || f->terminal.classification == core::Classification::exited) {
+    EXPECT_EQ(f->terminal.classification, core::Classification::exited) << f->detail;
+    EXPECT_EQ(f->terminal.exit, core::ExitStatus::exited(7)) << f->detail;
+  } else {
+    EXPECT_EQ(f->terminal.classification, core::Classification::recovery_indeterminate);
+  }
+  // What the root left behind was killed: zero survivors, the cgroup removed.
+  for (auto const& q : tree) EXPECT_FALSE(q.alive()) << "pid " << q.pid() << " survived";
+  if (!exec_cg_.empty()) {
+    EXPECT_TRUE(f->terminal.escalation.forced) << "the background child was killed";
+    EXPECT_FALSE(std::filesystem::exists(exec_cg_));
+  }
+  auto rec = (*reg)->get(kId);
+  ASSERT_TRUE(rec && rec->terminal);
+  EXPECT_EQ(rec->phase, core::Phase::terminal);
+  EXPECT_FALSE(kept.contains(kId));
+  CUSTOS_EXPECT_ERRC(kept.finish_exited(kId), Errc::exec_not_found);
+  CUSTOS_EXPECT_ERRC(kept.cancel(kId, core::Trigger::user), Errc::exec_not_found);
+  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+}
+
+INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKeptExit,
+                         ::testing::Values(CrashCase{"while_running", true, Mode::immediate},
+                                           CrashCase{"while_running", false, Mode::deferred}),
                          case_name);
 
 std::vector<CrashCase> all_cases() {

@@ -108,9 +108,12 @@ struct RecoveryReport {
 // pidfds so that exec.cancel can still end them (the ExecutionManager cannot adopt a process it
 // did not spawn: no pipes, no exit notification as parent). Single-threaded (the daemon's loop).
 //
-// Limit, stated plainly: nothing watches a kept execution. If it ends on its own, its record
-// stays non-terminal until exec.cancel (which then finds it gone and records how it ended, when
-// PIDFD_GET_INFO can still say) or the next daemon start (recovery: absent_without_terminal).
+// Watching: the owner (the daemon) waits for readiness of watch_fd() — the pidfd becomes
+// readable when the root exits — and then calls finish_exited(), which ends the rest of the
+// tree and writes the terminal record with the root's exit status (waitid when the process is
+// ours, otherwise PIDFD_GET_INFO once its parent reaped it; recovery_indeterminate when
+// neither can say). Limit, stated plainly: a kept execution has no pipes and no output events;
+// its output accounting stays as the previous daemon left it (incomplete).
 class KeptExecutions {
  public:
   // Takes the pidfd of every live_owned entry of `report` that has no terminal record yet (the
@@ -134,6 +137,29 @@ class KeptExecutions {
   // caller's thread) and writes the one terminal record with recovery `live_owned`. The
   // execution is no longer kept afterwards. Errors: exec.not_found (not kept here); registry.*.
   [[nodiscard]] Result<Cancelled> cancel(std::string_view execution_id, core::Trigger trigger);
+
+  // A duplicate of the kept execution's recovered pidfd, for readiness (readable once the root
+  // process exited). Errors: exec.not_found; sys.error.
+  [[nodiscard]] Result<sys::UniqueFd> watch_fd(std::string_view execution_id) const;
+
+  // True once the root exited and its exit status can be read (it was reaped, by us as its
+  // subreaper or by its own parent), or can never be (no PIDFD_GET_INFO exit information); also
+  // for an id not kept here. Its parent (init, usually) reaps it on its own schedule: the owner
+  // polls this, bounded, before finish_exited(), so the status is not lost to the race.
+  [[nodiscard]] bool exit_observable(std::string_view execution_id);
+
+  struct Finished {
+    core::TerminalRecord terminal;  // the one terminal record just written
+    core::Cleanup cleanup = core::Cleanup::unconfirmed;
+    std::string detail;
+  };
+  // The root exited on its own: kills what is left of its tree (cgroup.kill and wait empty,
+  // the final marker sweep; bounded by RecoveryOptions::kill_timeout, on the caller's thread),
+  // records no trigger of its own (one the previous daemon recorded stays), and writes the one
+  // terminal record with recovery `live_owned` and the root's exit status. The execution is no
+  // longer kept afterwards. Errors: exec.not_found (not kept here); exec.not_running (the root
+  // has not exited: use cancel()); registry.*.
+  [[nodiscard]] Result<Finished> finish_exited(std::string_view execution_id);
 
  private:
   Registry* registry_;

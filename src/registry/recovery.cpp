@@ -303,16 +303,17 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
 
 namespace {
 
-// How a process that is not our child ended: from waitid when it is ours after all (a
-// subreaper that inherited it), otherwise from PIDFD_GET_INFO once its parent reaped it — given
-// a moment, since that parent (init, usually) reaps on its own schedule.
-std::optional<core::ExitStatus> observed_exit(sys::Pidfd& pidfd) {
+// How a process that is not our child ended: from waitid without reaping it when it is ours after
+// all (a subreaper that inherited it: its reaping stays with our reaper), otherwise from
+// PIDFD_GET_INFO once its parent reaped it — given a moment, since that parent (init, usually)
+// reaps on its own schedule.
+std::optional<core::ExitStatus> observed_exit(sys::Pidfd const& pidfd) {
   auto to_core = [](sys::ExitStatus const& s) -> std::optional<core::ExitStatus> {
     if (s.code) return core::ExitStatus::exited(*s.code);
     if (s.signal) return core::ExitStatus::signaled(*s.signal);
     return std::nullopt;
   };
-  if (auto own = pidfd.try_wait(); own && *own) return to_core(**own);
+  if (auto own = pidfd.peek_exit(); own && *own) return to_core(**own);
   auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
   for (;;) {
     auto info = pidfd.get_exit_info();
@@ -509,7 +510,7 @@ bool KeptExecutions::exit_observable(std::string_view execution_id) {
   if (it == kept_.end()) return true;
   sys::Pidfd& pidfd = *it->second.pidfd;
   if (pidfd.alive()) return false;
-  if (auto own = pidfd.try_wait(); own && *own) return true;
+  if (auto own = pidfd.peek_exit(); own && *own) return true;
   auto info = pidfd.get_exit_info();
   // Without PIDFD_GET_INFO exit information there is nothing to wait for.
   return !info || info->has_value();

@@ -99,6 +99,19 @@ Result<std::optional<ExitStatus>> Pidfd::try_wait() {
   return exit_;
 }
 
+Result<std::optional<ExitStatus>> Pidfd::peek_exit() const {
+  if (exit_) return exit_;
+  siginfo_t info;
+  std::memset(&info, 0, sizeof info);
+  for (;;) {
+    if (::waitid(P_PIDFD, static_cast<id_t>(fd_.get()), &info, WEXITED | WNOHANG | WNOWAIT) == 0)
+      break;
+    if (errno != EINTR) return pidfd_error("waitid(P_PIDFD, WNOHANG|WNOWAIT)", pid_, errno);
+  }
+  if (info.si_pid == 0) return std::optional<ExitStatus>();
+  return std::optional<ExitStatus>(from_siginfo(info));
+}
+
 Result<ExitStatus> Pidfd::wait() {
   if (exit_) return *exit_;
   siginfo_t info;

@@ -125,6 +125,31 @@ TEST_F(PidfdTest, SignalThenTryWaitAndExitInfo) {
   EXPECT_FALSE(*late);
 }
 
+TEST_F(PidfdTest, PeekReadsTheExitWithoutReaping) {
+  pid_t const pid = fork_child(9, false);
+  ASSERT_GT(pid, 0);
+  auto pfd = Pidfd::open(pid);
+  ASSERT_TRUE(pfd);
+  for (int i = 0; i < 400 && pfd->alive(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_FALSE(pfd->alive());
+  auto first = pfd->peek_exit();
+  ASSERT_TRUE(first) << first.error().message();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ(**first, ExitStatus::exited(9));
+  // Not reaped: still there to be read again, and for the owner's own wait.
+  auto second = pfd->peek_exit();
+  ASSERT_TRUE(second && second->has_value());
+  EXPECT_EQ(**second, ExitStatus::exited(9));
+  auto st = pfd->wait();
+  ASSERT_TRUE(st) << st.error().message();
+  EXPECT_EQ(*st, ExitStatus::exited(9));
+  // After the owner reaped it, the remembered status (no ECHILD).
+  auto after = pfd->peek_exit();
+  ASSERT_TRUE(after && after->has_value());
+  EXPECT_EQ(**after, ExitStatus::exited(9));
+}
+
 TEST_F(PidfdTest, OpenMissingProcessFails) {
   pid_t const pid = fork_child(0, false);
   ASSERT_GT(pid, 0);

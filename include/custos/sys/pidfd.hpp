@@ -60,6 +60,11 @@ class Pidfd {
   // Errors: pidfd.failed with ECHILD (not our child, or reaped by someone else).
   [[nodiscard]] Result<std::optional<ExitStatus>> try_wait();
 
+  // waitid(P_PIDFD, WEXITED|WNOHANG|WNOWAIT): the exit status of our own exited child, left
+  // unreaped (whoever owns the child still waits for it). nullopt while it runs.
+  // Errors: pidfd.failed with ECHILD (not our child, or already reaped).
+  [[nodiscard]] Result<std::optional<ExitStatus>> peek_exit() const;
+
   // waitid(P_PIDFD, WEXITED), blocking (EINTR retried). Same remembering as try_wait().
   [[nodiscard]] Result<ExitStatus> wait();
 

@@ -2,18 +2,9 @@
 
 #include <openssl/evp.h>
 
-#include <memory>
-
 #include "custos/core/canonical.hpp"
 
 namespace custos::core {
-namespace {
-
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* c) const noexcept { EVP_MD_CTX_free(c); }
-};
-
-}  // namespace
 
 std::string Digest::to_string() const {
   std::string out{kPrefix};
@@ -37,21 +28,29 @@ Result<Digest> Digest::parse(std::string_view text) {
   return d;
 }
 
+namespace {
+
+// EVP rather than the deprecated SHA256_* calls: OpenSSL 3 routes EVP through its providers,
+// which is where FIPS or hardware implementations live. Fetched once: with EVP_sha256() every
+// digest looks the implementation up in the provider store again (an implicit fetch), which
+// cost more than hashing a ~2 KiB registry record. A fetched EVP_MD is immutable and may be
+// shared by every thread; it is kept for the life of the process.
+EVP_MD const* sha256_md() noexcept {
+  static EVP_MD const* const md = [] {
+    EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return fetched != nullptr ? static_cast<EVP_MD const*>(fetched) : EVP_sha256();
+  }();
+  return md;
+}
+
+}  // namespace
+
 Result<Digest> sha256(std::span<std::uint8_t const> data) {
-  // EVP rather than the deprecated SHA256_* calls: OpenSSL 3 routes EVP through its providers,
-  // which is where FIPS or hardware implementations live.
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx{EVP_MD_CTX_new()};
-  if (!ctx) return Error{Errc::digest_failed, "EVP_MD_CTX_new"};
-  if (EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return Error{Errc::digest_failed, "EVP_DigestInit_ex"};
-  }
-  if (!data.empty() && EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1) {
-    return Error{Errc::digest_failed, "EVP_DigestUpdate"};
-  }
   Digest d;
   unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), d.bytes.data(), &len) != 1 || len != Digest::kSize) {
-    return Error{Errc::digest_failed, "EVP_DigestFinal_ex"};
+  if (EVP_Digest(data.data(), data.size(), d.bytes.data(), &len, sha256_md(), nullptr) != 1 ||
+      len != Digest::kSize) {
+    return Error{Errc::digest_failed, "EVP_Digest(SHA-256)"};
   }
   return d;
 }

@@ -1,9 +1,7 @@
 // Execution record: wire names, canonical bytes, checksum and structural validation.
-#include <openssl/evp.h>
-
-#include <array>
 
 #include "custos/core/canonical.hpp"
+#include "custos/core/digest.hpp"
 #include "custos/core/plan_canonical.hpp"
 #include "custos/registry/registry.hpp"
 
@@ -102,14 +100,11 @@ std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noex
 }
 
 std::string sha256_tagged(std::span<std::uint8_t const> bytes) {
-  std::array<std::uint8_t, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  // EVP_Digest can only fail on allocation failure inside OpenSSL; an empty result then makes
+  // core::sha256 can only fail on allocation failure inside OpenSSL; an empty result then makes
   // every comparison fail closed (the record is treated as corrupt, never as valid).
-  if (EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_sha256(), nullptr) != 1) {
-    return {};
-  }
-  return "sha256:" + core::to_hex(std::span<std::uint8_t const>(md.data(), len));
+  auto d = core::sha256(bytes);
+  if (!d) return {};
+  return d->to_string();
 }
 
 std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {

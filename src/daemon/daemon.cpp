@@ -393,13 +393,17 @@ class Daemon {
           std::string const eid{id->get_string()};
           auto r = kept_->cancel(eid, core::Trigger::user);
           if (!r) return reply(r.error());
-          spdlog::info("recovery: {} cancelled through its recovered pidfd ({}): {}", eid,
-                       core::classification_wire(r->terminal.classification), r->detail);
-          // Its budget was left reserved by the previous daemon: settle it now.
-          if (auto settled = gateway_->settle_recovered(); !settled)
-            spdlog::warn("gateway: settling {}: {}", eid, settled.error().message());
-          reply(json::value(json::object{{"accepted", r->accepted},
-                                         {"trigger", core::trigger_wire(r->trigger)}}));
+          if (r->terminal) {
+            spdlog::info("recovery: {} cancelled through its recovered pidfd ({}): {}", eid,
+                         core::classification_wire(r->terminal->classification), r->detail);
+            // Its budget was left reserved by the previous daemon: settle it now.
+            if (auto settled = gateway_->settle_recovered(); !settled)
+              spdlog::warn("gateway: settling {}: {}", eid, settled.error().message());
+          }
+          // Not accepted when the root had already exited: its watch records how it ended.
+          json::value trig = nullptr;
+          if (r->trigger) trig = core::trigger_wire(*r->trigger);
+          reply(json::value(json::object{{"accepted", r->accepted}, {"trigger", std::move(trig)}}));
         });
   }
 
@@ -419,7 +423,7 @@ class Daemon {
       auto sd = std::make_unique<asio::posix::stream_descriptor>(io_, fd->release());
       sd->async_wait(asio::posix::descriptor_base::wait_read,
                      [this, id](boost::system::error_code const& ec) {
-                       if (ec) return;  // closed: the daemon is stopping
+                       if (ec || shutting_down_) return;  // aborted, or the daemon is stopping
                        // Not destroyed inside its own completion.
                        asio::post(io_, [this, id] { kept_watch_.erase(id); });
                        await_kept_status(id, std::chrono::steady_clock::now() + kKeptStatusWait);
@@ -431,8 +435,9 @@ class Daemon {
 
   // The root is not our child: its exit status becomes readable (PIDFD_GET_INFO) once its own
   // parent reaped it. Systemd as PID 1 does that at once; some inits poll (about every second on
-  // these machines). Wait for it off the loop's critical path, bounded; past the bound the record
-  // says the status could not be observed.
+  // these machines). Polled with a timer, so the loop serves other calls meanwhile, and bounded;
+  // past the bound the record says the status could not be observed. finish_exited itself then
+  // runs on the loop (its cgroup kill and sweep are bounded by the kill timeout).
   static constexpr std::chrono::seconds kKeptStatusWait{5};
   void await_kept_status(std::string const& id, std::chrono::steady_clock::time_point until) {
     if (!kept_ || !kept_->contains(id)) return;  // exec.cancel ended it first

@@ -303,10 +303,10 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
 
 namespace {
 
-// How a process that is not our child ended: from waitid without reaping it when it is ours after
-// all (a subreaper that inherited it: its reaping stays with our reaper), otherwise from
-// PIDFD_GET_INFO once its parent reaped it — given a moment, since that parent (init, usually)
-// reaps on its own schedule.
+// How a process that is not our child ended, as far as can be read now: from waitid without
+// reaping it when it is ours after all (a subreaper that inherited it: the reaping stays with
+// our reaper), otherwise from PIDFD_GET_INFO once its own parent reaped it. Never waits: the
+// owner that wants the status polls KeptExecutions::exit_observable first.
 std::optional<core::ExitStatus> observed_exit(sys::Pidfd const& pidfd) {
   auto to_core = [](sys::ExitStatus const& s) -> std::optional<core::ExitStatus> {
     if (s.code) return core::ExitStatus::exited(*s.code);
@@ -314,14 +314,8 @@ std::optional<core::ExitStatus> observed_exit(sys::Pidfd const& pidfd) {
     return std::nullopt;
   };
   if (auto own = pidfd.peek_exit(); own && *own) return to_core(**own);
-  auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-  for (;;) {
-    auto info = pidfd.get_exit_info();
-    if (!info) return std::nullopt;  // no PIDFD_GET_INFO exit information on this kernel
-    if (*info) return to_core(**info);
-    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  if (auto info = pidfd.get_exit_info(); info && *info) return to_core(**info);
+  return std::nullopt;
 }
 
 // Ends one live_owned execution and writes its one terminal record (recovery live_owned).
@@ -335,7 +329,7 @@ Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOpti
                          std::optional<core::Trigger> trigger) {
   std::uint64_t const pid_ns = options.pid_ns_ino != 0 ? options.pid_ns_ino : current_pid_ns_ino();
   ExecutionRecord const rec = CUSTOS_TRY(registry.get(e.execution_id));
-  sys::Pidfd& pidfd = *e.pidfd;
+  sys::Pidfd const& pidfd = *e.pidfd;
 
   // Cancel and reap: the whole tree at once where a cgroup boundary exists, then the root
   // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
@@ -368,7 +362,7 @@ Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOpti
 
   // The raw exit: from PIDFD_GET_INFO once whoever inherited the process has reaped it;
   // otherwise the SIGKILL this recovery delivered (the pidfd proves it reached our process).
-  std::optional<core::ExitStatus> exit = observed_exit(*e.pidfd);
+  std::optional<core::ExitStatus> exit = observed_exit(pidfd);
   if (!exit && sent && *sent) exit = core::ExitStatus::signaled(SIGKILL);
 
   core::TerminalRecord t = base_terminal(rec, core::RecoveryPath::live_owned, e.cleanup);
@@ -475,17 +469,31 @@ Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execut
     return Error{Errc::exec_not_found,
                  std::string{execution_id} + " is not a recovered execution kept running"};
   }
+  auto const before = CUSTOS_TRY(registry_->get(execution_id));
+  Cancelled out;
+  if (!it->second.pidfd->alive()) {
+    // The root ended on its own first: its exit decided the outcome (as the supervisor rejects a
+    // trigger after the exit). Nothing is recorded or signalled here; finish_exited ends what
+    // is left of the tree and records how the root ended.
+    out.accepted = false;
+    out.trigger = before.trigger;
+    out.detail = "the root process already exited; its end is being recorded";
+    return out;
+  }
   // The trigger first, as the supervisor does: the first accepted one stays (a trigger the
   // previous daemon recorded wins; a different one is then refused and reported as not
   // accepted).
-  Cancelled out;
-  auto const before = CUSTOS_TRY(registry_->get(execution_id));
   out.accepted = !before.trigger.has_value();
   if (out.accepted) CUSTOS_TRYV(registry_->record_trigger(execution_id, trigger));
   out.trigger = before.trigger ? *before.trigger : trigger;
   RecoveredExecution e = std::move(it->second);
   kept_.erase(it);
-  CUSTOS_TRYV(finish_live(*registry_, e, options_, trigger));
+  if (auto r = finish_live(*registry_, e, options_, trigger); !r) {
+    // Still ours and still without a terminal record: it stays kept (cancellable again).
+    std::string id = e.execution_id;
+    kept_.emplace(std::move(id), std::move(e));
+    return r.error();
+  }
   auto const after = CUSTOS_TRY(registry_->get(execution_id));
   if (!after.terminal) {
     return Error{Errc::internal, std::string{execution_id} + ": no terminal record after cancel"};
@@ -508,11 +516,13 @@ Result<sys::UniqueFd> KeptExecutions::watch_fd(std::string_view execution_id) co
 bool KeptExecutions::exit_observable(std::string_view execution_id) {
   auto it = kept_.find(execution_id);
   if (it == kept_.end()) return true;
-  sys::Pidfd& pidfd = *it->second.pidfd;
+  sys::Pidfd const& pidfd = *it->second.pidfd;
   if (pidfd.alive()) return false;
   if (auto own = pidfd.peek_exit(); own && *own) return true;
+  // Without PIDFD_INFO_EXIT (kernels before 6.15) the status can never be read: nothing to
+  // wait for.
+  if (!sys::Pidfd::exit_info_supported()) return true;
   auto info = pidfd.get_exit_info();
-  // Without PIDFD_GET_INFO exit information there is nothing to wait for.
   return !info || info->has_value();
 }
 
@@ -528,7 +538,12 @@ Result<KeptExecutions::Finished> KeptExecutions::finish_exited(std::string_view 
   }
   RecoveredExecution e = std::move(it->second);
   kept_.erase(it);
-  CUSTOS_TRYV(finish_live(*registry_, e, options_, std::nullopt));
+  if (auto r = finish_live(*registry_, e, options_, std::nullopt); !r) {
+    // Still without a terminal record: it stays kept (cancellable, and ended at the next start).
+    std::string id = e.execution_id;
+    kept_.emplace(std::move(id), std::move(e));
+    return r.error();
+  }
   auto const after = CUSTOS_TRY(registry_->get(execution_id));
   if (!after.terminal) {
     return Error{Errc::internal, std::string{execution_id} + ": no terminal record after exit"};

@@ -141,6 +141,25 @@ Result<std::optional<ExitStatus>> Pidfd::get_exit_info() const {
   return std::optional<ExitStatus>(ExitStatus::from_wait_status(info.exit_code));
 }
 
+bool Pidfd::exit_info_supported() noexcept {
+  // Probed once, with a child of our own that exits at once: reaped here, then asked for its
+  // exit information. The child runs nothing but _exit (safe in a multi-threaded parent), and
+  // it is reaped before this returns, on the calling thread.
+  static bool const supported = [] {
+    pid_t const pid = ::fork();
+    if (pid < 0) return false;
+    if (pid == 0) ::_exit(0);
+    auto fd = Pidfd::open(pid);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!fd) return false;
+    auto info = fd->get_exit_info();
+    return info && info->has_value();
+  }();
+  return supported;
+}
+
 bool Pidfd::alive() const noexcept {
   if (!fd_.valid()) return false;
   pollfd p{fd_.get(), POLLIN, 0};

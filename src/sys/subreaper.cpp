@@ -144,8 +144,12 @@ Result<std::vector<std::int32_t>> list_own_children() {
     while (pos < text.size()) {
       std::int32_t pid = 0;
       auto const [ptr, ec] = std::from_chars(text.data() + pos, text.data() + text.size(), pid);
-      if (ec != std::errc() || ptr == text.data() + pos) {
+      if (ptr == text.data() + pos) {
         ++pos;  // a separator (space or newline)
+        continue;
+      }
+      if (ec != std::errc()) {  // out of range: not a pid; skip the whole number
+        pos = static_cast<std::size_t>(ptr - text.data());
         continue;
       }
       if (pid > 0) out.push_back(pid);

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -137,9 +138,13 @@ TEST_F(SubreaperTest, OrphanIsShownToTheHookBeforeItIsReaped) {
     auto out = reap_orphans([direct](std::int32_t pid) { return pid == direct; }, 1024,
                             [&](std::int32_t pid) {
                               if (pid != o->orphan_pid) return;
-                              // Still there to be read: a zombie, not yet reaped.
-                              std::string const stat = "/proc/" + std::to_string(pid) + "/stat";
-                              seen_as_zombie = ::access(stat.c_str(), R_OK) == 0;
+                              // Not yet reaped: still a zombie (state Z) in /proc.
+                              std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+                              std::string line;
+                              std::getline(in, line);
+                              auto const close = line.rfind(')');
+                              seen_as_zombie = close != std::string::npos &&
+                                               close + 2 < line.size() && line[close + 2] == 'Z';
                             });
     for (auto const& r : out) reaped = reaped || r.pid == o->orphan_pid;
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));

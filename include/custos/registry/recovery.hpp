@@ -125,9 +125,11 @@ class KeptExecutions {
   [[nodiscard]] bool empty() const noexcept { return kept_.empty(); }
 
   struct Cancelled {
-    bool accepted = false;                        // `trigger` became the first accepted trigger
-    core::Trigger trigger = core::Trigger::user;  // the first accepted trigger
-    core::TerminalRecord terminal;                // the one terminal record just written
+    bool accepted = false;                 // `trigger` became the first accepted trigger
+    std::optional<core::Trigger> trigger;  // the first accepted trigger, if any
+    // The one terminal record just written; none when the root had already exited on its own
+    // (its end is recorded by finish_exited, which the owner is about to call).
+    std::optional<core::TerminalRecord> terminal;
     core::Cleanup cleanup = core::Cleanup::unconfirmed;
     std::string detail;
   };
@@ -135,17 +137,22 @@ class KeptExecutions {
   // execution's cgroup (cgroup.kill, wait empty, rmdir), SIGKILL through the recovered pidfd,
   // the final marker sweep — waits for it (bounded by RecoveryOptions::kill_timeout, on the
   // caller's thread) and writes the one terminal record with recovery `live_owned`. The
-  // execution is no longer kept afterwards. Errors: exec.not_found (not kept here); registry.*.
+  // execution is no longer kept afterwards. When the root has already exited (the owner has
+  // not finished it yet), nothing is recorded or signalled: not accepted, as for a supervised
+  // execution whose exit decided its outcome; the execution stays kept for finish_exited.
+  // Errors: exec.not_found (not kept here); registry.* (the execution then stays kept).
   [[nodiscard]] Result<Cancelled> cancel(std::string_view execution_id, core::Trigger trigger);
 
   // A duplicate of the kept execution's recovered pidfd, for readiness (readable once the root
-  // process exited). Errors: exec.not_found; sys.error.
+  // process exited). It shares the file status flags with the recovered pidfd (an event loop
+  // that makes it non-blocking makes both so); every wait on a recovered pidfd is WNOHANG.
+  // Errors: exec.not_found; sys.error.
   [[nodiscard]] Result<sys::UniqueFd> watch_fd(std::string_view execution_id) const;
 
-  // True once the root exited and its exit status can be read (it was reaped, by us as its
-  // subreaper or by its own parent), or can never be (no PIDFD_GET_INFO exit information); also
-  // for an id not kept here. Its parent (init, usually) reaps it on its own schedule: the owner
-  // polls this, bounded, before finish_exited(), so the status is not lost to the race.
+  // True once the root exited and its exit status can be read (waitid without reaping when it
+  // is our child, PIDFD_GET_INFO once its own parent reaped it), or can never be (a kernel
+  // without PIDFD_INFO_EXIT); also for an id not kept here. The parent (init, usually) reaps on
+  // its own schedule: the owner polls this, bounded, before finish_exited().
   [[nodiscard]] bool exit_observable(std::string_view execution_id);
 
   struct Finished {
@@ -156,9 +163,10 @@ class KeptExecutions {
   // The root exited on its own: kills what is left of its tree (cgroup.kill and wait empty,
   // the final marker sweep; bounded by RecoveryOptions::kill_timeout, on the caller's thread),
   // records no trigger of its own (one the previous daemon recorded stays), and writes the one
-  // terminal record with recovery `live_owned` and the root's exit status. The execution is no
-  // longer kept afterwards. Errors: exec.not_found (not kept here); exec.not_running (the root
-  // has not exited: use cancel()); registry.*.
+  // terminal record with the root's exit status (recovery `live_owned`; `indeterminate`, class
+  // recovery_indeterminate, when the status cannot be read). The execution is no longer kept
+  // afterwards. Errors: exec.not_found (not kept here); exec.not_running (the root has not
+  // exited: use cancel()); registry.* (the execution then stays kept).
   [[nodiscard]] Result<Finished> finish_exited(std::string_view execution_id);
 
  private:

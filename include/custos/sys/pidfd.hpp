@@ -74,6 +74,11 @@ class Pidfd {
   // pidfd.failed otherwise.
   [[nodiscard]] Result<std::optional<ExitStatus>> get_exit_info() const;
 
+  // Whether this kernel reports a reaped process's exit status through PIDFD_GET_INFO
+  // (PIDFD_INFO_EXIT, Linux 6.15; 6.13 and 6.14 have the ioctl without it). Probed once per
+  // process, with a short-lived child of its own.
+  [[nodiscard]] static bool exit_info_supported() noexcept;
+
   // Readiness without blocking: false once the process has exited (zombie or reaped).
   [[nodiscard]] bool alive() const noexcept;
 

@@ -451,16 +451,22 @@ TEST_F(MarkerTest, StartTimeCacheNeverHidesARecycledPid) {
   std::uint64_t const root_ticks = read_start_time(root.pid()).value();
   std::int32_t const pid = old_proc.pid();
   ASSERT_TRUE(eventually([&] { return comm_of(pid) == "sleep"; }));
-  std::uint64_t const old_inode = proc_dir_inode(pid);
-  ASSERT_NE(old_inode, 0u);
-
   ProcStartCache cache;
   MarkerScanOptions so;
   so.not_before_ticks = root_ticks;
   so.cache = &cache;
-  auto first = marker_scan(m, so);
-  ASSERT_TRUE(first) << first.error().message();
-  ProcStartCache::Entry const* e = cache.find(pid, old_inode);
+  // procfs numbers a /proc/<pid> inode when it instantiates it: if the kernel evicted it between
+  // the scan's readdir and this stat, the same live process shows a new number (the cache then
+  // misses and re-reads, which is safe). Scan and look again until both saw the same inode.
+  std::uint64_t old_inode = 0;
+  ProcStartCache::Entry const* e = nullptr;
+  for (int attempt = 0; attempt < 5 && e == nullptr; ++attempt) {
+    auto first = marker_scan(m, so);
+    ASSERT_TRUE(first) << first.error().message();
+    old_inode = proc_dir_inode(pid);
+    ASSERT_NE(old_inode, 0u);
+    e = cache.find(pid, old_inode);
+  }
   ASSERT_NE(e, nullptr) << "the old process is cached";
   EXPECT_LT(e->start_ticks, root_ticks);
 

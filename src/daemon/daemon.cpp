@@ -396,9 +396,7 @@ class Daemon {
           if (r->terminal) {
             spdlog::info("recovery: {} cancelled through its recovered pidfd ({}): {}", eid,
                          core::classification_wire(r->terminal->classification), r->detail);
-            // Its budget was left reserved by the previous daemon: settle it now.
-            if (auto settled = gateway_->settle_recovered(); !settled)
-              spdlog::warn("gateway: settling {}: {}", eid, settled.error().message());
+            settle_kept(eid);
           }
           // Not accepted when the root had already exited: its watch records how it ended.
           json::value trig = nullptr;
@@ -462,7 +460,12 @@ class Daemon {
     }
     spdlog::info("recovery: {} ended on its own ({}){}", id,
                  core::classification_wire(r->terminal.classification), r->detail);
-    // Its budget was left reserved by the previous daemon: settle it now.
+    settle_kept(id);
+  }
+
+  // A kept execution just got its terminal record; its budget was left reserved by the
+  // previous daemon: settle it now.
+  void settle_kept(std::string const& id) {
     if (auto settled = gateway_->settle_recovered(); !settled)
       spdlog::warn("gateway: settling {}: {}", id, settled.error().message());
   }

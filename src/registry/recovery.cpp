@@ -420,6 +420,11 @@ Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOpti
   return ok();
 }
 
+Error not_kept(std::string_view execution_id) {
+  return Error{Errc::exec_not_found,
+               std::string{execution_id} + " is not a recovered execution kept running"};
+}
+
 }  // namespace
 
 Result<void> apply_restart_policy(Registry& registry, RecoveryReport& report,
@@ -466,8 +471,7 @@ Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execut
                                                          core::Trigger trigger) {
   auto it = kept_.find(execution_id);
   if (it == kept_.end()) {
-    return Error{Errc::exec_not_found,
-                 std::string{execution_id} + " is not a recovered execution kept running"};
+    return not_kept(execution_id);
   }
   auto const before = CUSTOS_TRY(registry_->get(execution_id));
   Cancelled out;
@@ -486,18 +490,29 @@ Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execut
   out.accepted = !before.trigger.has_value();
   if (out.accepted) CUSTOS_TRYV(registry_->record_trigger(execution_id, trigger));
   out.trigger = before.trigger ? *before.trigger : trigger;
+  Finished f = CUSTOS_TRY(end_kept(it, trigger));
+  out.terminal = std::move(f.terminal);
+  out.cleanup = f.cleanup;
+  out.detail = std::move(f.detail);
+  return out;
+}
+
+Result<KeptExecutions::Finished> KeptExecutions::end_kept(Kept::iterator it,
+                                                          std::optional<core::Trigger> trigger) {
   RecoveredExecution e = std::move(it->second);
   kept_.erase(it);
   if (auto r = finish_live(*registry_, e, options_, trigger); !r) {
-    // Still ours and still without a terminal record: it stays kept (cancellable again).
+    // Still ours and still without a terminal record: it stays kept (cancellable again, and
+    // ended at the next start otherwise).
     std::string id = e.execution_id;
     kept_.emplace(std::move(id), std::move(e));
     return r.error();
   }
-  auto const after = CUSTOS_TRY(registry_->get(execution_id));
+  auto const after = CUSTOS_TRY(registry_->get(e.execution_id));
   if (!after.terminal) {
-    return Error{Errc::internal, std::string{execution_id} + ": no terminal record after cancel"};
+    return Error{Errc::internal, e.execution_id + ": no terminal record after it ended"};
   }
+  Finished out;
   out.terminal = CUSTOS_TRY(decode_terminal(*after.terminal));
   out.cleanup = e.cleanup;
   out.detail = std::move(e.detail);
@@ -507,8 +522,7 @@ Result<KeptExecutions::Cancelled> KeptExecutions::cancel(std::string_view execut
 Result<sys::UniqueFd> KeptExecutions::watch_fd(std::string_view execution_id) const {
   auto it = kept_.find(execution_id);
   if (it == kept_.end()) {
-    return Error{Errc::exec_not_found,
-                 std::string{execution_id} + " is not a recovered execution kept running"};
+    return not_kept(execution_id);
   }
   return it->second.pidfd->fd().dup();
 }
@@ -529,30 +543,13 @@ bool KeptExecutions::exit_observable(std::string_view execution_id) {
 Result<KeptExecutions::Finished> KeptExecutions::finish_exited(std::string_view execution_id) {
   auto it = kept_.find(execution_id);
   if (it == kept_.end()) {
-    return Error{Errc::exec_not_found,
-                 std::string{execution_id} + " is not a recovered execution kept running"};
+    return not_kept(execution_id);
   }
   if (it->second.pidfd->alive()) {
     return Error{Errc::exec_not_running,
                  std::string{execution_id} + ": its root process has not exited"};
   }
-  RecoveredExecution e = std::move(it->second);
-  kept_.erase(it);
-  if (auto r = finish_live(*registry_, e, options_, std::nullopt); !r) {
-    // Still without a terminal record: it stays kept (cancellable, and ended at the next start).
-    std::string id = e.execution_id;
-    kept_.emplace(std::move(id), std::move(e));
-    return r.error();
-  }
-  auto const after = CUSTOS_TRY(registry_->get(execution_id));
-  if (!after.terminal) {
-    return Error{Errc::internal, std::string{execution_id} + ": no terminal record after exit"};
-  }
-  Finished out;
-  out.terminal = CUSTOS_TRY(decode_terminal(*after.terminal));
-  out.cleanup = e.cleanup;
-  out.detail = std::move(e.detail);
-  return out;
+  return end_kept(it, std::nullopt);
 }
 
 }  // namespace custos::registry

@@ -39,34 +39,47 @@ bool kernel_at_least(int major, int minor) {
   return ma > major || (ma == major && mi >= minor);
 }
 
-TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
-  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
+// Options of a daemon that keeps executions running across restarts and is SIGKILLed by a
+// failpoint inside exec.start, right after `running` reached the registry. Recovery's and
+// exec.cancel's writes fire no failpoint, so the restarted daemon (same environment) is not
+// stopped by it; it launches nothing new.
+DaemonOptions keep_running_crashing() {
   DaemonOptions o;
   o.extra_args = {"--restart-policy", "keep_running"};
-  // Recovery's and exec.cancel's writes fire no failpoint, so the restarted daemon (same
-  // environment) is not stopped by it; it launches nothing new here.
   o.env = {"CUSTOS_FAILPOINT=while_running"};
-  Daemon d{o};
-  ASSERT_TRUE(d.ready()) << d.log();
-  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+  return o;
+}
 
+// Starts `argv` on such a daemon, checks that the daemon died of SIGKILL without answering, and
+// returns the pids the crash left in the daemon's cgroup subtree (polled until there are two).
+::testing::AssertionResult crash_inside_start(Daemon& d, std::vector<std::string> const& argv,
+                                              std::set<pid_t>& pids) {
   {
-    // The daemon dies inside exec.start, right after `running` reached the registry.
     auto c = d.client();
-    auto r = c.call(1, "exec.start",
-                    start_params({"/bin/sh", "-c", "sleep 1000 & exec sleep 1000"}), 5000ms);
-    EXPECT_FALSE(r && r->contains("result")) << json::serialize(*r);
+    auto r = c.call(1, "exec.start", start_params(argv), 5000ms);
+    if (r && r->contains("result"))
+      return ::testing::AssertionFailure() << "exec.start answered: " << json::serialize(*r);
   }
   auto status = d.wait_exit(30s);
-  ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
-
-  // The tree the crash left behind, held by pidfd (the shell forks its background sleep).
-  std::set<pid_t> pids;
+  if (!status) return ::testing::AssertionFailure() << "the daemon did not exit";
+  if (!WIFSIGNALED(*status) || WTERMSIG(*status) != SIGKILL)
+    return ::testing::AssertionFailure() << "the daemon ended with status " << *status;
   for (int i = 0; i < 200 && pids.size() < 2; ++i) {
     pids = pids_below(d.cgroup());
     std::this_thread::sleep_for(10ms);
   }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
+  Daemon d{keep_running_crashing()};
+  ASSERT_TRUE(d.ready()) << d.log();
+  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+
+  // The tree the crash left behind, held by pidfd (the shell forks its background sleep).
+  std::set<pid_t> pids;
+  ASSERT_TRUE(crash_inside_start(d, {"/bin/sh", "-c", "sleep 1000 & exec sleep 1000"}, pids));
   ASSERT_EQ(pids.size(), 2U) << "the execution's tree: a shell and its background sleep";
   std::vector<int> tree;
   for (pid_t p : pids) {
@@ -142,30 +155,14 @@ TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
 // call from anyone (before, the record stayed non-terminal until a cancel or the next start).
 TEST(RecoveryControl, KeptRunningExecutionThatEndsOnItsOwnGetsItsTerminalRecord) {
   if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
-  DaemonOptions o;
-  o.extra_args = {"--restart-policy", "keep_running"};
-  o.env = {"CUSTOS_FAILPOINT=while_running"};
-  Daemon d{o};
+  Daemon d{keep_running_crashing()};
   ASSERT_TRUE(d.ready()) << d.log();
   if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
   std::string const go = (d.tmp() / "go").string();
-  {
-    auto c = d.client();
-    auto r = c.call(
-        1, "exec.start",
-        start_params({"/bin/sh", "-c",
-                      "sleep 1000 & while [ ! -e '" + go + "' ]; do sleep 0.02; done; exit 7"}),
-        5000ms);
-    EXPECT_FALSE(r && r->contains("result")) << json::serialize(*r);
-  }
-  auto status = d.wait_exit(30s);
-  ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
   std::set<pid_t> pids;
-  for (int i = 0; i < 200 && pids.size() < 2; ++i) {
-    pids = pids_below(d.cgroup());
-    std::this_thread::sleep_for(10ms);
-  }
+  ASSERT_TRUE(crash_inside_start(
+      d, {"/bin/sh", "-c", "sleep 1000 & while [ ! -e '" + go + "' ]; do sleep 0.02; done; exit 7"},
+      pids));
   ASSERT_GE(pids.size(), 2U) << "the execution's tree: a shell and its background sleep";
   std::vector<int> tree;
   for (pid_t p : pids) {

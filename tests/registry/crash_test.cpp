@@ -43,10 +43,12 @@ enum class Mode : std::uint8_t { immediate, deferred, gateway };
 // The daemon's launch path, step by step, as the supervisor drives it through the registry.
 // Runs in a forked child; every failure exits with a distinct code, success with 0 (a failpoint
 // SIGKILLs it somewhere on the way).
+// The tree the crashing daemon launches unless told otherwise: a shell and a background child.
+constexpr char const* kTreeScript = "sleep 1000 & exec sleep 1000";
+
 [[noreturn]] void crashing_daemon(std::filesystem::path const& state, std::string const& point,
                                   std::string const& cgroup_path, sys::Marker const& marker,
-                                  Mode mode,
-                                  std::string const& script = "sleep 1000 & exec sleep 1000") {
+                                  Mode mode, std::string const& script) {
   ::setenv(std::string{kFailpointEnv}.c_str(), point.c_str(), 1);
   auto reg = Registry::open(state);
   if (!reg) ::_exit(20);
@@ -181,6 +183,55 @@ class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
     }
   }
 
+  // Runs crashing_daemon (this case's failpoint and mode, `script` as the execution) in a child
+  // and checks that the failpoint SIGKILLed it.
+  ::testing::AssertionResult crash(sys::Marker const& marker,
+                                   std::string const& script = kTreeScript) {
+    auto const& param = GetParam();
+    pid_t const daemon = ::fork();
+    if (daemon < 0) return ::testing::AssertionFailure() << "fork: " << errno;
+    if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, marker, param.mode, script);
+    int status = 0;
+    if (::waitpid(daemon, &status, 0) != daemon) return ::testing::AssertionFailure() << "waitpid";
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+      return ::testing::AssertionFailure() << "the daemon was not killed by failpoint "
+                                           << param.point << " (status " << status << ")";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // What the crash left behind: processes carrying the execution's marker, held by pidfd so a
+  // survivor check cannot be fooled by a recycled pid.
+  static std::vector<sys::Pidfd> marked(sys::Marker const& marker) {
+    std::vector<sys::Pidfd> tree;
+    if (auto scan = sys::marker_scan(marker); scan) {
+      for (auto pid : scan->matched) {
+        if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
+      }
+    }
+    return tree;
+  }
+
+  // The registry reopened after the crash, recovered with keep_running, and the execution it
+  // re-acquired handed to KeptExecutions.
+  struct KeptAfterCrash {
+    std::unique_ptr<Registry> reg;
+    std::optional<KeptExecutions> kept;
+  };
+  ::testing::AssertionResult keep_running(KeptAfterCrash& out) {
+    auto reg = Registry::open(t_.state());
+    if (!reg) return ::testing::AssertionFailure() << reg.error().message();
+    out.reg = std::move(*reg);
+    RecoveryOptions o;
+    o.policy = RestartPolicy::keep_running;
+    auto report = recover(*out.reg, o);
+    if (!report) return ::testing::AssertionFailure() << report.error().message();
+    if (auto r = apply_restart_policy(*out.reg, *report, o); !r)
+      return ::testing::AssertionFailure() << r.error().message();
+    out.kept.emplace(*out.reg, *report, o);
+    return ::testing::AssertionSuccess();
+  }
+
   TempDir t_;
   std::string parent_cg_;
   std::string exec_cg_;
@@ -191,22 +242,8 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
 
-  pid_t const daemon = ::fork();
-  ASSERT_GE(daemon, 0);
-  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode);
-  int status = 0;
-  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "the daemon was not killed by failpoint " << param.point << " (status " << status << ")";
-
-  // What the crash left behind: processes carrying the execution's marker, held by pidfd so the
-  // survivor check below cannot be fooled by a recycled pid.
-  std::vector<sys::Pidfd> tree;
-  if (auto scan = sys::marker_scan(*marker); scan) {
-    for (auto pid : scan->matched) {
-      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
-    }
-  }
+  ASSERT_TRUE(crash(*marker));
+  std::vector<sys::Pidfd> const tree = marked(*marker);
 
   auto reg = Registry::open(t_.state());
   ASSERT_TRUE(reg) << reg.error().message();
@@ -313,28 +350,14 @@ TEST_P(RegistryKept, CancelThroughTheRecoveredPidfdEndsTheTreeOnce) {
   auto const& param = GetParam();
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
-  pid_t const daemon = ::fork();
-  ASSERT_GE(daemon, 0);
-  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode);
-  int status = 0;
-  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  std::vector<sys::Pidfd> tree;
-  if (auto scan = sys::marker_scan(*marker); scan) {
-    for (auto pid : scan->matched) {
-      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
-    }
-  }
+  ASSERT_TRUE(crash(*marker));
+  std::vector<sys::Pidfd> const tree = marked(*marker);
   ASSERT_FALSE(tree.empty());
 
-  auto reg = Registry::open(t_.state());
-  ASSERT_TRUE(reg) << reg.error().message();
-  RecoveryOptions o;
-  o.policy = RestartPolicy::keep_running;
-  auto report = recover(**reg, o);
-  ASSERT_TRUE(report) << report.error().message();
-  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report, o));
-  KeptExecutions kept(**reg, *report, o);
+  KeptAfterCrash k;
+  ASSERT_TRUE(keep_running(k));
+  auto* reg = &k.reg;
+  KeptExecutions& kept = *k.kept;
   ASSERT_TRUE(kept.contains(kId));
   EXPECT_EQ(kept.ids(), std::vector<std::string>{kId});
   for (auto const& p : tree) EXPECT_TRUE(p.alive()) << "keep_running killed pid " << p.pid();
@@ -375,35 +398,20 @@ INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKept,
 class RegistryKeptExit : public RegistryCrash {};
 
 TEST_P(RegistryKeptExit, RootThatEndsOnItsOwnIsFinishedWithItsExitStatus) {
-  auto const& param = GetParam();
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
   std::string const go = (t_.state() / "go").string();
   // A background child that would outlive the root, and a root that exits 7 once told to.
   std::string const script =
       "sleep 1000 & while [ ! -e '" + go + "' ]; do sleep 0.02; done; exit 7";
-  pid_t const daemon = ::fork();
-  ASSERT_GE(daemon, 0);
-  if (daemon == 0) crashing_daemon(t_.state(), param.point, exec_cg_, *marker, param.mode, script);
-  int status = 0;
-  ASSERT_EQ(::waitpid(daemon, &status, 0), daemon);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  std::vector<sys::Pidfd> tree;
-  if (auto scan = sys::marker_scan(*marker); scan) {
-    for (auto pid : scan->matched) {
-      if (auto fd = sys::Pidfd::open(pid); fd) tree.push_back(std::move(*fd));
-    }
-  }
+  ASSERT_TRUE(crash(*marker, script));
+  std::vector<sys::Pidfd> const tree = marked(*marker);
   ASSERT_GE(tree.size(), 2U);
 
-  auto reg = Registry::open(t_.state());
-  ASSERT_TRUE(reg) << reg.error().message();
-  RecoveryOptions o;
-  o.policy = RestartPolicy::keep_running;
-  auto report = recover(**reg, o);
-  ASSERT_TRUE(report) << report.error().message();
-  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report, o));
-  KeptExecutions kept(**reg, *report, o);
+  KeptAfterCrash k;
+  ASSERT_TRUE(keep_running(k));
+  auto* reg = &k.reg;
+  KeptExecutions& kept = *k.kept;
   ASSERT_TRUE(kept.contains(kId));
   // Still running: nothing to finish yet, and nothing was written.
   CUSTOS_EXPECT_ERRC(kept.finish_exited(kId), Errc::exec_not_running);

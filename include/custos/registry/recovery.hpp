@@ -170,9 +170,14 @@ class KeptExecutions {
   [[nodiscard]] Result<Finished> finish_exited(std::string_view execution_id);
 
  private:
+  using Kept = std::map<std::string, RecoveredExecution, std::less<>>;
+  // Ends the execution at `it` (finish_live with `trigger`, or none: the root exited on its
+  // own) and reads back its terminal record; on failure it stays kept.
+  [[nodiscard]] Result<Finished> end_kept(Kept::iterator it, std::optional<core::Trigger> trigger);
+
   Registry* registry_;
   RecoveryOptions options_;
-  std::map<std::string, RecoveredExecution, std::less<>> kept_;
+  Kept kept_;
 };
 
 }  // namespace custos::registry

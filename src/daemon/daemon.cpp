@@ -574,10 +574,16 @@ class Daemon {
     spdlog::info("{} live execution(s); {}", manager_->live_count(),
                  cancel ? "cancelling them and waiting for their terminal records"
                         : "leaving them running for recovery by the next start");
-    manager_->shutdown(policy, config_.shutdown_timeout, [this] {
-      spdlog::info("executions settled");
-      stop_loop();
-    });
+    auto settle = [this, policy] {
+      manager_->shutdown(policy, config_.shutdown_timeout, [this] {
+        spdlog::info("executions settled");
+        stop_loop();
+      });
+    };
+    // Authorizations in flight finish first (their launches join the executions the manager
+    // then cancels or leaves); new starts are refused from here on.
+    if (gateway_) return gateway_->drain(std::move(settle));
+    settle();
   }
 
   void stop_loop() {

@@ -1,6 +1,7 @@
 // ExecutionGateway: start through the authorizing transaction, fences, expiry, quiescence.
 #include "custos/gateway/gateway.hpp"
 
+#include <boost/asio/post.hpp>
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -99,16 +100,39 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
   }
   Result<> record_terminal(std::string const& execution_id,
                            core::TerminalRecord const& record) override {
-    // With the registry's sink inside, the settlement is queued ahead of the terminal record
-    // and commits in its transaction (one commit for both); the sink reports a refusal of it
-    // as its own error (RegistrySink takes the execution's deferred errors).
-    bool const with_terminal = inner() != nullptr && g_->options_.registry != nullptr;
-    if (with_terminal) g_->store_->queue_settle(execution_id, record);
+    bool const with_terminal = queue_settlement(execution_id, record);
     Result<> r = ok();
     if (inner() != nullptr) r = inner()->record_terminal(execution_id, record);
-    // Settled even when the record write failed: the budget follows what happened to the
-    // process, not whether its record reached the disk. settle() is idempotent, so after a
-    // failed terminal write it only does what the queued settlement did not.
+    return after_terminal(execution_id, record, with_terminal, std::move(r));
+  }
+  void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
+                             std::function<void(Result<>)> done) override {
+    bool const with_terminal = queue_settlement(execution_id, record);
+    if (inner() == nullptr) return done(after_terminal(execution_id, record, with_terminal, ok()));
+    // The inner sink answers on the loop (or at once); the gateway outlives the manager's
+    // supervisors and their completions.
+    inner()->record_terminal_async(
+        execution_id, record,
+        [this, id = execution_id, record, with_terminal, done = std::move(done)](Result<> r) {
+          done(after_terminal(id, record, with_terminal, std::move(r)));
+        });
+  }
+
+ private:
+  // With the registry's sink inside, the settlement is queued ahead of the terminal record
+  // and commits in its transaction (one commit for both); the sink reports a refusal of it
+  // as its own error (RegistrySink takes the execution's deferred errors). True when queued.
+  bool queue_settlement(std::string const& execution_id, core::TerminalRecord const& record) {
+    bool const with_terminal = inner() != nullptr && g_->options_.registry != nullptr;
+    if (with_terminal) g_->store_->queue_settle(execution_id, record);
+    return with_terminal;
+  }
+  // After the terminal write (its result `r`). Settled even when the record write failed: the
+  // budget follows what happened to the process, not whether its record reached the disk.
+  // settle() is idempotent, so after a failed terminal write it only does what the queued
+  // settlement did not.
+  Result<> after_terminal(std::string const& execution_id, core::TerminalRecord const& record,
+                          bool with_terminal, Result<> r) {
     Result<> settled = ok();
     if (!with_terminal || !r) settled = g_->store_->settle(execution_id, record);
     g_->on_terminal(execution_id, record);
@@ -116,7 +140,6 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     return settled;
   }
 
- private:
   supervisor::OwnershipSink* inner() const noexcept { return g_->options_.inner; }
   ExecutionGateway* g_;
 };
@@ -127,7 +150,13 @@ ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& 
                                    GatewayOptions options)
     : io_(io), store_(&store), options_(options), sink_(std::make_unique<Sink>(*this)) {}
 
-ExecutionGateway::~ExecutionGateway() = default;
+ExecutionGateway::~ExecutionGateway() {
+  // No authorization outlives the gateway: the one running finishes (its completion, posted to
+  // the loop, sees `alive_` gone), queued ones never start.
+  *alive_ = false;
+  authorizer_.stop();
+  authorizer_.join();
+}
 
 supervisor::OwnershipSink& ExecutionGateway::sink() noexcept {
   return *sink_;
@@ -159,43 +188,124 @@ class PermitMinter {
   }
 };
 
-Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
-                                                        supervisor::LaunchRequest request,
-                                                        AuthorityClaim const& claim) {
+// One exec.start between its checks and its launch: the request, the record the authorizing
+// transaction creates from it, that transaction's request (pointing into both: a Pending is
+// never moved once made) and its outcome.
+struct ExecutionGateway::Pending {
+  supervisor::LaunchRequest request;
+  std::optional<registry::NewExecution> record;
+  AuthorizeRequest req;
+  Result<AuthorityUse> use{Error{Errc::internal, "not authorized yet"}};
+};
+
+Result<std::unique_ptr<ExecutionGateway::Pending>> ExecutionGateway::prepare(
+    Caller const& caller, supervisor::LaunchRequest request, AuthorityClaim const& claim) {
   if (manager_ == nullptr) return Error{Errc::internal, "gateway has no execution manager"};
-  if (armed_) return Error{Errc::internal, "gateway start re-entered"};
   std::string const execution_id = CUSTOS_TRY(supervisor::new_execution_id());
+  auto p = std::make_unique<Pending>();
+  p->request = std::move(request);
   // Validates the plan (the encoder re-runs every rule) before any authority is touched. The
   // same canonical bytes and digest become the execution record the authorizing transaction
   // creates (encoded and hashed once).
-  auto record = registry::make_new_execution(execution_id, request.identity, request.plan, {});
-  if (!record) return record.error();
-  request.caller.uid = caller.uid;
-  request.caller.gid = caller.gid;
+  p->record = CUSTOS_TRY(
+      registry::make_new_execution(execution_id, p->request.identity, p->request.plan, {}));
+  p->request.caller.uid = caller.uid;
+  p->request.caller.gid = caller.gid;
   // Everything the manager would refuse before it creates anything is refused now, before the
-  // claim is consumed: after the transaction below, the launch is attempted.
-  CUSTOS_TRYV(manager_->admit(request));
-  CUSTOS_TRYV(check_switchable_user(request.plan));
+  // claim is consumed: after the authorizing transaction, the launch is attempted.
+  CUSTOS_TRYV(manager_->admit(p->request));
+  CUSTOS_TRYV(check_switchable_user(p->request.plan));
 
-  AuthorizeRequest req;
+  AuthorizeRequest& req = p->req;
   req.caller = caller;
-  req.identity = &request.identity;
-  req.plan = &request.plan;
-  req.plan_digest = record->plan_digest;
+  req.identity = &p->request.identity;
+  req.plan = &p->request.plan;
+  req.plan_digest = p->record->plan_digest;
   req.claim = claim;
   req.execution_id = execution_id;
   req.now_ns = realtime_ns();
   // With a registry: the record is created in the authorizing transaction, after the claim,
   // and the transaction commits with group durability (its fsync is awaited by the sink's
-  // make_durable before the barrier release, and below before any reply).
+  // make_durable before the barrier release, and in launch_authorized before any reply).
   if (options_.registry != nullptr) {
-    req.record = &*record;
+    req.record = &*p->record;
     req.durability = registry::Durability::group;
   }
-  AuthorityUse use = CUSTOS_TRY(store_->authorize(req));
+  return p;
+}
 
-  armed_ = Armed{use, req.plan_digest, false};
-  auto r = manager_->start(std::move(request), PermitMinter::mint(use, req.plan_digest));
+Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
+                                                        supervisor::LaunchRequest request,
+                                                        AuthorityClaim const& claim) {
+  if (armed_) return Error{Errc::internal, "gateway start re-entered"};
+  if (draining_) return Error{Errc::daemon_shutting_down, "the daemon is shutting down"};
+  auto p = CUSTOS_TRY(prepare(caller, std::move(request), claim));
+  p->use = store_->authorize(p->req);
+  return launch_authorized(*p);
+}
+
+void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchRequest request,
+                                   AuthorityClaim const& claim, StartDone done) {
+  if (draining_) return done(Error{Errc::daemon_shutting_down, "the daemon is shutting down"});
+  auto p = prepare(caller, std::move(request), claim);
+  if (!p) return done(p.error());
+  std::shared_ptr<Pending> pending = std::move(*p);
+  inflight_.emplace(pending->req.execution_id, std::nullopt);
+  // The authorizing transaction runs on the authorizer thread (the registry serializes it with
+  // every other write); the loop serves everything else meanwhile. The launch itself goes back
+  // to the loop.
+  boost::asio::post(authorizer_, [this, pending, done = std::move(done)]() mutable {
+    try {
+      pending->use = store_->authorize(pending->req);
+    } catch (std::exception const& ex) {
+      // Nothing may unwind the authorizer thread; the transaction rolled back with the throw.
+      pending->use = Error{Errc::internal, std::string{"authorization failed: "} + ex.what()};
+    }
+    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), pending,
+                            done = std::move(done)]() mutable {
+      if (alive.expired()) return;  // the gateway is gone: nobody to launch for
+      finish_async(*pending, std::move(done));
+    });
+  });
+}
+
+void ExecutionGateway::finish_async(Pending& p, StartDone done) {
+  std::string const id = p.req.execution_id;
+  std::optional<std::string> fence_reason;
+  if (auto it = inflight_.find(id); it != inflight_.end()) {
+    fence_reason = std::move(it->second);
+    inflight_.erase(it);
+  }
+  Result<supervisor::StartResult> r = Error{Errc::internal, "launch failed"};
+  try {
+    r = launch_authorized(p);
+  } catch (std::exception const& ex) {
+    // A handler of the loop: nothing may unwind into io_context::run().
+    r = Error{Errc::internal, std::string{"launch failed: "} + ex.what()};
+  }
+  // Revoked (grant, lease) while its authorization was in flight: fenced now that it exists,
+  // before anyone hears of the start — as if the revocation had come right after it.
+  if (r && fence_reason && r->phase != core::Phase::terminal) fence(id, *fence_reason);
+  done(std::move(r));
+  if (inflight_.empty() && drained_) {
+    auto cb = std::move(drained_);
+    drained_ = nullptr;
+    cb();
+  }
+}
+
+void ExecutionGateway::drain(std::function<void()> done) {
+  draining_ = true;
+  if (inflight_.empty()) return done();
+  drained_ = std::move(done);
+}
+
+Result<supervisor::StartResult> ExecutionGateway::launch_authorized(Pending& p) {
+  if (!p.use) return p.use.error();
+  AuthorityUse const& use = *p.use;
+  std::string const& plan_digest = p.req.plan_digest;
+  armed_ = Armed{use, plan_digest, false};
+  auto r = manager_->start(std::move(p.request), PermitMinter::mint(use, plan_digest));
   bool const recorded = armed_->recorded;
   armed_.reset();
   // No outcome of an authorized start (not even a refusal) reaches the caller before the claim
@@ -272,16 +382,19 @@ Result<std::set<std::string>> ExecutionGateway::executions_of(Caller const& call
   return ids;
 }
 
+void ExecutionGateway::remember_fenced(std::string const& execution_id) {
+  if (!fenced_.insert(execution_id).second) return;
+  fenced_order_.push_back(execution_id);
+  while (fenced_order_.size() > kFencedHistory) {
+    fenced_.erase(fenced_order_.front());
+    fenced_order_.pop_front();
+  }
+}
+
 void ExecutionGateway::fence(std::string const& execution_id, std::string const& reason) {
   // The fence is in place before the revoking call returns: this runs on the loop thread, and
   // every later exec.input is served after it and refused by input().
-  if (fenced_.insert(execution_id).second) {
-    fenced_order_.push_back(execution_id);
-    while (fenced_order_.size() > kFencedHistory) {
-      fenced_.erase(fenced_order_.front());
-      fenced_order_.pop_front();
-    }
-  }
+  remember_fenced(execution_id);
   if (manager_ == nullptr) return;
   (void)manager_->cancel(execution_id, core::Trigger::lease_fence, reason);
   // Bytes already admitted may still drain; then the child sees EOF.
@@ -292,7 +405,16 @@ FenceReport ExecutionGateway::fence_all(std::vector<AuthorityUse> const& uses,
                                         std::string const& reason) {
   FenceReport rep;
   for (auto const& u : uses) {
-    if (!live_.contains(u.execution_id) || fenced_.contains(u.execution_id)) continue;
+    if (fenced_.contains(u.execution_id)) continue;
+    if (auto in = inflight_.find(u.execution_id); in != inflight_.end()) {
+      // Authorized, not launched yet: fenced the moment it exists (finish_async), and its
+      // input is refused from now on.
+      remember_fenced(u.execution_id);
+      in->second = reason;
+      rep.fenced.push_back(u.execution_id);
+      continue;
+    }
+    if (!live_.contains(u.execution_id)) continue;
     fence(u.execution_id, reason);
     rep.fenced.push_back(u.execution_id);
   }

@@ -620,7 +620,7 @@ void Registry::keep_deferred_errors(Job const& job) {
     return;
   }
   for (Change const& c : job.changes) {
-    if (c.deferred && !c.result) keep(job.execution_id, c.what, c.result.error());
+    if (c.deferred && !c.done && !c.result) keep(job.execution_id, c.what, c.result.error());
   }
 }
 
@@ -640,12 +640,22 @@ void Registry::drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mute
       lk.unlock();
       run_batch(batch);
       lk.lock();
+      std::vector<std::pair<std::function<void(Result<void>)>, Result<void>>> told;
       for (auto const& j : batch) {
         j->done = true;
         keep_deferred_errors(*j);
+        for (Change& c : j->changes) {
+          if (c.done) told.emplace_back(std::move(c.done), c.result);
+        }
       }
       leader_active_ = false;
       queue_cv_.notify_all();
+      if (!told.empty()) {
+        // Outside the queue lock: a completion may queue the next write.
+        lk.unlock();
+        for (auto& [done, result] : told) done(std::move(result));
+        lk.lock();
+      }
     } else {
       queue_cv_.wait(lk);
     }
@@ -805,7 +815,8 @@ Result<void> Registry::store(sql::Db& db, ExecutionRecord& rec) {
 
 Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view execution_id,
                               char const* what,
-                              std::function<Result<void>(ExecutionRecord&)> change, bool atomic) {
+                              std::function<Result<void>(ExecutionRecord&)> change, bool atomic,
+                              std::function<void(Result<void>)> done) {
   std::unique_lock<std::mutex> lk(queue_mu_);
   // Joins the record job of the same execution at the tail of the queue (not yet taken by a
   // leader, so still ours to extend): one load and one store for both.
@@ -820,8 +831,8 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
   }
   job->durability = stricter(job->durability, d);
   // The change owns what it uses: a deferred one runs after this call has returned.
-  job->changes.push_back(
-      Change{std::move(change), mode == WriteMode::deferred, what, atomic, ok()});
+  job->changes.push_back(Change{std::move(change), mode == WriteMode::deferred, what, atomic, ok(),
+                                mode == WriteMode::deferred ? std::move(done) : nullptr});
   std::size_t const mine = job->changes.size() - 1;
   if (mode == WriteMode::deferred) {
     ++job->deferred;
@@ -1158,6 +1169,21 @@ Result<void> Registry::record_publication(std::string_view execution_id, int str
                 });
 }
 
+namespace {
+// The terminal write's change (owns its blob: a deferred change runs after its caller returned).
+std::function<Result<void>(ExecutionRecord&)> terminal_change(TerminalBlob t,
+                                                              core::RecoveryPath via) {
+  return [t = std::move(t), via](ExecutionRecord& rec) -> Result<void> {
+    if (rec.phase == core::Phase::terminal) {
+      return illegal_step(rec, "a terminal record exists; exactly one is allowed");
+    }
+    CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
+    rec.terminal = t;
+    return ok();
+  };
+}
+}  // namespace
+
 Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBlob const& t,
                                        core::RecoveryPath via) {
   failpoint("before_terminal");
@@ -1167,14 +1193,20 @@ Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBl
   }
   // Immediate: queued deferred writes are committed first, in this same transaction.
   return modify(options_.terminal_durability, WriteMode::now, execution_id, "record_terminal",
-                [&t, via](ExecutionRecord& rec) -> Result<void> {
-                  if (rec.phase == core::Phase::terminal) {
-                    return illegal_step(rec, "a terminal record exists; exactly one is allowed");
-                  }
-                  CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
-                  rec.terminal = t;
-                  return ok();
-                });
+                terminal_change(t, via));
+}
+
+void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
+                                     core::RecoveryPath via,
+                                     std::function<void(Result<void>)> done) {
+  failpoint("before_terminal");
+  if (t.digest != sha256_tagged(t.bytes)) {
+    return done(Error{Errc::registry_corrupt_record,
+                      execution_id + ": terminal digest does not match its bytes"});
+  }
+  // Deferred, so nobody blocks on it; the change owns its blob (it runs after this returns).
+  (void)modify(options_.terminal_durability, WriteMode::deferred, execution_id, "record_terminal",
+               terminal_change(std::move(t), via), true, std::move(done));
 }
 
 Result<void> Registry::record_recovered(std::string_view execution_id,

@@ -150,9 +150,11 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
           auto launch = parse_launch(p);
           if (!launch) return reply(launch.error());
           launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
-          auto r = gw.start(*caller, std::move(launch->request), launch->claim);
-          if (!r) return reply(r.error());
-          reply(json::value(r->to_json()));
+          gw.start_async(*caller, std::move(launch->request), launch->claim,
+                         [reply](Result<supervisor::StartResult> r) {
+                           if (!r) return reply(r.error());
+                           reply(json::value(r->to_json()));
+                         });
         });
 
   for (char const* name :

@@ -1,5 +1,7 @@
 #include "custos/supervisor/registry_sink.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/identity.hpp"
 
@@ -106,17 +108,41 @@ Result<> RegistrySink::record_output(std::string const& execution_id, StreamId s
   return r;
 }
 
+Result<> RegistrySink::terminal_result(std::string const& execution_id, Result<> written) {
+  // Deferred writes of this execution were committed by now (ahead of the terminal record);
+  // a refusal among them is this execution's to report.
+  auto deferred = registry_->take_deferred_error(execution_id);
+  if (!written) return written;
+  if (deferred) return *deferred;
+  return ok();
+}
+
 Result<> RegistrySink::record_terminal(std::string const& execution_id,
                                        core::TerminalRecord const& record) {
   running_recorded_.erase(execution_id);
   auto blob = registry::terminal_blob(record);
   Result<> r = blob ? registry_->record_terminal(execution_id, *blob) : Result<>{blob.error()};
-  // Deferred writes of this execution were committed by now (ahead of the terminal record);
-  // a refusal among them is this execution's to report.
-  auto deferred = registry_->take_deferred_error(execution_id);
-  if (!r) return r;
-  if (deferred) return *deferred;
-  return ok();
+  return terminal_result(execution_id, std::move(r));
+}
+
+void RegistrySink::record_terminal_async(std::string const& execution_id,
+                                         core::TerminalRecord const& record,
+                                         std::function<void(Result<>)> done) {
+  if (loop_ == nullptr) return done(record_terminal(execution_id, record));
+  running_recorded_.erase(execution_id);
+  auto blob = registry::terminal_blob(record);
+  if (!blob) return done(terminal_result(execution_id, blob.error()));
+  // The registry calls back on the committing thread (the flush thread, or the loop inside
+  // another write): the answer always goes through the loop, as a handler of its own.
+  registry_->record_terminal_async(
+      execution_id, std::move(*blob), core::RecoveryPath::observed,
+      [this, loop = loop_, id = execution_id, done = std::move(done)](Result<> r) mutable {
+        boost::asio::post(
+            *loop, [this, id = std::move(id), r = std::move(r), done = std::move(done)]() mutable {
+              done(terminal_result(id, std::move(r)));
+            });
+      });
+  schedule_flush();
 }
 
 }  // namespace custos::supervisor

@@ -429,7 +429,8 @@ void Supervisor::fail_spawn(core::SpawnFailure failure) {
       boundary_, cleanup_,
       kernel_enforced_ ? core::Containment::kernel_enforced : core::Containment::escapable};
   record.escalation = core::EscalationReport{false, false};
-  finish_terminal(std::move(record));
+  // Synchronous: the launch reports this outcome to its caller when it returns.
+  finish_terminal(std::move(record), TerminalWrite::now);
 }
 
 void Supervisor::start_io() {
@@ -931,6 +932,14 @@ Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reaso
 
 Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason) {
   if (terminal_) return Error(Errc::exec_not_running, id_ + " is terminal");
+  if (closing_) {
+    // Closed, its terminal record being written: the exit decided the outcome and nothing is
+    // left to stop (the tree is empty, its handles are gone).
+    CancelResult res;
+    res.accepted = false;
+    res.trigger = cancel_.first();
+    return res;
+  }
   auto outcome = cancel_.offer(trigger);
   if (!outcome) return Error(Errc::exec_not_running, outcome.error().message());
   CancelResult res;
@@ -1326,19 +1335,35 @@ void Supervisor::close_and_record() {
   root_.reset();
   pty_.reset();
   workspace_fd_.reset();
-  finish_terminal(std::move(record));
+  finish_terminal(std::move(record), TerminalWrite::async);
 }
 
-void Supervisor::finish_terminal(core::TerminalRecord record) {
+void Supervisor::finish_terminal(core::TerminalRecord record, TerminalWrite write) {
   auto const& cfg = manager_->config_;
   if (cfg.sink != nullptr) {
     for (auto const& [stream, acc] : record.output) {
       if (auto r = cfg.sink->record_output(id_, stream, acc); !r)
         sink_error("record_output", r.error());
     }
+    if (write == TerminalWrite::async) {
+      // The loop goes on while the record is written; nobody learns the result (waits, the
+      // terminal event, the manager) before the sink answers, and then it is in the WAL.
+      auto rec = std::make_shared<core::TerminalRecord>(std::move(record));
+      cfg.sink->record_terminal_async(id_, *rec, [self = shared_from_this(), rec](Result<> r) {
+        // Detached meanwhile (the manager is gone): the record is written, nobody to tell.
+        if (self->manager_ == nullptr) return;
+        if (!r) self->sink_error("record_terminal", r.error());
+        self->publish_terminal(std::move(*rec));
+      });
+      return;
+    }
     if (auto r = cfg.sink->record_terminal(id_, record); !r)
       sink_error("record_terminal", r.error());
   }
+  publish_terminal(std::move(record));
+}
+
+void Supervisor::publish_terminal(core::TerminalRecord record) {
   advance(core::event::TerminalRecorded{record.classification, core::RecoveryPath::observed});
   (void)cancel_.seal();
   terminal_ = std::move(record);

@@ -142,7 +142,12 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   void force_close_readers();
   void maybe_close();
   void close_and_record();
-  void finish_terminal(core::TerminalRecord record);
+  // How the terminal record is written: `now` waits for the sink (a spawn failure, reported
+  // by the launch itself), `async` lets the loop go on (the close of a launched execution).
+  enum class TerminalWrite : std::uint8_t { now, async };
+  void finish_terminal(core::TerminalRecord record, TerminalWrite write);
+  // The record is written: the lifecycle, the terminal event, the manager (waits).
+  void publish_terminal(core::TerminalRecord record);
 
   void advance(core::LifecycleEvent const& ev);
   void emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data = {});

@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,6 +116,18 @@ class GatewayTest : public SupervisorTest {
                    })
                     .has_value());
     return n;
+  }
+
+  void revoke_races_start(bool async);
+
+  // What start_async answered. The completion holds it too: it may run after a failed
+  // assertion ended the test body, while TearDown still drives the loop.
+  using Answer = std::shared_ptr<std::optional<Result<supervisor::StartResult>>>;
+  Answer async_start(supervisor::LaunchRequest req, AuthorityClaim const& c) {
+    auto a = std::make_shared<std::optional<Result<supervisor::StartResult>>>();
+    gateway_->start_async(runner(), std::move(req), c,
+                          [a](Result<supervisor::StartResult> r) { *a = std::move(r); });
+    return a;
   }
 
   std::unique_ptr<registry::Registry> reg_;
@@ -384,9 +397,11 @@ TEST_F(GatewayTest, ContinuousStdinWriterSeesNothingAfterTheRevokeReturned) {
   EXPECT_LE(last, revoked_at);
 }
 
-TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthority) {
+// Revokes and starts posted to the loop in random order; with `async`, the start is the
+// daemon's (start_async: its transaction races the revoke's on the authorizer thread).
+void GatewayTest::revoke_races_start(bool async) {
   gw_manager();
-  std::mt19937 rng(12345);
+  std::mt19937 rng(async ? 54321 : 12345);
   int started = 0;
   int refused = 0;
   std::vector<std::string> ids;
@@ -395,9 +410,18 @@ TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthority) {
   for (int round = 0; round < 24; ++round) {
     std::string const gid = "race-" + std::to_string(round);
     add(spec(gid));
-    std::optional<Result<supervisor::StartResult>> st;
+    auto answer = std::make_shared<std::optional<Result<supervisor::StartResult>>>();
+    auto& st = *answer;
     bool revoked = false;
-    auto do_start = [&] { st = gw_start(sh("sleep 30"), claim(gid)); };
+    auto do_start = [&] {
+      if (async) {
+        gateway_->start_async(
+            runner(), request(sh("sleep 30")), claim(gid),
+            [answer](Result<supervisor::StartResult> r) { *answer = std::move(r); });
+      } else {
+        *answer = gw_start(sh("sleep 30"), claim(gid));
+      }
+    };
     auto do_revoke = [&] { revoked = gateway_->revoke(admin, gid).has_value(); };
     if (rng() % 2 == 0) {
       boost::asio::post(io_, do_start);
@@ -425,6 +449,103 @@ TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthority) {
     ASSERT_TRUE(rec);
     EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::lease_fence}) << id;
   }
+}
+
+TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthority) {
+  revoke_races_start(false);
+}
+
+TEST_F(GatewayTest, RevokeRacingAsyncStartNeverLaunchesUnderRevokedAuthority) {
+  revoke_races_start(true);
+}
+
+// start_async (the daemon's exec.start): the authorizing transaction runs off the loop, the
+// launch back on it. A revoke that commits after the authorization but before the launch ran
+// fences the execution as it is launched, before its caller hears of the start.
+TEST_F(GatewayTest, ARevokeWhileTheAuthorizationIsInFlightFencesTheLaunch) {
+  gw_manager();
+  add(spec("g1"));
+  auto const answer = async_start(request(sh("sleep 30")), claim("g1"));
+  auto const& st = *answer;
+  EXPECT_EQ(gateway_->inflight(), 1U);
+  // The loop is not run, so the launch waits; the transaction commits on the authorizer.
+  auto const deadline = std::chrono::steady_clock::now() + 10s;
+  while (count("claims") < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(count("claims"), 1);
+  EXPECT_FALSE(st.has_value());
+  Caller admin = runner();
+  admin.admin = true;
+  auto rv = gateway_->revoke(admin, "g1");
+  ASSERT_TRUE(rv.has_value()) << rv.error().message();
+  ASSERT_EQ(rv->fence.fenced.size(), 1U);
+  std::string const id = rv->fence.fenced[0];
+  EXPECT_TRUE(gateway_->fenced(id));
+  ASSERT_TRUE(drive([&] { return st.has_value(); }, 10s));
+  ASSERT_TRUE(st->has_value()) << st->error().message();
+  EXPECT_EQ((*st)->execution_id, id);
+  EXPECT_EQ(gateway_->inflight(), 0U);
+  auto rec = terminal(id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::lease_fence});
+  EXPECT_EQ(rec->classification, core::Classification::cancelled);
+}
+
+TEST_F(GatewayTest, AsyncStartAnswersLikeStartAndARefusalHasNoEffect) {
+  gw_manager();
+  add(spec("g1"));
+  auto const first = request(sh("exit 4"));
+  auto const answer = async_start(first, claim("g1"));
+  auto const& st = *answer;
+  ASSERT_TRUE(drive([&] { return st.has_value(); }, 10s));
+  ASSERT_TRUE(st->has_value()) << st->error().message();
+  // The claim's fsync came before the answer.
+  EXPECT_FALSE(reg_->durability_pending());
+  auto rec = terminal((*st)->execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->exit.code, 4);
+  // The same action again: refused by the authorizing transaction, nothing written.
+  auto const claims = count("claims");
+  auto const replayed = async_start(first, claim("g1"));
+  auto const& again = *replayed;
+  ASSERT_TRUE(drive([&] { return again.has_value(); }, 10s));
+  ASSERT_FALSE(again->has_value());
+  EXPECT_EQ(again->error().code, Errc::auth_replay);
+  EXPECT_EQ(count("claims"), claims);
+  EXPECT_EQ(gateway_->inflight(), 0U);
+  // An invalid plan is refused before anything is queued, before start_async returns.
+  auto bad = request(sh("exit 0"));
+  bad.plan.command.argv.clear();
+  auto const invalid = async_start(std::move(bad), claim("g1"));
+  ASSERT_TRUE(invalid->has_value());
+  EXPECT_FALSE(invalid->value().has_value());
+  EXPECT_EQ(gateway_->inflight(), 0U);
+}
+
+TEST_F(GatewayTest, DrainWaitsForAuthorizationsInFlightAndRefusesNewStarts) {
+  gw_manager();
+  add(spec("g1"));
+  auto const answer = async_start(request(sh("exit 0")), claim("g1"));
+  auto const& st = *answer;
+  // {drained, the start had been answered by then}; shared with the callback for the same
+  // reason as the answers.
+  auto drained = std::make_shared<std::pair<bool, bool>>(false, false);
+  gateway_->drain([drained, answer] { *drained = {true, answer->has_value()}; });
+  EXPECT_FALSE(drained->first);
+  auto const late = async_start(request(sh("exit 0")), claim("g1"));
+  ASSERT_TRUE(late->has_value());
+  ASSERT_FALSE(late->value().has_value());
+  EXPECT_EQ(late->value().error().code, Errc::daemon_shutting_down);
+  ASSERT_TRUE(drive([&] { return drained->first; }, 10s));
+  EXPECT_TRUE(drained->second);
+  ASSERT_TRUE(st->has_value()) << st->error().message();
+  EXPECT_TRUE(terminal((*st)->execution_id).has_value());
+  EXPECT_EQ(count("claims"), 1);
+  // Nothing in flight: drained at once.
+  bool again = false;
+  gateway_->drain([&] { again = true; });
+  EXPECT_TRUE(again);
 }
 
 TEST_F(GatewayTest, ExpiryBehavesLikeRevocation) {

@@ -146,6 +146,80 @@ TEST(RegistryDeferred, TerminalCommitsQueuedWritesFirstInItsTransaction) {
   EXPECT_EQ(stored_phase(t, "ex-1"), "terminal");
 }
 
+// record_terminal_async: nothing is written when it returns; the completion comes from the
+// thread that commits (here the flush below), once the record is in the WAL, exactly once.
+TEST(RegistryDeferred, AsyncTerminalIsToldOnceItsTransactionCommitted) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::closed, WriteMode::deferred));
+  auto const before = reg->write_stats();
+  int told = 0;
+  std::optional<Result<void>> result;
+  std::string phase_when_told;
+  reg->record_terminal_async(
+      "ex-1", fake_terminal(), core::RecoveryPath::observed, [&](Result<void> r) {
+        ++told;
+        result = std::move(r);
+        // Committed and readable before anyone is told.
+        auto rec = reg->get("ex-1");
+        phase_when_told = rec ? std::string{core::phase_wire(rec->phase)} : "<none>";
+      });
+  EXPECT_EQ(told, 0);
+  EXPECT_EQ(reg->deferred_pending(), 3u);
+  EXPECT_EQ(reg->write_stats().transactions, before.transactions);
+  CUSTOS_ASSERT_OK(reg->flush());
+  ASSERT_EQ(told, 1);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->has_value()) << result->error().message();
+  EXPECT_EQ(phase_when_told, "terminal");
+  EXPECT_EQ(reg->write_stats().transactions - before.transactions, 1u);
+  auto rec = reg->get("ex-1");
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->phase, core::Phase::terminal);
+  EXPECT_TRUE(rec->terminal.has_value());
+  // Its refusal goes to its completion, not to the execution's deferred errors.
+  std::optional<Result<void>> second;
+  reg->record_terminal_async("ex-1", fake_terminal(), core::RecoveryPath::observed,
+                             [&](Result<void> r) { second = std::move(r); });
+  CUSTOS_ASSERT_OK(reg->flush());
+  ASSERT_TRUE(second.has_value());
+  ASSERT_FALSE(second->has_value());
+  EXPECT_EQ(second->error().code, Errc::registry_illegal_phase);
+  EXPECT_FALSE(reg->take_deferred_error("ex-1").has_value());
+  reg.reset();
+  EXPECT_EQ(stored_phase(t, "ex-1"), "terminal");
+}
+
+TEST(RegistryDeferred, AsyncTerminalRidesInTheNextImmediateWriteAndABadDigestIsToldAtOnce) {
+  TempDir t;
+  auto reg = open_ok(t);
+  staged_running(*reg, "ex-1");
+  staged_running(*reg, "ex-2");
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::exited, WriteMode::deferred));
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::closed, WriteMode::deferred));
+  std::optional<Result<void>> told;
+  reg->record_terminal_async("ex-1", fake_terminal(), core::RecoveryPath::observed,
+                             [&](Result<void> r) { told = std::move(r); });
+  EXPECT_FALSE(told.has_value());
+  // Another execution's immediate write commits it, ahead of itself, and tells it.
+  CUSTOS_ASSERT_OK(reg->record_phase("ex-2", core::Phase::stopping));
+  ASSERT_TRUE(told.has_value());
+  EXPECT_TRUE(told->has_value());
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+
+  auto bad = fake_terminal();
+  bad.digest = std::string(64, '0');
+  std::optional<Result<void>> refused;
+  reg->record_terminal_async("ex-2", bad, core::RecoveryPath::observed,
+                             [&](Result<void> r) { refused = std::move(r); });
+  ASSERT_TRUE(refused.has_value());  // before it returned: nothing was queued
+  ASSERT_FALSE(refused->has_value());
+  EXPECT_EQ(refused->error().code, Errc::registry_corrupt_record);
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+}
+
 TEST(RegistryDeferred, ClosingTheRegistryCommitsWhatIsQueued) {
   TempDir t;
   {

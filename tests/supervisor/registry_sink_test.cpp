@@ -25,6 +25,7 @@ class RegistrySinkTest : public SupervisorTest {
   }
   void TearDown() override {
     SupervisorTest::TearDown();
+    looped_.reset();
     sink_.reset();
     registry_.reset();
   }
@@ -35,6 +36,7 @@ class RegistrySinkTest : public SupervisorTest {
 
   std::unique_ptr<registry::Registry> registry_;
   std::unique_ptr<RegistrySink> sink_;
+  std::unique_ptr<RegistrySink> looped_;  // the daemon's form: deferring, on this test's loop
 };
 
 TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
@@ -120,6 +122,41 @@ TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
   auto stored = registry_->get(id);
   ASSERT_TRUE(stored) << stored.error().message();
   EXPECT_EQ(stored->phase, core::Phase::starting);
+}
+
+// The daemon's sink (on the loop) writes the terminal record without the loop waiting for the
+// transaction; still, nobody hears of the result before the record is in the registry.
+TEST_F(RegistrySinkTest, WaitersHearOfTheResultOnlyOnceTheTerminalRecordIsWritten) {
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) {
+    auto st = start_with_test_permit(*manager_, request(sh("exit " + std::to_string(i))));
+    ASSERT_TRUE(st) << st.error().message();
+    ids.push_back(st->execution_id);
+  }
+  int answered = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    manager_->wait(ids[i], std::nullopt, [&, i](Result<core::TerminalRecord> r) {
+      ++answered;
+      ASSERT_TRUE(r) << r.error().message();
+      EXPECT_EQ(r->exit.code, static_cast<int>(i));
+      auto stored = registry_->get(ids[i]);
+      ASSERT_TRUE(stored) << stored.error().message();
+      EXPECT_EQ(stored->phase, core::Phase::terminal) << ids[i];
+      ASSERT_TRUE(stored->terminal.has_value());
+      auto decoded = registry::decode_terminal(*stored->terminal);
+      ASSERT_TRUE(decoded) << decoded.error().message();
+      EXPECT_EQ(decoded->exit.code, static_cast<int>(i));
+    });
+  }
+  ASSERT_TRUE(drive([&] { return answered == static_cast<int>(ids.size()); }, 20s));
+  for (auto const& id : ids) {
+    auto v = manager_->get(id);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->phase, core::Phase::terminal);
+    EXPECT_FALSE(v->sink_error.has_value()) << *v->sink_error;
+  }
 }
 
 }  // namespace

@@ -23,11 +23,13 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/json/object.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -112,6 +114,20 @@ class ExecutionGateway {
   [[nodiscard]] Result<supervisor::StartResult> start(Caller const& caller,
                                                       supervisor::LaunchRequest request,
                                                       AuthorityClaim const& claim);
+  // exec.start without holding the loop during the authorizing transaction: the checks run
+  // now, the transaction on the gateway's authorizer thread, the launch back on the loop, and
+  // `done` gets what start() would return (before this returns when refused at once; else as
+  // a handler of the loop). An execution whose grant or lease is revoked while its
+  // authorization is in flight is fenced as soon as it is launched, before `done` runs.
+  using StartDone = std::function<void(Result<supervisor::StartResult>)>;
+  void start_async(Caller const& caller, supervisor::LaunchRequest request,
+                   AuthorityClaim const& claim, StartDone done);
+  // Shutdown: refuses new starts (daemon.shutting_down) and calls `done` once no
+  // authorization is in flight any more (at once when none is), so the manager's shutdown
+  // sees every execution that was authorized.
+  void drain(std::function<void()> done);
+  // Authorizations submitted by start_async whose launch has not run yet.
+  [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }
 
   // exec.input through the fence: once an execution is fenced, nothing more is admitted
   // (exec.input_closed), whatever the manager would still accept.
@@ -175,6 +191,15 @@ class ExecutionGateway {
     std::unique_ptr<boost::asio::steady_timer> expiry;
   };
 
+  struct Pending;
+  Result<std::unique_ptr<Pending>> prepare(Caller const& caller, supervisor::LaunchRequest request,
+                                           AuthorityClaim const& claim);
+  // The manager's launch of an authorized Pending (or its authorization's refusal), then the
+  // durability wait and the dependents' bookkeeping: the common end of start and start_async.
+  Result<supervisor::StartResult> launch_authorized(Pending& p);
+  void finish_async(Pending& p, StartDone done);
+  void remember_fenced(std::string const& execution_id);
+
   Result<void> on_record_authorized(std::string const& execution_id,
                                     core::ExecutionIdentity const& identity,
                                     core::ExecutionPlan const& plan,
@@ -197,6 +222,13 @@ class ExecutionGateway {
   static constexpr std::size_t kFencedHistory = 4096;
   std::set<std::string> fenced_;
   std::deque<std::string> fenced_order_;
+  // start_async: authorizations in flight (a fence reason once revoked meanwhile), the drain
+  // state, and the thread the authorizing transactions run on (joined first at destruction).
+  std::map<std::string, std::optional<std::string>> inflight_;
+  bool draining_ = false;
+  std::function<void()> drained_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  boost::asio::thread_pool authorizer_{1};
 };
 
 }  // namespace custos::gateway

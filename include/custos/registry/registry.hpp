@@ -359,6 +359,15 @@ class Registry {
   // digest does not match the bytes.
   [[nodiscard]] Result<void> record_terminal(std::string_view execution_id, TerminalBlob const& t,
                                              core::RecoveryPath via = core::RecoveryPath::observed);
+  // record_terminal without waiting for its transaction: checked and queued now (the failpoint
+  // before_terminal fires here), committed like a deferred write (by flush(), or ahead of the
+  // next immediate write, in its transaction), after every write queued before it. `done` gets
+  // this write's own result once its transaction ended, on the thread that committed it, with
+  // no registry lock held: keep it short (post to your event loop). It is called exactly once,
+  // before return when the record is refused at once. Waiters learn the result from `done`
+  // only: by then the record and everything that led to it are in the WAL.
+  void record_terminal_async(std::string execution_id, TerminalBlob t, core::RecoveryPath via,
+                             std::function<void(Result<void>)> done);
 
   // Startup recovery's single transaction for one record: walks `steps` (each checked with
   // core::is_legal_progression; running and later need committed ownership) and writes the
@@ -447,6 +456,9 @@ class Registry {
     char const* what = "";
     bool atomic = true;  // refuses before it changes anything: applied without a copy
     Result<void> result = ok();
+    // Queued without a waiter (counted as deferred) and told of its result: gets `result`
+    // once its job is done, instead of keeping a refusal in deferred_errors_.
+    std::function<void(Result<void>)> done;
   };
   struct Job {
     JobFn fn;                     // a plain job (claims, creation, transact, flush marker)
@@ -501,8 +513,10 @@ class Registry {
   // must own everything it uses) and ok() is returned at once.
   // `atomic`: `change` refuses before it changes anything (else it runs on a copy when it
   // shares its job with other changes).
+  // `done` (deferred mode only): called with this change's result once its job is done.
   Result<void> modify(Durability d, WriteMode mode, std::string_view execution_id, char const* what,
-                      std::function<Result<void>(ExecutionRecord&)> change, bool atomic = true);
+                      std::function<Result<void>(ExecutionRecord&)> change, bool atomic = true,
+                      std::function<void(Result<void>)> done = {});
 
   std::filesystem::path state_dir_;
   OpenOptions options_;

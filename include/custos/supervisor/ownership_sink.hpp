@@ -10,6 +10,7 @@
 // still delivered to waiters.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "custos/core/result.hpp"
@@ -73,6 +74,17 @@ class OwnershipSink {
   // The one terminal record (with its digest). Called exactly once per execution.
   [[nodiscard]] virtual Result<> record_terminal(std::string const& execution_id,
                                                  core::TerminalRecord const& record) = 0;
+
+  // record_terminal without blocking the caller (the supervisor's close uses it, so the loop
+  // does not wait for the transaction): `done` gets the same result record_terminal would
+  // return, exactly once, either before this returns or later as a handler of the event loop
+  // (never from inside another sink call). The record is written by then. Default: the
+  // synchronous record_terminal, then `done` at once.
+  virtual void record_terminal_async(std::string const& execution_id,
+                                     core::TerminalRecord const& record,
+                                     std::function<void(Result<>)> done) {
+    done(record_terminal(execution_id, record));
+  }
 };
 
 }  // namespace custos::supervisor

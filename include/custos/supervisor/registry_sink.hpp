@@ -23,6 +23,8 @@
 //                       queued meanwhile takes them into its own transaction)
 //   record_terminal     commits everything queued before it, then returns, so
 //                       waiters learn the result only once it is in the WAL    now
+//   (record_terminal_async: the same write, committed by the flush thread; its
+//    completion is posted to the loop, so the loop never waits for it)        deferred
 // Without a loop every write is immediate (one transaction each).
 #pragma once
 
@@ -78,6 +80,11 @@ class RegistrySink final : public OwnershipSink {
   // terminal record itself is written either way.
   [[nodiscard]] Result<> record_terminal(std::string const& execution_id,
                                          core::TerminalRecord const& record) override;
+  // With a loop: queued (Registry::record_terminal_async) and committed by the flush thread
+  // with the deferred writes before it; `done` runs on the loop once it is in the WAL, with the
+  // same result record_terminal would give. Without a loop: record_terminal, then `done`.
+  void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
+                             std::function<void(Result<>)> done) override;
 
   // Commits whatever is deferred now (the posted handler does the same).
   [[nodiscard]] Result<> flush();
@@ -86,6 +93,8 @@ class RegistrySink final : public OwnershipSink {
   [[nodiscard]] registry::WriteMode deferrable() const noexcept {
     return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
   }
+  // record_terminal's answer from the write's result and this execution's deferred refusals.
+  [[nodiscard]] Result<> terminal_result(std::string const& execution_id, Result<> written);
   // Wakes the flush thread (starting it the first time) unless a flush is requested already.
   void schedule_flush();
   void flush_thread_main();

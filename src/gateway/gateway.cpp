@@ -98,6 +98,14 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     }
     return g_->store_->await_durable();
   }
+  void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override {
+    if (inner() == nullptr) return done(make_durable(execution_id));
+    // The store's wait is on the same registry: satisfied by the time the inner sink answers.
+    inner()->when_durable(execution_id, [this, done = std::move(done)](Result<> r) {
+      if (!r) return done(std::move(r));
+      done(g_->store_->await_durable());
+    });
+  }
   Result<> record_terminal(std::string const& execution_id,
                            core::TerminalRecord const& record) override {
     bool const with_terminal = queue_settlement(execution_id, record);
@@ -196,6 +204,7 @@ struct ExecutionGateway::Pending {
   std::optional<registry::NewExecution> record;
   AuthorizeRequest req;
   Result<AuthorityUse> use{Error{Errc::internal, "not authorized yet"}};
+  bool recorded = false;  // the manager's record_authorized ran for it (async launch)
 };
 
 Result<std::unique_ptr<ExecutionGateway::Pending>> ExecutionGateway::prepare(
@@ -240,8 +249,12 @@ Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
   if (armed_) return Error{Errc::internal, "gateway start re-entered"};
   if (draining_) return Error{Errc::daemon_shutting_down, "the daemon is shutting down"};
   auto p = CUSTOS_TRY(prepare(caller, std::move(request), claim));
-  p->use = store_->authorize(p->req);
-  return launch_authorized(*p);
+  AuthorityUse const use = CUSTOS_TRY(store_->authorize(p->req));
+  armed_ = Armed{use, p->req.plan_digest, false};
+  auto r = manager_->start(std::move(p->request), PermitMinter::mint(use, p->req.plan_digest));
+  bool const recorded = armed_->recorded;
+  armed_.reset();
+  return after_launch(use, recorded, std::move(r));
 }
 
 void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchRequest request,
@@ -264,27 +277,53 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
     boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), pending,
                             done = std::move(done)]() mutable {
       if (alive.expired()) return;  // the gateway is gone: nobody to launch for
-      finish_async(*pending, std::move(done));
+      launch_async(std::move(pending), std::move(done));
     });
   });
 }
 
-void ExecutionGateway::finish_async(Pending& p, StartDone done) {
-  std::string const id = p.req.execution_id;
+void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) {
+  std::string const id = p->req.execution_id;
+  if (!p->use) return answer_async(id, p->use.error(), done);
+  AuthorityUse const use = *p->use;
+  armed_ = Armed{use, p->req.plan_digest, false};
+  try {
+    manager_->start_async(
+        std::move(p->request), PermitMinter::mint(use, p->req.plan_digest),
+        [this, alive = std::weak_ptr<bool>(alive_), p, use,
+         done](Result<supervisor::StartResult> r) mutable {
+          if (alive.expired()) return;
+          // Answered at once (armed_ is still this launch's), or later (it was noted below).
+          bool const recorded = armed_ && armed_->use.execution_id == use.execution_id
+                                    ? armed_->recorded
+                                    : p->recorded;
+          Result<supervisor::StartResult> out = Error{Errc::internal, "launch failed"};
+          try {
+            out = after_launch(use, recorded, std::move(r));
+          } catch (std::exception const& ex) {
+            // A handler of the loop: nothing may unwind into io_context::run().
+            out = Error{Errc::internal, std::string{"launch failed: "} + ex.what()};
+          }
+          answer_async(use.execution_id, std::move(out), done);
+        });
+  } catch (std::exception const& ex) {
+    armed_.reset();
+    return answer_async(id, Error{Errc::internal, std::string{"launch failed: "} + ex.what()},
+                        done);
+  }
+  if (armed_) p->recorded = armed_->recorded;
+  armed_.reset();
+}
+
+void ExecutionGateway::answer_async(std::string const& id, Result<supervisor::StartResult> r,
+                                    StartDone& done) {
   std::optional<std::string> fence_reason;
   if (auto it = inflight_.find(id); it != inflight_.end()) {
     fence_reason = std::move(it->second);
     inflight_.erase(it);
   }
-  Result<supervisor::StartResult> r = Error{Errc::internal, "launch failed"};
-  try {
-    r = launch_authorized(p);
-  } catch (std::exception const& ex) {
-    // A handler of the loop: nothing may unwind into io_context::run().
-    r = Error{Errc::internal, std::string{"launch failed: "} + ex.what()};
-  }
-  // Revoked (grant, lease) while its authorization was in flight: fenced now that it exists,
-  // before anyone hears of the start — as if the revocation had come right after it.
+  // Revoked (grant, lease) while its authorization or launch was in flight: fenced now that it
+  // runs, before anyone hears of the start — as if the revocation had come right after it.
   if (r && fence_reason && r->phase != core::Phase::terminal) fence(id, *fence_reason);
   done(std::move(r));
   if (inflight_.empty() && drained_) {
@@ -300,21 +339,17 @@ void ExecutionGateway::drain(std::function<void()> done) {
   drained_ = std::move(done);
 }
 
-Result<supervisor::StartResult> ExecutionGateway::launch_authorized(Pending& p) {
-  if (!p.use) return p.use.error();
-  AuthorityUse const& use = *p.use;
-  std::string const& plan_digest = p.req.plan_digest;
-  armed_ = Armed{use, plan_digest, false};
-  auto r = manager_->start(std::move(p.request), PermitMinter::mint(use, plan_digest));
-  bool const recorded = armed_->recorded;
-  armed_.reset();
+Result<supervisor::StartResult> ExecutionGateway::after_launch(AuthorityUse const& use,
+                                                               bool recorded,
+                                                               Result<supervisor::StartResult> r) {
   // No outcome of an authorized start (not even a refusal) reaches the caller before the claim
-  // behind it is on stable storage. Normally the manager already awaited it (make_durable).
-  if (auto durable = store_->await_durable(); !durable) {
-    if (!r) return r.error();
-    return durable.error();
+  // behind it is on stable storage. A launch result comes only after the manager awaited it
+  // (make_durable / when_durable before the release, or before a spawn failure is reported);
+  // a refusal by the manager did not, so it waits here.
+  if (!r) {
+    if (auto durable = store_->await_durable(); !durable) return durable.error();
+    return r.error();
   }
-  if (!r) return r.error();
   if (!recorded || r->execution_id != use.execution_id) {
     return Error{Errc::internal, "the manager launched without recording the authorized execution"};
   }

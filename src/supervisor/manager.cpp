@@ -119,7 +119,8 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   return ok();
 }
 
-Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit permit) {
+Result<ExecutionManager::Prepared> ExecutionManager::prepare_start(LaunchRequest request,
+                                                                   LaunchPermit permit) {
   CUSTOS_TRYV(admit(request));
   if (!permit.valid()) return Error(Errc::auth_denied, "launch permit is empty (already spent)");
   auto const& plan = request.plan;
@@ -155,18 +156,55 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit 
                                           std::move(*digest));
   std::size_t const live = live_count();
   executions_.emplace(id, sup);
-  auto res =
-      sup->launch(boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_, live);
+  return Prepared{std::move(sup), boundary, live};
+}
+
+void ExecutionManager::note_child(Supervisor const& sup) {
+  if (!sup.cgroup_rel().empty()) cgroup_owner_[sup.cgroup_rel()] = sup.id();
+  if (sup.root_pid() > 0 && !sup.terminal()) roots_[sup.root_pid()] = sup.id();
+}
+
+void ExecutionManager::note_started(Supervisor const& sup, StartResult const& started) {
+  if (!sup.cgroup_rel().empty()) cgroup_owner_[sup.cgroup_rel()] = sup.id();
+  if (started.pid > 0 && !sup.terminal()) roots_[started.pid] = sup.id();
+  ++stats_.started;
+  if (sup.terminal() && started.pid == 0) ++stats_.spawn_failed;
+}
+
+Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit permit) {
+  auto p = CUSTOS_TRY(prepare_start(std::move(request), std::move(permit)));
+  auto res = p.sup->launch(p.boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_,
+                           p.live);
   if (!res) {
-    executions_.erase(id);
+    executions_.erase(p.sup->id());
     return res.error();
   }
-  StartResult const& started = res.value();
-  if (!sup->cgroup_rel().empty()) cgroup_owner_[sup->cgroup_rel()] = id;
-  if (started.pid > 0 && !sup->terminal()) roots_[started.pid] = id;
-  ++stats_.started;
-  if (sup->terminal() && started.pid == 0) ++stats_.spawn_failed;
+  note_started(*p.sup, *res);
   return res;
+}
+
+void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, StartDone done) {
+  auto p = prepare_start(std::move(request), std::move(permit));
+  if (!p) return done(p.error());
+  auto answered = std::make_shared<bool>(false);
+  std::shared_ptr<Supervisor> const sup = p->sup;
+  sup->launch_async(p->boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_,
+                    p->live,
+                    [this, weak = std::weak_ptr<bool>(alive_), sup, answered,
+                     done = std::move(done)](Result<StartResult> res) {
+                      *answered = true;
+                      auto a = weak.lock();
+                      if (!a || !*a) return;  // the manager is gone
+                      if (!res) {
+                        executions_.erase(sup->id());
+                        return done(res.error());
+                      }
+                      note_started(*sup, *res);
+                      done(std::move(res));
+                    });
+  // Staged, its verdict pending: the root is this execution's already (the orphan reaper
+  // leaves it to the launch), and so is its cgroup.
+  if (!*answered) note_child(*sup);
 }
 
 Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {

@@ -63,6 +63,17 @@ Result<> RegistrySink::make_durable(std::string const& execution_id) {
   return registry_->await_durable();
 }
 
+void RegistrySink::when_durable(std::string const& execution_id,
+                                std::function<void(Result<>)> done) {
+  if (loop_ == nullptr) return done(make_durable(execution_id));
+  // Called on the flusher thread (or at once, here, when nothing is pending): the answer
+  // always goes through the loop, as a handler of its own.
+  registry_->when_durable([loop = loop_, done = std::move(done)](Result<void> r) mutable {
+    boost::asio::post(*loop,
+                      [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+  });
+}
+
 Result<> RegistrySink::record_staged(std::string const& execution_id,
                                      sys::PidfsIdentity const& identity, Boundary boundary,
                                      std::string const& cgroup_path,

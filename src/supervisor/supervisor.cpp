@@ -161,6 +161,21 @@ Supervisor::Supervisor(ExecutionManager& manager, std::string execution_id, Laun
   readers_.reserve(2);
 }
 
+// A launch between its staged child and the child's verdict: the child at (or just past) its
+// barrier, both ends of its stdio, and — for launch_async — whom to tell, the readiness watch
+// of the child's report channel and the bound on that wait.
+struct Supervisor::Launching {
+  Launching(sys::StagedChild child, boost::asio::io_context& io)
+      : staged(std::move(child)), timer(io) {}
+  sys::StagedChild staged;
+  sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
+  std::optional<sys::Pty> pty;
+  LaunchDone done;
+  std::optional<boost::asio::posix::stream_descriptor> channel;
+  boost::asio::steady_timer timer;
+  bool timed_out = false;
+};
+
 Supervisor::~Supervisor() = default;
 
 // ------------------------------------------------------------------------------ launch
@@ -184,9 +199,113 @@ Result<std::vector<std::string>> Supervisor::build_env() const {
   return env;
 }
 
+StartResult Supervisor::spawn_failed_result(core::SpawnFailure failure) {
+  // The caller learns this outcome only once the claim behind it is durable (a sink may
+  // commit it without waiting for its fsync; see OwnershipSink::make_durable) — unless the
+  // launch awaited that already (and later group commits are not this caller's to wait for).
+  if (manager_->config_.sink != nullptr && !claim_durable_) {
+    (void)manager_->config_.sink->make_durable(id_);
+  }
+  fail_spawn(std::move(failure));
+  StartResult res;
+  res.execution_id = id_;
+  res.plan_digest = plan_digest_;
+  res.phase = life_.phase;
+  res.boundary = boundary_;
+  res.pid = 0;
+  return res;
+}
+
 Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* subtree,
                                        std::string const& cgroup_mount, bool nsdelegate,
                                        std::size_t live_executions) {
+  auto begun =
+      CUSTOS_TRY(begin_launch(boundary, subtree, cgroup_mount, nsdelegate, live_executions));
+  if (begun) return std::move(*begun);
+  // The claim and the staged ownership reach stable storage before any of the target's code
+  // can run: the wait for the claim's fsync overlapped everything since record_authorized.
+  if (auto* sink = manager_->config_.sink; sink != nullptr) {
+    if (auto d = sink->make_durable(id_); !d) {
+      launching_.reset();  // kills the staged child at its barrier: no user code ran
+      return spawn_failed_result(failure_from("durability", d.error()));
+    }
+  }
+  claim_durable_ = true;
+  auto running = std::move(launching_->staged).release();
+  return finish_launch(std::move(running));
+}
+
+void Supervisor::launch_async(Boundary boundary, sys::CgroupDir const* subtree,
+                              std::string const& cgroup_mount, bool nsdelegate,
+                              std::size_t live_executions, LaunchDone done) {
+  auto begun = begin_launch(boundary, subtree, cgroup_mount, nsdelegate, live_executions);
+  if (!begun) return done(begun.error());
+  if (*begun) return done(std::move(**begun));
+  launching_->done = std::move(done);
+  auto* sink = manager_->config_.sink;
+  if (sink == nullptr) return on_durable(ok());
+  sink->when_durable(id_, [self = shared_from_this()](Result<> d) {
+    if (self->detached_ || !self->launching_) return;  // the manager is gone
+    self->on_durable(std::move(d));
+  });
+}
+
+void Supervisor::on_durable(Result<> durable) {
+  if (!durable) return fail_launch(failure_from("durability", durable.error()));
+  claim_durable_ = true;
+  Launching& l = *launching_;
+  l.staged.send_go();
+  auto watch = l.staged.watch_channel();
+  if (!watch) return fail_launch(failure_from("barrier", watch.error()));
+  l.channel.emplace(io_, watch->release());
+  // The same bound release() puts on its wait; a child that neither execs nor reports by
+  // then is killed (dropping the StagedChild) and the launch is spawn_failed.
+  l.timer.expires_after(l.staged.timeout());
+  l.timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->detached_ || !self->launching_ || !self->launching_->channel) return;
+    self->launching_->timed_out = true;
+    self->launching_->channel->cancel();
+  });
+  await_verdict();
+}
+
+void Supervisor::await_verdict() {
+  launching_->channel->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                                  [self = shared_from_this()](boost::system::error_code) {
+                                    if (self->detached_ || !self->launching_) return;
+                                    self->on_verdict();
+                                  });
+}
+
+void Supervisor::on_verdict() {
+  Launching& l = *launching_;
+  auto verdict = l.staged.poll_verdict();
+  if (verdict && !*verdict) {
+    // The "ready" report only, or nothing yet: wait on, unless the bound has passed.
+    if (!l.timed_out) return await_verdict();
+    return fail_launch(failure_from(
+        "execve",
+        Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT)));
+  }
+  l.timer.cancel();
+  l.channel.reset();
+  Result<sys::RunningChild> running =
+      verdict ? std::move(l.staged).finish() : Result<sys::RunningChild>{verdict.error()};
+  LaunchDone done = std::move(l.done);
+  done(finish_launch(std::move(running)));
+}
+
+void Supervisor::fail_launch(core::SpawnFailure failure) {
+  LaunchDone done = std::move(launching_->done);
+  launching_.reset();  // kills the child if it is still staged
+  done(spawn_failed_result(std::move(failure)));
+}
+
+Result<std::optional<StartResult>> Supervisor::begin_launch(Boundary boundary,
+                                                            sys::CgroupDir const* subtree,
+                                                            std::string const& cgroup_mount,
+                                                            bool nsdelegate,
+                                                            std::size_t live_executions) {
   auto const& cfg = manager_->config_;
   started_ = Clock::now();
   started_wall_ = std::chrono::system_clock::now();
@@ -200,19 +319,9 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   }
   advance(core::event::SpawnRequested{});
 
-  StartResult res;
-  res.execution_id = id_;
-  res.plan_digest = plan_digest_;
   boundary_ = Boundary::marker;
-  auto failed = [&](core::SpawnFailure f) {
-    // The caller learns this outcome only once the claim behind it is durable (a sink may
-    // commit it without waiting for its fsync; see OwnershipSink::make_durable).
-    if (cfg.sink != nullptr) (void)cfg.sink->make_durable(id_);
-    fail_spawn(std::move(f));
-    res.phase = life_.phase;
-    res.boundary = boundary_;
-    res.pid = 0;
-    return res;
+  auto failed = [&](core::SpawnFailure f) -> std::optional<StartResult> {
+    return spawn_failed_result(std::move(f));
   };
 
   auto marker = sys::Marker::generate();
@@ -331,16 +440,32 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
       { auto discard = std::move(*staged); }
       return failed(failure_from("record_staged", r.error()));
     }
-    // The claim and the staged ownership reach stable storage before any of the target's code
-    // can run: the wait for the claim's fsync overlapped everything since record_authorized.
-    if (auto d = cfg.sink->make_durable(id_); !d) {
-      { auto discard = std::move(*staged); }
-      return failed(failure_from("durability", d.error()));
-    }
   }
-  auto running = std::move(*staged).release();
-  if (!running) return failed(failure_from(step_of(running.error(), "execve"), running.error()));
+  // Staged: the rest (durability, release, the verdict) is launch()'s or launch_async()'s.
+  launching_ = std::make_unique<Launching>(std::move(*staged), io_);
+  launching_->child_in = std::move(child_in);
+  launching_->child_out = std::move(child_out);
+  launching_->child_err = std::move(child_err);
+  launching_->our_in = std::move(our_in);
+  launching_->our_out = std::move(our_out);
+  launching_->our_err = std::move(our_err);
+  launching_->pty = std::move(pty);
+  return std::optional<StartResult>{};
+}
+
+StartResult Supervisor::finish_launch(Result<sys::RunningChild> running) {
+  auto const& cfg = manager_->config_;
+  // The launch's descriptors close when this returns (ours of the child's ends must go, or
+  // EOF would never come).
+  std::unique_ptr<Launching> const l = std::move(launching_);
+  if (!running) {
+    return spawn_failed_result(failure_from(step_of(running.error(), "execve"), running.error()));
+  }
   root_ = std::move(*running).take_pidfd();
+  sys::UniqueFd our_in = std::move(l->our_in);
+  sys::UniqueFd our_out = std::move(l->our_out);
+  sys::UniqueFd our_err = std::move(l->our_err);
+  std::optional<sys::Pty>& pty = l->pty;
 
   std::optional<Error> commit_error;
   if (cfg.sink != nullptr) {
@@ -352,9 +477,9 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   advance(core::event::Spawned{});
 
   // The child has its copies; ours of the child ends must go, or EOF would never come.
-  child_in.reset();
-  child_out.reset();
-  child_err.reset();
+  l->child_in.reset();
+  l->child_out.reset();
+  l->child_err.reset();
   if (pty) {
     auto master_read = pty->master().dup();
     auto master_write = pty->master().dup();
@@ -395,7 +520,15 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
     (void)offer(core::Trigger::backend_failure,
                 "ownership commit failed: " + commit_error->message());
   }
+  // A cancel accepted while the launch awaited its verdict (launch_async) acts now that the
+  // target runs.
+  if (cancel_.first() && stage_ == Stage::none && life_.phase == core::Phase::running) {
+    begin_stop();
+  }
 
+  StartResult res;
+  res.execution_id = id_;
+  res.plan_digest = plan_digest_;
   res.phase = life_.phase;
   res.boundary = boundary_;
   res.pid = root_pid_;
@@ -802,7 +935,8 @@ void Supervisor::on_root_exit() {
 }
 
 bool Supervisor::is_root_pid(std::int32_t pid) const noexcept {
-  return pid == root_pid_ && !root_reaped_ && root_.has_value();
+  // While a launch awaits its verdict the child is the StagedChild's to reap.
+  return pid == root_pid_ && !root_reaped_ && (root_.has_value() || launching_ != nullptr);
 }
 
 bool Supervisor::root_gone() const noexcept {
@@ -1539,6 +1673,12 @@ Result<OutputSlice> Supervisor::output(StreamId stream, std::uint64_t offset,
 void Supervisor::detach() {
   if (detached_) return;
   detached_ = true;
+  // A launch still awaiting its verdict is abandoned: its child is killed and reaped (nobody
+  // is left to tell; its staged record is recovery's), so its cgroup is empty and goes too.
+  if (launching_) {
+    launching_.reset();
+    if (cgroup_) (void)cgroup_->remove();
+  }
   deadline_.cancel();
   stage_timer_.cancel();
   poll_timer_.cancel();

@@ -25,6 +25,7 @@
 #include "custos/sys/pidfd.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/pty.hpp"
+#include "custos/sys/spawn.hpp"
 #include "custos/sys/unique_fd.hpp"
 
 #include "plan_view.hpp"
@@ -39,11 +40,24 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   Supervisor(Supervisor const&) = delete;
   Supervisor& operator=(Supervisor const&) = delete;
 
-  // The synchronous part of a launch (authorize record, stage, record, release). Errors only
-  // when nothing was launched and no record exists (record_authorized failed).
+  // The whole launch (authorize record, stage, record, durability, release, verdict), the
+  // waits included. Errors only when nothing was launched and no record exists
+  // (record_authorized failed); a spawn failure is a terminal StartResult.
   [[nodiscard]] Result<StartResult> launch(Boundary boundary, sys::CgroupDir const* subtree,
                                            std::string const& cgroup_mount, bool nsdelegate,
                                            std::size_t live_executions);
+  // The same launch for the event loop: up to the staged record now, then the waits for the
+  // claim's durability (OwnershipSink::when_durable) and for the child's verdict (execve, or
+  // the step that failed) without holding the loop. `done` gets what launch() would return,
+  // exactly once: before this returns when decided at once, else as a handler of the loop.
+  // Meanwhile the execution is `starting`, its root known (is_root_pid): a cancel is accepted
+  // and acted on as soon as the target runs.
+  using LaunchDone = std::function<void(Result<StartResult>)>;
+  void launch_async(Boundary boundary, sys::CgroupDir const* subtree,
+                    std::string const& cgroup_mount, bool nsdelegate, std::size_t live_executions,
+                    LaunchDone done);
+  // The root's pid once the child exists (staged or running), 0 before.
+  [[nodiscard]] std::int32_t root_pid() const noexcept { return root_pid_; }
 
   [[nodiscard]] ExecutionView view() const;
   [[nodiscard]] std::string const& id() const noexcept { return id_; }
@@ -102,6 +116,22 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   enum class Stage : std::uint8_t { none, graceful, killing, done };
 
   // launch helpers
+  struct Launching;
+  // Up to the staged record: an error when nothing was launched, a StartResult when the launch
+  // ended already (spawn_failed), nothing when the child is staged (launching_).
+  [[nodiscard]] Result<std::optional<StartResult>> begin_launch(Boundary boundary,
+                                                                sys::CgroupDir const* subtree,
+                                                                std::string const& cgroup_mount,
+                                                                bool nsdelegate,
+                                                                std::size_t live_executions);
+  // After the verdict: ownership committed, stdio wired, I/O started (or spawn_failed).
+  [[nodiscard]] StartResult finish_launch(Result<sys::RunningChild> running);
+  [[nodiscard]] StartResult spawn_failed_result(core::SpawnFailure failure);
+  void on_durable(Result<> durable);
+  void await_verdict();
+  void on_verdict();
+  // An async launch that ends before its verdict: the staged child is killed, `done` told.
+  void fail_launch(core::SpawnFailure failure);
   void fail_spawn(core::SpawnFailure failure);
   [[nodiscard]] Result<std::vector<std::string>> build_env() const;
   void start_io();
@@ -186,6 +216,9 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   sys::UniqueFd workspace_fd_;
   std::optional<sys::Pty> pty_;  // kept for resize; I/O goes through dups of the master
   std::string cgroup_rel_;       // the cgroup's path below the mount, as /proc/PID/cgroup shows it
+
+  std::unique_ptr<Launching> launching_;  // between the staged child and its verdict
+  bool claim_durable_ = false;            // the launch awaited the claim's durability
 
   std::vector<Reader> readers_;
   Writer writer_;

@@ -79,11 +79,7 @@ constexpr std::array<char const*, kStepCount> kStepNames{
     "signals",   "setsid",    "controlling_tty", "stdio",   "close_range", "setrlimit", "setgroups",
     "setresgid", "setresuid", "fchdir",          "barrier", "execve",      "ready"};
 
-// What the child writes to the error pipe: fixed size, far below PIPE_BUF, so one write is atomic.
-struct ChildReport {
-  int err;
-  int step;
-};
+using detail::ChildReport;
 
 // Everything the child reads, prepared in the parent before clone3 inside the child's arena (see
 // ChildArena): plain data and pointers into that same arena, which stays mapped and untouched by
@@ -574,6 +570,9 @@ StagedChild& StagedChild::operator=(StagedChild&& other) noexcept {
     timeout_ = other.timeout_;
     channel_ = std::move(other.channel_);
     setup_pending_ = other.setup_pending_;
+    report_ = other.report_;
+    got_ = other.got_;
+    verdict_ = std::move(other.verdict_);
     arena_ = std::move(other.arena_);  // ours is released only now, with our child reaped
   }
   return *this;
@@ -600,41 +599,99 @@ void StagedChild::kill_and_reap() noexcept {
 
 Result<RunningChild> StagedChild::release() && {
   StagedChild self = std::move(*this);
+  self.send_go();
+  // Then the verdict: EOF (the child's CLOEXEC end closed by a successful execve, or by the
+  // child's death) or one report — after its "ready" report when the setup was not awaited
+  // (the go byte is already queued: the child reads it right after reporting "ready", so
+  // both arrive within this one wait). This blocks only for the few syscalls before execve.
+  auto const deadline = std::chrono::steady_clock::now() + self.timeout_;
+  while (!CUSTOS_TRY(self.poll_verdict())) {
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{self.channel_.get(), POLLIN, 0};
+    int const ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno != EINTR) {
+      return Error(Errc::spawn_failed, "polling the child's error pipe", errno);
+    }
+    if (ready == 0) {
+      // `self` goes out of scope armed: the child is killed and reaped.
+      return Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT);
+    }
+  }
+  return std::move(self).finish();
+}
+
+void StagedChild::send_go() noexcept {
   char const go = 1;
   for (;;) {
-    // MSG_NOSIGNAL: a child that already died must not SIGPIPE the daemon.
-    ssize_t const n = ::send(self.channel_.get(), &go, 1, MSG_NOSIGNAL);
+    // MSG_NOSIGNAL: a child that already died must not SIGPIPE the daemon. A failed send is
+    // not an error here: the verdict (EOF, no report) says what became of the child.
+    ssize_t const n = ::send(channel_.get(), &go, 1, MSG_NOSIGNAL);
     if (n == 1 || (n < 0 && errno != EINTR)) break;
   }
+}
 
-  if (self.setup_pending_) {
-    // The go byte is already queued: the child reads it right after reporting "ready", so
-    // both reports arrive within this one wait on the child.
-    CUSTOS_TRYV(collect_setup_report(self.channel_, self.pidfd_, self.executable_, self.timeout_));
-    self.setup_pending_ = false;
+Result<UniqueFd> StagedChild::watch_channel() const {
+  return channel_.dup();
+}
+
+Result<bool> StagedChild::poll_verdict() {
+  if (verdict_) return true;
+  auto* bytes = reinterpret_cast<char*>(&report_);
+  auto const step_context = [this](char const* step) {
+    return std::string("step=") + step + " executable=" + executable_;
+  };
+  for (;;) {
+    if (got_ == sizeof report_) {
+      if (setup_pending_ && report_.step == kStepReady) {
+        setup_pending_ = false;  // set up; the verdict of the barrier and execve follows
+        got_ = 0;
+        continue;
+      }
+      // A failure report, of a setup step or of the barrier/execve: the child exits after it.
+      verdict_ =
+          Error(Errc::spawn_failed, step_context(spawn_step_name(report_.step)), report_.err);
+      return true;
+    }
+    ssize_t const n = ::recv(channel_.get(), bytes + got_, sizeof report_ - got_, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      return Error(Errc::spawn_failed, "reading the child's error pipe", errno);
+    }
+    if (n == 0) {
+      if (setup_pending_) {
+        // Gone before it reported "ready" (or with a torn report).
+        std::string context = step_context("setup");
+        if (got_ == 0) context += " (child exited during setup)";
+        verdict_ = Error(Errc::spawn_failed, context, ECHILD);
+      } else if (got_ != 0) {
+        verdict_ = Error(Errc::spawn_failed,
+                         step_context(spawn_step_name(report_.step)) + " (truncated report)", EIO);
+      } else {
+        verdict_ = ok();  // execve closed the child's end: it runs the target now
+      }
+      return true;
+    }
+    got_ += static_cast<std::size_t>(n);
   }
+}
 
-  // Wait for the verdict: EOF (the child's CLOEXEC end closed by a successful execve, or by the
-  // child's death) or one report. This blocks only for the few syscalls between the barrier
-  // and execve.
-  ChildReport report{};
-  // On a timeout `self` goes out of scope armed: the child is killed and reaped.
-  std::size_t const got = CUSTOS_TRY(read_report(self.channel_, report, self.timeout_));
+Result<RunningChild> StagedChild::finish() && {
+  StagedChild self = std::move(*this);
+  if (!self.verdict_) {
+    return Error(Errc::internal, "StagedChild::finish before its verdict");  // dtor kills+reaps
+  }
   self.channel_.reset();
-
-  if (got == 0) {
+  if (*self.verdict_) {
     // execve replaced the child's memory before it closed its descriptors (or the child died),
     // so the arena is no longer in use: `self` returns it as it goes out of scope.
     return RunningChild(std::move(self.pidfd_), std::move(self.identity_));
   }
-  std::string const context =
-      std::string("step=") + spawn_step_name(report.step) + " executable=" + self.executable_;
-  if (got != sizeof report) {
-    return Error(Errc::spawn_failed, context + " (truncated report)", EIO);  // dtor kills+reaps
-  }
-  // The child exits right after reporting; reap it now so no zombie is left behind.
-  static_cast<void>(self.pidfd_.wait());
-  return Error(Errc::spawn_failed, context, report.err);
+  // A whole report: the child exits right after it; reap it now so no zombie is left behind.
+  // Anything else (a torn report, no "ready"): `self` kills and reaps it as it goes.
+  if (self.got_ == sizeof self.report_) static_cast<void>(self.pidfd_.wait());
+  return self.verdict_->error();
 }
 
 RunningChild& RunningChild::operator=(RunningChild&& other) noexcept {

@@ -4,8 +4,10 @@
 #include "custos/supervisor/registry_sink.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
+#include "custos/registry/failpoint.hpp"
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 
@@ -157,6 +159,158 @@ TEST_F(RegistrySinkTest, WaitersHearOfTheResultOnlyOnceTheTerminalRecordIsWritte
     EXPECT_EQ(v->phase, core::Phase::terminal);
     EXPECT_FALSE(v->sink_error.has_value()) << *v->sink_error;
   }
+}
+
+// The event-loop launch (what the daemon uses): the staged record, the claim's durability and
+// the child's verdict are awaited without holding the loop, and the answer is the same.
+TEST_F(RegistrySinkTest, TheEventLoopLaunchAnswersAsTheBlockingOneDoes) {
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  using Answer = std::shared_ptr<std::optional<Result<StartResult>>>;
+  auto launch = [this](LaunchRequest req) {
+    auto a = std::make_shared<std::optional<Result<StartResult>>>();
+    start_async_with_test_permit(*manager_, std::move(req),
+                                 [a](Result<StartResult> r) { *a = std::move(r); });
+    return a;
+  };
+  Answer ok_run = launch(request(sh("printf hi; exit 6")));
+  auto missing = request(sh("exit 0"));
+  missing.plan.command.executable = "/nonexistent/custos-missing";
+  Answer failed = launch(std::move(missing));
+  // Nothing is answered before the loop ran (the claim's fsync and the verdict are awaited).
+  EXPECT_FALSE(ok_run->has_value());
+  ASSERT_TRUE(drive([&] { return ok_run->has_value() && failed->has_value(); }, 20s));
+
+  ASSERT_TRUE(ok_run->value()) << ok_run->value().error().message();
+  StartResult const& st = *ok_run->value();
+  EXPECT_EQ(st.phase, core::Phase::running);
+  EXPECT_GT(st.pid, 0);
+  // Answered only once the claim and the staged ownership were on stable storage.
+  auto stored = registry_->get(st.execution_id);
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->ownership.state, registry::OwnershipState::committed);
+  EXPECT_EQ(stored->ownership.pid, st.pid);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->exit.code, 6);
+
+  ASSERT_TRUE(failed->value()) << failed->value().error().message();
+  StartResult const& sf = *failed->value();
+  EXPECT_EQ(sf.phase, core::Phase::terminal);
+  EXPECT_EQ(sf.pid, 0);
+  auto frec = terminal(sf.execution_id);
+  ASSERT_TRUE(frec);
+  EXPECT_EQ(frec->classification, core::Classification::spawn_failed);
+  ASSERT_TRUE(frec->spawn_error.has_value());
+  EXPECT_EQ(frec->spawn_error->code, "execve");
+  EXPECT_EQ(frec->spawn_error->sys_errno, ENOENT);
+  auto fstored = registry_->get(sf.execution_id);
+  ASSERT_TRUE(fstored);
+  EXPECT_EQ(fstored->phase, core::Phase::terminal);
+}
+
+// The claim's fsync fails: the event-loop launch ends spawn_failed and the target never ran —
+// the go byte waits for the fsync, as in the blocking launch.
+TEST_F(RegistrySinkTest, AFailedFsyncEndsTheEventLoopLaunchBeforeTheTargetRuns) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  // Read by the registry's flusher when it starts, at the first group commit (below).
+  struct Failpoint {
+    Failpoint() { ::setenv(registry::kFailpointEnv.data(), "flusher_fsync_fails", 1); }
+    ~Failpoint() { ::unsetenv(registry::kFailpointEnv.data()); }
+  } failpoint;
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  auto const ran = workspace_ / "ran";
+  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
+  start_async_with_test_permit(*manager_, request(sh("touch " + ran.string())),
+                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  StartResult const& st = *answer->value();
+  EXPECT_EQ(st.phase, core::Phase::terminal);
+  EXPECT_EQ(st.pid, 0);
+  auto rec = terminal(st.execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  ASSERT_TRUE(rec->spawn_error.has_value());
+  // The fsync runs while the child is created: it may have failed before the staged write
+  // (which the registry then refuses) or after it.
+  EXPECT_TRUE(rec->spawn_error->code == "durability" || rec->spawn_error->code == "record_staged")
+      << rec->spawn_error->code;
+  drive([] { return false; }, 100ms);
+  EXPECT_FALSE(std::filesystem::exists(ran)) << "the target ran before its claim was durable";
+}
+
+// A slow fsync (50 ms before each, failpoint flusher_slow): the target of an event-loop launch
+// runs only after it, i.e. its claim and staged ownership are on stable storage first. The
+// file it creates says when it ran.
+TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  struct Failpoint {
+    Failpoint() { ::setenv(registry::kFailpointEnv.data(), "flusher_slow", 1); }
+    ~Failpoint() { ::unsetenv(registry::kFailpointEnv.data()); }
+  } failpoint;
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  auto const ran = workspace_ / "ran";
+  auto const submitted = std::filesystem::file_time_type::clock::now();
+  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
+  start_async_with_test_permit(*manager_, request(sh("touch " + ran.string())),
+                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  auto rec = terminal(answer->value()->execution_id);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->exit.code, 0);
+  ASSERT_TRUE(std::filesystem::exists(ran));
+  auto const after = std::filesystem::last_write_time(ran) - submitted;
+  // The flusher sleeps 50 ms before its fsync; the file's time is coarse (a few ms).
+  EXPECT_GE(after, std::chrono::milliseconds(40))
+      << "the target ran " << std::chrono::duration_cast<std::chrono::microseconds>(after).count()
+      << " us after the launch, before its claim's fsync";
+}
+
+// A cancel that arrives while the launch awaits its verdict is accepted and acts as soon as
+// the target runs: the execution is stopped, not left running.
+TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRuns) {
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
+  start_async_with_test_permit(*manager_, request(sh("sleep 30")),
+                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  ASSERT_FALSE(answer->has_value());
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  std::string const id = listed[0].execution_id;
+  EXPECT_EQ(listed[0].phase, core::Phase::starting);
+  auto c = manager_->cancel(id, core::Trigger::user, "while launching");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_TRUE(c->accepted);
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  auto rec = terminal(id, 20s);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::cancelled);
+  EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::user});
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+}
+
+// The manager goes away while a launch awaits its verdict: the child is killed (it is the
+// launch's own until the verdict), nothing is told, nothing crashes.
+TEST_F(RegistrySinkTest, AManagerDestroyedDuringTheEventLoopLaunchLeavesNoProcess) {
+  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
+  start_async_with_test_permit(*manager_, request(sh("sleep 30")),
+                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  std::int32_t const pid = listed[0].pid;
+  ASSERT_GT(pid, 0);
+  manager_.reset();
+  drive([] { return false; }, 200ms);  // completions still posted find nobody
+  EXPECT_FALSE(answer->has_value());
+  EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(pid))) << "killed and reaped";
 }
 
 }  // namespace

@@ -49,4 +49,12 @@ class TestPermitMinter {
   return manager.start(std::move(request), std::move(*permit));
 }
 
+// The same through the event-loop launch (ExecutionManager::start_async): `done` as there.
+inline void start_async_with_test_permit(ExecutionManager& manager, LaunchRequest request,
+                                         ExecutionManager::StartDone done) {
+  auto permit = TestPermitMinter::for_request(request);
+  if (!permit) return done(permit.error());
+  manager.start_async(std::move(request), std::move(*permit), std::move(done));
+}
+
 }  // namespace custos::supervisor

@@ -639,5 +639,77 @@ TEST_F(SpawnTest, DeferredSetupReportKeepsTheBarrierAndReportsFailuresAtRelease)
   }
 }
 
+// The stepwise release an event loop uses: nothing blocks; poll_verdict() is false until the
+// channel holds the verdict, and finish() answers as release() would (the target ran; a failed
+// execve names its step, the child reaped; a setup failure reported late names its own step).
+TEST_F(SpawnTest, StepwiseReleaseNeverBlocksAndAnswersAsReleaseDoes) {
+  // Waits for readability of a dup of the channel, as the loop does, then reads what is there.
+  auto verdict_of = [](StagedChild& staged) -> Result<bool> {
+    auto watch = staged.watch_channel();
+    if (!watch) return watch.error();
+    for (int round = 0; round < 1000; ++round) {
+      auto v = staged.poll_verdict();
+      if (!v || *v) return v;
+      pollfd p{watch->get(), POLLIN, 0};
+      if (::poll(&p, 1, 10000) != 1) return Error(Errc::internal, "no verdict within 10 s");
+    }
+    return Error(Errc::internal, "the verdict never came");
+  };
+
+  TempDir dir;
+  fs::path const marker = dir.path() / "touched";
+  auto spec = simple_spec("/bin/touch", {"touch", marker.string()});
+  spec.wait_for_setup = false;
+  auto staged = spawn_staged(spec);
+  ASSERT_TRUE(staged) << staged.error().message();
+  // Before the go byte nothing can come but the "ready" report: never a verdict.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto early = staged->poll_verdict();
+  ASSERT_TRUE(early) << early.error().message();
+  EXPECT_FALSE(*early);
+  EXPECT_FALSE(fs::exists(marker));
+  staged->send_go();
+  auto v = verdict_of(*staged);
+  ASSERT_TRUE(v) << v.error().message();
+  ASSERT_TRUE(*v);
+  auto running = std::move(*staged).finish();
+  ASSERT_TRUE(running) << running.error().message();
+  EXPECT_EQ(running->pidfd().wait().value(), ExitStatus::exited(0));
+  EXPECT_TRUE(fs::exists(marker));
+
+  auto missing = spawn_staged(simple_spec("/nonexistent/custos", {"x"}));
+  ASSERT_TRUE(missing) << missing.error().message();
+  std::int32_t const pid = missing->pid();
+  missing->send_go();
+  auto mv = verdict_of(*missing);
+  ASSERT_TRUE(mv && *mv);
+  auto failed = std::move(*missing).finish();
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code, Errc::spawn_failed);
+  EXPECT_EQ(failed.error().sys_errno, ENOENT);
+  EXPECT_NE(failed.error().context.find("step=execve"), std::string::npos)
+      << failed.error().context;
+  EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "reaped";
+
+  auto pipe = make_pipe();
+  ASSERT_TRUE(pipe);
+  auto bad = simple_spec("/bin/true", {"true"});
+  bad.pty_slave_fd = pipe->second.get();  // not a terminal: TIOCSCTTY fails in the setup
+  bad.wait_for_setup = false;
+  auto failing = spawn_staged(bad);
+  if (failing) {
+    failing->send_go();
+    auto fv = verdict_of(*failing);
+    ASSERT_TRUE(fv && *fv);
+    auto r = std::move(*failing).finish();
+    ASSERT_FALSE(r);
+    failing = r.error();
+  }
+  ASSERT_FALSE(failing);
+  EXPECT_EQ(failing.error().sys_errno, ENOTTY);
+  EXPECT_NE(failing.error().context.find("step=controlling_tty"), std::string::npos)
+      << failing.error().context;
+}
+
 }  // namespace
 }  // namespace custos::sys

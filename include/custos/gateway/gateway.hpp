@@ -122,11 +122,11 @@ class ExecutionGateway {
   using StartDone = std::function<void(Result<supervisor::StartResult>)>;
   void start_async(Caller const& caller, supervisor::LaunchRequest request,
                    AuthorityClaim const& claim, StartDone done);
-  // Shutdown: refuses new starts (daemon.shutting_down) and calls `done` once no
-  // authorization is in flight any more (at once when none is), so the manager's shutdown
-  // sees every execution that was authorized.
+  // Shutdown: refuses new starts (daemon.shutting_down) and calls `done` once no start is in
+  // flight any more (at once when none is), so the manager's shutdown sees every execution
+  // that was authorized, launched.
   void drain(std::function<void()> done);
-  // Authorizations submitted by start_async whose launch has not run yet.
+  // Starts submitted by start_async and not answered yet (authorizing or launching).
   [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }
 
   // exec.input through the fence: once an execution is fenced, nothing more is admitted
@@ -194,10 +194,14 @@ class ExecutionGateway {
   struct Pending;
   Result<std::unique_ptr<Pending>> prepare(Caller const& caller, supervisor::LaunchRequest request,
                                            AuthorityClaim const& claim);
-  // The manager's launch of an authorized Pending (or its authorization's refusal), then the
-  // durability wait and the dependents' bookkeeping: the common end of start and start_async.
-  Result<supervisor::StartResult> launch_authorized(Pending& p);
-  void finish_async(Pending& p, StartDone done);
+  // start_async on the loop, once the authorizing transaction ended: the manager's launch.
+  void launch_async(std::shared_ptr<Pending> p, StartDone done);
+  // The end of an async start: its fence if it was revoked in flight, its answer, the drain.
+  void answer_async(std::string const& id, Result<supervisor::StartResult> r, StartDone& done);
+  // After the manager's launch of an authorized execution: the durability wait and the
+  // dependents' bookkeeping (the common end of start and start_async).
+  Result<supervisor::StartResult> after_launch(AuthorityUse const& use, bool recorded,
+                                               Result<supervisor::StartResult> r);
   void remember_fenced(std::string const& execution_id);
 
   Result<void> on_record_authorized(std::string const& execution_id,
@@ -222,7 +226,8 @@ class ExecutionGateway {
   static constexpr std::size_t kFencedHistory = 4096;
   std::set<std::string> fenced_;
   std::deque<std::string> fenced_order_;
-  // start_async: authorizations in flight (a fence reason once revoked meanwhile), the drain
+  // start_async: starts in flight, authorizing or launching (a fence reason once revoked
+  // meanwhile), the drain
   // state, and the thread the authorizing transactions run on (joined first at destruction).
   std::map<std::string, std::optional<std::string>> inflight_;
   bool draining_ = false;

@@ -66,6 +66,12 @@ class ExecutionManager {
   // caller names another user and the permit's minter did not check it; internal when the
   // sink's record_authorized fails (nothing was launched).
   [[nodiscard]] Result<StartResult> start(LaunchRequest request, LaunchPermit permit);
+  // start() for the event loop (the daemon's exec.start): the checks and the launch up to the
+  // staged record now; the waits for the claim's durability and for the child's verdict do
+  // not hold the loop (Supervisor::launch_async). `done` gets what start() would return,
+  // exactly once: before this returns when decided at once, else as a handler of the loop.
+  using StartDone = std::function<void(Result<StartResult>)>;
+  void start_async(LaunchRequest request, LaunchPermit permit, StartDone done);
 
   // exec_not_found for an unknown id.
   [[nodiscard]] Result<ExecutionView> get(std::string const& execution_id) const;
@@ -127,6 +133,17 @@ class ExecutionManager {
   [[nodiscard]] std::size_t live_count() const noexcept;
 
  private:
+  // start()'s checks and the supervisor they create (registered under its id), with the
+  // boundary it launches in.
+  struct Prepared {
+    std::shared_ptr<Supervisor> sup;
+    Boundary boundary;
+    std::size_t live;
+  };
+  [[nodiscard]] Result<Prepared> prepare_start(LaunchRequest request, LaunchPermit permit);
+  // The child exists: its root and cgroup are this execution's from now on (orphan reaping).
+  void note_child(Supervisor const& sup);
+  void note_started(Supervisor const& sup, StartResult const& started);
   friend class Supervisor;
   void on_terminal(std::string const& execution_id);
   struct PendingWait {

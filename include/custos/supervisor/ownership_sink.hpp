@@ -50,6 +50,12 @@ class OwnershipSink {
     (void)execution_id;
     return ok();
   }
+  // make_durable without blocking (the event-loop launch): `done` gets its result exactly
+  // once, before this returns or later as a handler of the event loop the sink was given
+  // (never from inside another sink call). Default: make_durable, then `done` at once.
+  virtual void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) {
+    done(make_durable(execution_id));
+  }
 
   // The barrier was released and execve succeeded: ownership slot staged -> committed.
   [[nodiscard]] virtual Result<> record_committed(std::string const& execution_id) = 0;

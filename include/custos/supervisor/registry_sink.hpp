@@ -70,6 +70,8 @@ class RegistrySink final : public OwnershipSink {
   // Registry::await_durable(): every group commit so far (this execution's claim among them)
   // is on stable storage.
   [[nodiscard]] Result<> make_durable(std::string const& execution_id) override;
+  // With a loop: Registry::when_durable, its completion posted to the loop. Without: make_durable.
+  void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_committed(std::string const& execution_id) override;
   [[nodiscard]] Result<> record_phase(std::string const& execution_id, core::Phase phase) override;
   [[nodiscard]] Result<> record_trigger(std::string const& execution_id,

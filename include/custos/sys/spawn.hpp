@@ -66,6 +66,13 @@ struct SpawnSpec {
 class RunningChild;
 
 namespace detail {
+// What a staged child writes to its report channel: fixed size, far below PIPE_BUF, so one
+// write is atomic. `step` indexes the setup steps (spawn_step_name).
+struct ChildReport {
+  int err;
+  int step;
+};
+
 // The memory a staged child runs in until execve: spawn_staged clones it with CLONE_VM onto a
 // stack in this mapping ([guard page][stack][plan, argv, envp]), so it must stay mapped and
 // untouched until the child has exec'd or was reaped. Move-only; destruction returns it to a
@@ -114,6 +121,18 @@ class StagedChild {
   // StagedChild is consumed either way.
   [[nodiscard]] Result<RunningChild> release() &&;
 
+  // release() in steps that never block, for an event loop: send_go() lets the child run on;
+  // then, each time the channel is readable (wait on a watch_channel() duplicate),
+  // poll_verdict() reads what arrived and returns true once the verdict is in; finish() then
+  // returns what release() would have, consuming the StagedChild. The caller bounds the wait
+  // (release() gives up after the spec's setup_timeout; dropping the StagedChild kills and
+  // reaps the child). Errors of poll_verdict: spawn.failed when the channel cannot be read.
+  void send_go() noexcept;
+  [[nodiscard]] Result<UniqueFd> watch_channel() const;
+  [[nodiscard]] Result<bool> poll_verdict();
+  [[nodiscard]] Result<RunningChild> finish() &&;
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
  private:
   friend Result<StagedChild> spawn_staged(SpawnSpec const& spec);
   StagedChild(Pidfd pidfd, UniqueFd channel, detail::ChildArena arena, std::string executable,
@@ -129,6 +148,11 @@ class StagedChild {
   UniqueFd channel_;
   // The child's "ready" report is still to be read (SpawnSpec::wait_for_setup == false).
   bool setup_pending_ = false;
+  // poll_verdict's progress: the report being read (got_ bytes of it so far) and the verdict
+  // once known (ok: execve succeeded; an error: the step that failed).
+  detail::ChildReport report_{};
+  std::size_t got_ = 0;
+  std::optional<Result<void>> verdict_;
   // Declared last: destroyed after the destructor body has killed and reaped the child.
   detail::ChildArena arena_;
 };

@@ -75,33 +75,45 @@ inline bool drive_until(boost::asio::io_context& io, std::function<bool()> const
 // set when a start failed, an execution did not end `exited`, or time ran out. The counters are
 // shared with the wait callbacks, so one that fires after the return (a timed-out run, then the
 // harness's teardown) touches nothing gone.
-inline std::optional<double> launches_per_second(
-    supervisor::ExecutionManager& mgr, boost::asio::io_context& io,
-    std::function<Result<supervisor::StartResult>()> const& start, std::size_t in_flight_max,
-    std::size_t total, std::chrono::steady_clock::time_point deadline, std::string& why) {
+// A launch in the event-loop form (ExecutionManager::start_async, what the daemon uses):
+// calls its argument with the start's result, at once or later from the loop.
+using AsyncStart = std::function<void(std::function<void(Result<supervisor::StartResult>)>)>;
+
+inline std::optional<double> launches_per_second(supervisor::ExecutionManager& mgr,
+                                                 boost::asio::io_context& io,
+                                                 AsyncStart const& start, std::size_t in_flight_max,
+                                                 std::size_t total,
+                                                 std::chrono::steady_clock::time_point deadline,
+                                                 std::string& why) {
   using namespace std::chrono_literals;
   using Clock = std::chrono::steady_clock;
   struct Counts {
     std::size_t started = 0, finished = 0, in_flight = 0;
     bool failed = false;
+    std::string why;
   };
   auto c = std::make_shared<Counts>();
   auto const t0 = Clock::now();
   while (c->finished < total && !c->failed && Clock::now() < deadline) {
-    while (c->in_flight < in_flight_max && c->started < total) {
-      auto r = start();
-      if (!r) {
-        why = "start failed: " + r.error().message();
-        c->failed = true;
-        break;
-      }
+    while (c->in_flight < in_flight_max && c->started < total && !c->failed) {
       ++c->started;
       ++c->in_flight;
-      mgr.wait(r->execution_id, 10s, [c, &io](Result<core::TerminalRecord> t) {
-        --c->in_flight;
-        ++c->finished;
-        if (!t || t->classification != core::Classification::exited) c->failed = true;
-        io.stop();
+      // Counted in flight from the request: a slot is busy while its launch awaits the fsync
+      // and the child's verdict, as for a client of the daemon.
+      start([c, &mgr, &io](Result<supervisor::StartResult> r) {
+        if (!r) {
+          c->why = "start failed: " + r.error().message();
+          c->failed = true;
+          --c->in_flight;
+          io.stop();
+          return;
+        }
+        mgr.wait(r->execution_id, 10s, [c, &io](Result<core::TerminalRecord> t) {
+          --c->in_flight;
+          ++c->finished;
+          if (!t || t->classification != core::Classification::exited) c->failed = true;
+          io.stop();
+        });
       });
     }
     // Back to launching when a slot is free and launches remain; in the tail (all started)
@@ -118,7 +130,7 @@ inline std::optional<double> launches_per_second(
   (void)drive_until(
       io, [&] { return c->in_flight == 0; }, 20s);
   if (c->failed) {
-    if (why.empty()) why = "an execution did not end as exited";
+    why = c->why.empty() ? "an execution did not end as exited" : c->why;
     return std::nullopt;
   }
   if (c->finished < total) {
@@ -126,6 +138,18 @@ inline std::optional<double> launches_per_second(
     return std::nullopt;
   }
   return static_cast<double>(c->finished) / secs;
+}
+
+// The same with the blocking start (ExecutionManager::start), for the rows that measure it.
+inline std::optional<double> launches_per_second(
+    supervisor::ExecutionManager& mgr, boost::asio::io_context& io,
+    std::function<Result<supervisor::StartResult>()> const& start, std::size_t in_flight_max,
+    std::size_t total, std::chrono::steady_clock::time_point deadline, std::string& why) {
+  return launches_per_second(
+      mgr, io, AsyncStart{[&start](std::function<void(Result<supervisor::StartResult>)> done) {
+        done(start());
+      }},
+      in_flight_max, total, deadline, why);
 }
 
 // A row's teardown while its manager still runs executions: cancel them all and run the loop

@@ -76,9 +76,17 @@ class Harness {
   }
 
   Result<sup::StartResult> start(core::ExecutionPlan p) {
+    return sup::start_with_test_permit(*mgr_, request(std::move(p)));
+  }
+  // The daemon's event-loop launch: `done` at once or later from the loop.
+  void start_async(core::ExecutionPlan p, std::function<void(Result<sup::StartResult>)> done) {
+    sup::start_async_with_test_permit(*mgr_, request(std::move(p)), std::move(done));
+  }
+
+  sup::LaunchRequest request(core::ExecutionPlan p) {
     sup::LaunchRequest r = bench_request(++seq_);
     r.plan = std::move(p);
-    return sup::start_with_test_permit(*mgr_, std::move(r));
+    return r;
   }
 
   // Runs the loop until `pred` holds; completion callbacks call wake() (see drive_until).
@@ -157,9 +165,13 @@ std::optional<double> launch_concurrent_per_s(Env const& env, std::string& why) 
   }
   constexpr std::size_t kInFlight = 16;
   std::size_t const total = kInFlight * (env.quick ? 20 : 120);
-  return launches_per_second(
-      h.mgr(), h.io(), [&] { return h.start(h.plan({env.noop_path})); }, kInFlight, total,
-      env.deadline, why);
+  // The daemon's event-loop launch (start_async): the loop goes on while a launch awaits the
+  // child's verdict.
+  return launches_per_second(h.mgr(), h.io(),
+                             AsyncStart{[&](std::function<void(Result<sup::StartResult>)> done) {
+                               h.start_async(h.plan({env.noop_path}), std::move(done));
+                             }},
+                             kInFlight, total, env.deadline, why);
 }
 
 // ---- teardown --------------------------------------------------------------------------------

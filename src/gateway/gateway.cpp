@@ -5,11 +5,14 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
 #include "custos/core/digest.hpp"
 #include "custos/core/plan_canonical.hpp"
+#include "custos/registry/failpoint.hpp"
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 
@@ -156,7 +159,11 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
 
 ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& store,
                                    GatewayOptions options)
-    : io_(io), store_(&store), options_(options), sink_(std::make_unique<Sink>(*this)) {}
+    : io_(io),
+      store_(&store),
+      options_(options),
+      sink_(std::make_unique<Sink>(*this)),
+      slow_authorizer_(registry::failpoint_set("authorizer_slow")) {}
 
 ExecutionGateway::~ExecutionGateway() {
   // No authorization outlives the gateway: the one running finishes (its completion, posted to
@@ -268,6 +275,7 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
   // every other write); the loop serves everything else meanwhile. The launch itself goes back
   // to the loop.
   boost::asio::post(authorizer_, [this, pending, done = std::move(done)]() mutable {
+    if (slow_authorizer_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     try {
       pending->use = store_->authorize(pending->req);
     } catch (std::exception const& ex) {

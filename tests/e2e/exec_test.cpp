@@ -296,6 +296,75 @@ TEST(Shutdown, DetachPolicyLeavesExecutionsRunning) {
   ::close(pidfd);
 }
 
+// exec.start calls still in flight when SIGTERM arrives (their authorization or launch runs
+// off the loop): every start the daemon took is answered — launched, then cancelled by the
+// shutdown, or refused with daemon.shutting_down — and the daemon itself writes every terminal
+// record before it exits: the next start recovers nothing (no record authorized and never
+// launched, none left running).
+TEST(Shutdown, StartsInFlightAtSigtermAreAnsweredAndLeaveNoRecordBehind) {
+  DaemonOptions o;
+  // Failpoint builds: each authorizing transaction waits 50 ms first (one authorizer thread),
+  // so most of the starts are still in flight when the signal comes.
+  o.env = {"CUSTOS_FAILPOINT=authorizer_slow"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  constexpr int kClients = 8;
+  std::vector<LineClient> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(d.client());
+  for (int i = 0; i < kClients; ++i) {
+    json::object req{{"jsonrpc", "2.0"},
+                     {"id", i + 1},
+                     {"method", "exec.start"},
+                     {"params", start_params({"/bin/sleep", "60"})}};
+    ASSERT_TRUE(clients[i].send_line(json::serialize(req)));
+  }
+  std::this_thread::sleep_for(30ms);  // the daemon reads them (and launches) meanwhile
+  ASSERT_TRUE(d.signal(SIGTERM));
+  auto first = clients[0].response(1, 10000ms);
+  ASSERT_TRUE(first) << d.log();
+  std::set<std::string> launched;
+  auto note = [&](json::object const& r) {
+    if (r.contains("result")) {
+      launched.insert(std::string{r.at("result").at("execution_id").as_string()});
+    } else {
+      EXPECT_EQ(error_code_of(r), "daemon.shutting_down") << json::serialize(r);
+    }
+  };
+  note(*first);
+  for (int i = 1; i < kClients; ++i) {
+    // A request the daemon had not read before it stopped reading gets no answer (its
+    // connection closes); one it read is answered.
+    if (auto r = clients[i].response(i + 1, 10000ms)) note(*r);
+  }
+  auto st = d.wait_exit(30s);
+  ASSERT_TRUE(st) << d.log();
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << d.log();
+  ASSERT_FALSE(launched.empty());
+
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto l = c.call(100, "exec.list", {{"limit", 100}});
+  ASSERT_TRUE(l && l->contains("result")) << (l ? json::serialize(*l) : "");
+  std::set<std::string> listed;
+  for (auto const& e : l->at("result").at("executions").as_array()) {
+    listed.insert(std::string{e.at("execution_id").as_string()});
+  }
+  for (auto const& id : launched) EXPECT_EQ(listed.count(id), 1U) << id;
+  int n = 200;
+  for (auto const& id : listed) {
+    auto g = c.call(n++, "exec.get", {{"execution_id", id}});
+    ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+    auto const& rec = g->at("result").as_object();
+    EXPECT_EQ(rec.at("phase").as_string(), "terminal") << json::serialize(rec);
+    ASSERT_TRUE(rec.at("terminal").is_object()) << json::serialize(rec);
+    auto const& t = rec.at("terminal").as_object();
+    // Written by the daemon that ran it, not by the next start's recovery.
+    EXPECT_EQ(t.at("recovery").as_string(), "observed") << json::serialize(t);
+    EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  }
+}
+
 // detach, then a new daemon on the same state dir: startup recovery re-acquires the execution by
 // its pidfs identity, cancels it, and its terminal record is readable through exec.get/exec.wait.
 TEST(Shutdown, DetachThenRestartRecoversByIdentity) {

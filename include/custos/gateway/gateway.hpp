@@ -233,6 +233,7 @@ class ExecutionGateway {
   bool draining_ = false;
   std::function<void()> drained_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  bool const slow_authorizer_;  // failpoint authorizer_slow (failpoint builds only)
   boost::asio::thread_pool authorizer_{1};
 };
 

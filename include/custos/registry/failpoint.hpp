@@ -18,6 +18,8 @@
 // registry's first group commit; they kill nothing):
 //   flusher_fsync_fails  the flusher's fdatasync fails with EIO (the registry.io path)
 //   flusher_slow         the flusher waits 50 ms before each flush (tests of what shares one)
+//   authorizer_slow      the gateway's authorizer waits 50 ms before each authorizing
+//                        transaction (read when the gateway is made; tests of starts in flight)
 #pragma once
 
 #include <string_view>

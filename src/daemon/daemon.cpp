@@ -582,7 +582,7 @@ class Daemon {
     };
     // Authorizations in flight finish first (their launches join the executions the manager
     // then cancels or leaves); new starts are refused from here on.
-    if (gateway_) return gateway_->drain(std::move(settle));
+    if (gateway_) return gateway_->drain(config_.shutdown_timeout, std::move(settle));
     settle();
   }
 

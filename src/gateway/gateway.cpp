@@ -103,11 +103,10 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
   }
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override {
     if (inner() == nullptr) return done(make_durable(execution_id));
-    // The store's wait is on the same registry: satisfied by the time the inner sink answers.
-    inner()->when_durable(execution_id, [this, done = std::move(done)](Result<> r) {
-      if (!r) return done(std::move(r));
-      done(g_->store_->await_durable());
-    });
+    // The authorizing transaction (authority writes, claim, record) committed in the inner
+    // sink's registry before this launch began, so the inner wait covers it. A second wait here
+    // would wait for the group commits made since (other starts), not for this one.
+    inner()->when_durable(execution_id, std::move(done));
   }
   Result<> record_terminal(std::string const& execution_id,
                            core::TerminalRecord const& record) override {
@@ -270,13 +269,19 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
   auto p = prepare(caller, std::move(request), claim);
   if (!p) return done(p.error());
   std::shared_ptr<Pending> pending = std::move(*p);
-  inflight_.emplace(pending->req.execution_id, std::nullopt);
+  inflight_.emplace(
+      pending->req.execution_id,
+      Inflight{pending->request.identity.session_id, pending->request.identity.generation,
+               Principal{PrincipalKind::uid, caller.uid}.to_string(), std::nullopt});
   // The authorizing transaction runs on the authorizer thread (the registry serializes it with
   // every other write); the loop serves everything else meanwhile. The launch itself goes back
   // to the loop.
   boost::asio::post(authorizer_, [this, pending, done = std::move(done)]() mutable {
     if (slow_authorizer_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     try {
+      // Checked against the authority as of now (an expiry counts from here, not from when
+      // the request was queued).
+      pending->req.now_ns = realtime_ns();
       pending->use = store_->authorize(pending->req);
     } catch (std::exception const& ex) {
       // Nothing may unwind the authorizer thread; the transaction rolled back with the throw.
@@ -295,12 +300,14 @@ void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) 
   if (!p->use) return answer_async(id, p->use.error(), done);
   AuthorityUse const use = *p->use;
   armed_ = Armed{use, p->req.plan_digest, false};
+  auto answered = std::make_shared<bool>(false);
   try {
     manager_->start_async(
         std::move(p->request), PermitMinter::mint(use, p->req.plan_digest),
-        [this, alive = std::weak_ptr<bool>(alive_), p, use,
+        [this, alive = std::weak_ptr<bool>(alive_), p, use, answered,
          done](Result<supervisor::StartResult> r) mutable {
-          if (alive.expired()) return;
+          if (alive.expired() || *answered) return;
+          *answered = true;
           // Answered at once (armed_ is still this launch's), or later (it was noted below).
           bool const recorded = armed_ && armed_->use.execution_id == use.execution_id
                                     ? armed_->recorded
@@ -316,6 +323,8 @@ void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) 
         });
   } catch (std::exception const& ex) {
     armed_.reset();
+    if (*answered) return;  // the manager answered before it threw: that answer stands
+    *answered = true;
     return answer_async(id, Error{Errc::internal, std::string{"launch failed: "} + ex.what()},
                         done);
   }
@@ -327,36 +336,49 @@ void ExecutionGateway::answer_async(std::string const& id, Result<supervisor::St
                                     StartDone& done) {
   std::optional<std::string> fence_reason;
   if (auto it = inflight_.find(id); it != inflight_.end()) {
-    fence_reason = std::move(it->second);
+    fence_reason = std::move(it->second.fence_reason);
     inflight_.erase(it);
   }
   // Revoked (grant, lease) while its authorization or launch was in flight: fenced now that it
   // runs, before anyone hears of the start — as if the revocation had come right after it.
   if (r && fence_reason && r->phase != core::Phase::terminal) fence(id, *fence_reason);
   done(std::move(r));
-  if (inflight_.empty() && drained_) {
-    auto cb = std::move(drained_);
-    drained_ = nullptr;
-    cb();
-  }
+  if (inflight_.empty()) end_drain();
 }
 
-void ExecutionGateway::drain(std::function<void()> done) {
+void ExecutionGateway::drain(std::chrono::milliseconds bound, std::function<void()> done) {
   draining_ = true;
   if (inflight_.empty()) return done();
   drained_ = std::move(done);
+  // Bounded like the manager's own shutdown: a start that never answers (it cannot, short of
+  // a bug) must not hold the daemon's exit forever.
+  drain_timer_.expires_after(bound);
+  drain_timer_.async_wait(
+      [this, alive = std::weak_ptr<bool>(alive_)](boost::system::error_code ec) {
+        if (ec || alive.expired()) return;
+        end_drain();
+      });
+}
+
+void ExecutionGateway::end_drain() {
+  if (!drained_) return;
+  drain_timer_.cancel();
+  auto cb = std::move(drained_);
+  drained_ = nullptr;
+  cb();
 }
 
 Result<supervisor::StartResult> ExecutionGateway::after_launch(AuthorityUse const& use,
                                                                bool recorded,
                                                                Result<supervisor::StartResult> r) {
   // No outcome of an authorized start (not even a refusal) reaches the caller before the claim
-  // behind it is on stable storage. A launch result comes only after the manager awaited it
-  // (make_durable / when_durable before the release, or before a spawn failure is reported);
-  // a refusal by the manager did not, so it waits here.
-  if (!r) {
+  // behind it is on stable storage. A launched execution's result comes only after the manager
+  // awaited it (before the release), so it does not wait again (that would wait for the group
+  // commits of starts authorized meanwhile, not for this one's). A refusal by the manager and
+  // a spawn failure (whose own wait reports no error) wait here, and a failed wait wins.
+  if (!r || r->phase == core::Phase::terminal) {
     if (auto durable = store_->await_durable(); !durable) return durable.error();
-    return r.error();
+    if (!r) return r.error();
   }
   if (!recorded || r->execution_id != use.execution_id) {
     return Error{Errc::internal, "the manager launched without recording the authorized execution"};
@@ -450,10 +472,10 @@ FenceReport ExecutionGateway::fence_all(std::vector<AuthorityUse> const& uses,
   for (auto const& u : uses) {
     if (fenced_.contains(u.execution_id)) continue;
     if (auto in = inflight_.find(u.execution_id); in != inflight_.end()) {
-      // Authorized, not launched yet: fenced the moment it exists (finish_async), and its
-      // input is refused from now on.
+      // Authorized, not launched yet: fenced the moment it is (answer_async), and its input
+      // is refused from now on.
       remember_fenced(u.execution_id);
-      in->second = reason;
+      in->second.fence_reason = reason;
       rep.fenced.push_back(u.execution_id);
       continue;
     }
@@ -618,6 +640,14 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
       f.after_id = page.back().execution_id;
     }
   }
+  // Starts of the holder still in flight (start_async: authorizing or launching) are its
+  // executions too, committed or not yet.
+  for (auto const& [id, in] : inflight_) {
+    if (in.session_id == session_id && in.generation == generation &&
+        (!actor || in.actor == *actor)) {
+      ids.insert(id);
+    }
+  }
   std::set<std::string> quarantined;
   if (scanned_registry) {
     for (auto const& q : CUSTOS_TRY(options_.registry->quarantined()))
@@ -630,6 +660,10 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
     res.blocking.push_back(QuiescenceBlock{id, why});
   };
   for (auto const& id : ids) {
+    if (inflight_.contains(id)) {
+      block(id, "starting");
+      continue;
+    }
     if (quarantined.contains(id)) {
       block(id, "quarantined");
       continue;

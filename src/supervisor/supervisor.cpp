@@ -254,10 +254,18 @@ void Supervisor::on_durable(Result<> durable) {
   if (!durable) return fail_launch(failure_from("durability", durable.error()));
   claim_durable_ = true;
   Launching& l = *launching_;
-  l.staged.send_go();
+  // The watch first: until the go byte is sent, a failure here still kills a child that ran
+  // nothing of the target.
   auto watch = l.staged.watch_channel();
   if (!watch) return fail_launch(failure_from("barrier", watch.error()));
-  l.channel.emplace(io_, watch->release());
+  try {
+    l.channel.emplace(io_, watch->get());
+    (void)watch->release();  // the descriptor object owns it now
+  } catch (std::exception const& ex) {
+    return fail_launch(failure_from(
+        "barrier", Error(Errc::sys_error, std::string{"watching the child: "} + ex.what())));
+  }
+  l.staged.send_go();
   // The same bound release() puts on its wait; a child that neither execs nor reports by
   // then is killed (dropping the StagedChild) and the launch is spawn_failed.
   l.timer.expires_after(l.staged.timeout());
@@ -287,12 +295,28 @@ void Supervisor::on_verdict() {
         "execve",
         Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT)));
   }
+  // The channel could not be read: the child is killed and reaped before the failure is
+  // recorded (as release() does), so the cleanup it reports is true.
+  if (!verdict)
+    return fail_launch(failure_from(step_of(verdict.error(), "execve"), verdict.error()));
   l.timer.cancel();
   l.channel.reset();
-  Result<sys::RunningChild> running =
-      verdict ? std::move(l.staged).finish() : Result<sys::RunningChild>{verdict.error()};
+  Result<sys::RunningChild> running = std::move(l.staged).finish();
   LaunchDone done = std::move(l.done);
-  done(finish_launch(std::move(running)));
+  StartResult res;
+  try {
+    res = finish_launch(std::move(running));
+  } catch (std::exception const& ex) {
+    // A handler of the loop (bad_alloc and the like): the caller is still answered, with what
+    // the execution is now; it stays this manager's (and is stopped at shutdown).
+    sink_error_ = std::string{"launch: "} + ex.what();
+    res.execution_id = id_;
+    res.plan_digest = plan_digest_;
+    res.phase = life_.phase;
+    res.boundary = boundary_;
+    res.pid = root_ ? root_pid_ : 0;
+  }
+  done(std::move(res));
 }
 
 void Supervisor::fail_launch(core::SpawnFailure failure) {

@@ -646,6 +646,7 @@ Result<bool> StagedChild::poll_verdict() {
       if (setup_pending_ && report_.step == kStepReady) {
         setup_pending_ = false;  // set up; the verdict of the barrier and execve follows
         got_ = 0;
+        report_ = ChildReport{0, -1};  // a torn verdict then names no step ("unknown")
         continue;
       }
       // A failure report, of a setup step or of the barrier/execve: the child exits after it.

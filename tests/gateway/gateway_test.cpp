@@ -531,7 +531,7 @@ TEST_F(GatewayTest, DrainWaitsForAuthorizationsInFlightAndRefusesNewStarts) {
   // {drained, the start had been answered by then}; shared with the callback for the same
   // reason as the answers.
   auto drained = std::make_shared<std::pair<bool, bool>>(false, false);
-  gateway_->drain([drained, answer] { *drained = {true, answer->has_value()}; });
+  gateway_->drain(10s, [drained, answer] { *drained = {true, answer->has_value()}; });
   EXPECT_FALSE(drained->first);
   auto const late = async_start(request(sh("exit 0")), claim("g1"));
   ASSERT_TRUE(late->has_value());
@@ -544,7 +544,7 @@ TEST_F(GatewayTest, DrainWaitsForAuthorizationsInFlightAndRefusesNewStarts) {
   EXPECT_EQ(count("claims"), 1);
   // Nothing in flight: drained at once.
   bool again = false;
-  gateway_->drain([&] { again = true; });
+  gateway_->drain(10s, [&] { again = true; });
   EXPECT_TRUE(again);
 }
 
@@ -595,6 +595,30 @@ TEST_F(GatewayTest, QuiescenceBlocksOnALiveExecutionThenGivesEvidence) {
   auto own = gateway_->quiescence(runner(), "s1", 1, "uid:" + std::to_string(::geteuid()));
   ASSERT_TRUE(own.has_value());
   EXPECT_TRUE(own->quiescent);
+}
+
+// A start the daemon has taken but not answered (its authorizing transaction may not even
+// have committed) is one of the holder's executions: quiescence is blocked by it.
+TEST_F(GatewayTest, QuiescenceIsBlockedByAStartInFlight) {
+  gw_manager();
+  add(spec("g1"));
+  Caller admin = runner();
+  admin.admin = true;
+  auto const answer = async_start(request(sh("exit 0")), claim("g1"));
+  ASSERT_FALSE(answer->has_value());
+  auto q = gateway_->quiescence(admin, "s1", 1, std::nullopt);
+  ASSERT_TRUE(q.has_value()) << q.error().message();
+  EXPECT_FALSE(q->quiescent);
+  ASSERT_EQ(q->blocking.size(), 1U);
+  EXPECT_EQ(q->blocking[0].reason, "starting");
+  EXPECT_TRUE(gateway_->quiescence(admin, "s1", 2, std::nullopt)->quiescent);
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 10s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  EXPECT_EQ(answer->value()->execution_id, q->blocking[0].execution_id);
+  ASSERT_TRUE(terminal(answer->value()->execution_id));
+  auto done = gateway_->quiescence(admin, "s1", 1, std::nullopt);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_TRUE(done->quiescent);
 }
 
 TEST_F(GatewayTest, QuiescenceIsBlockedByAnUnconfirmedCleanup) {

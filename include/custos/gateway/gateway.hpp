@@ -124,8 +124,8 @@ class ExecutionGateway {
                    AuthorityClaim const& claim, StartDone done);
   // Shutdown: refuses new starts (daemon.shutting_down) and calls `done` once no start is in
   // flight any more (at once when none is), so the manager's shutdown sees every execution
-  // that was authorized, launched.
-  void drain(std::function<void()> done);
+  // that was authorized, launched — or once `bound` has passed.
+  void drain(std::chrono::milliseconds bound, std::function<void()> done);
   // Starts submitted by start_async and not answered yet (authorizing or launching).
   [[nodiscard]] std::size_t inflight() const noexcept { return inflight_.size(); }
 
@@ -203,6 +203,7 @@ class ExecutionGateway {
   Result<supervisor::StartResult> after_launch(AuthorityUse const& use, bool recorded,
                                                Result<supervisor::StartResult> r);
   void remember_fenced(std::string const& execution_id);
+  void end_drain();
 
   Result<void> on_record_authorized(std::string const& execution_id,
                                     core::ExecutionIdentity const& identity,
@@ -229,9 +230,16 @@ class ExecutionGateway {
   // start_async: starts in flight, authorizing or launching (a fence reason once revoked
   // meanwhile), the drain
   // state, and the thread the authorizing transactions run on (joined first at destruction).
-  std::map<std::string, std::optional<std::string>> inflight_;
+  struct Inflight {
+    std::string session_id;  // the holder: holder.quiescence counts the start
+    std::uint64_t generation = 0;
+    std::string actor;
+    std::optional<std::string> fence_reason;  // revoked meanwhile
+  };
+  std::map<std::string, Inflight> inflight_;
   bool draining_ = false;
   std::function<void()> drained_;
+  boost::asio::steady_timer drain_timer_{io_};
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool const slow_authorizer_;  // failpoint authorizer_slow (failpoint builds only)
   boost::asio::thread_pool authorizer_{1};

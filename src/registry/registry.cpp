@@ -1170,6 +1170,13 @@ Result<void> Registry::record_publication(std::string_view execution_id, int str
 }
 
 namespace {
+// A terminal blob whose digest does not match its bytes is refused before anything is queued.
+Result<void> check_terminal_digest(std::string_view execution_id, TerminalBlob const& t) {
+  if (t.digest == sha256_tagged(t.bytes)) return ok();
+  return Error{Errc::registry_corrupt_record,
+               std::string{execution_id} + ": terminal digest does not match its bytes"};
+}
+
 // The terminal write's change (owns its blob: a deferred change runs after its caller returned).
 std::function<Result<void>(ExecutionRecord&)> terminal_change(TerminalBlob t,
                                                               core::RecoveryPath via) {
@@ -1187,10 +1194,7 @@ std::function<Result<void>(ExecutionRecord&)> terminal_change(TerminalBlob t,
 Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBlob const& t,
                                        core::RecoveryPath via) {
   failpoint("before_terminal");
-  if (t.digest != sha256_tagged(t.bytes)) {
-    return Error{Errc::registry_corrupt_record,
-                 std::string{execution_id} + ": terminal digest does not match its bytes"};
-  }
+  CUSTOS_TRYV(check_terminal_digest(execution_id, t));
   // Immediate: queued deferred writes are committed first, in this same transaction.
   return modify(options_.terminal_durability, WriteMode::now, execution_id, "record_terminal",
                 terminal_change(t, via));
@@ -1200,9 +1204,8 @@ void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
                                      core::RecoveryPath via,
                                      std::function<void(Result<void>)> done) {
   failpoint("before_terminal");
-  if (t.digest != sha256_tagged(t.bytes)) {
-    return done(Error{Errc::registry_corrupt_record,
-                      execution_id + ": terminal digest does not match its bytes"});
+  if (auto ok_digest = check_terminal_digest(execution_id, t); !ok_digest) {
+    return done(std::move(ok_digest));
   }
   // Deferred, so nobody blocks on it; the change owns its blob (it runs after this returns).
   (void)modify(options_.terminal_durability, WriteMode::deferred, execution_id, "record_terminal",
@@ -1212,10 +1215,7 @@ void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
 Result<void> Registry::record_recovered(std::string_view execution_id,
                                         std::vector<core::Phase> const& steps,
                                         TerminalBlob const& t, core::RecoveryPath via) {
-  if (t.digest != sha256_tagged(t.bytes)) {
-    return Error{Errc::registry_corrupt_record,
-                 std::string{execution_id} + ": terminal digest does not match its bytes"};
-  }
+  CUSTOS_TRYV(check_terminal_digest(execution_id, t));
   return modify(
       options_.terminal_durability, WriteMode::now, execution_id, "record_recovered",
       [&steps, &t, via](ExecutionRecord& rec) -> Result<void> {

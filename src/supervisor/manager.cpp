@@ -159,14 +159,13 @@ Result<ExecutionManager::Prepared> ExecutionManager::prepare_start(LaunchRequest
   return Prepared{std::move(sup), boundary, live};
 }
 
-void ExecutionManager::note_child(Supervisor const& sup) {
+void ExecutionManager::note_child(Supervisor const& sup, std::int32_t pid) {
   if (!sup.cgroup_rel().empty()) cgroup_owner_[sup.cgroup_rel()] = sup.id();
-  if (sup.root_pid() > 0 && !sup.terminal()) roots_[sup.root_pid()] = sup.id();
+  if (pid > 0 && !sup.terminal()) roots_[pid] = sup.id();
 }
 
 void ExecutionManager::note_started(Supervisor const& sup, StartResult const& started) {
-  if (!sup.cgroup_rel().empty()) cgroup_owner_[sup.cgroup_rel()] = sup.id();
-  if (started.pid > 0 && !sup.terminal()) roots_[started.pid] = sup.id();
+  note_child(sup, started.pid);
   ++stats_.started;
   if (sup.terminal() && started.pid == 0) ++stats_.spawn_failed;
 }
@@ -204,7 +203,7 @@ void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, S
                     });
   // Staged, its verdict pending: the root is this execution's already (the orphan reaper
   // leaves it to the launch), and so is its cgroup.
-  if (!*answered) note_child(*sup);
+  if (!*answered) note_child(*sup, sup->root_pid());
 }
 
 Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {

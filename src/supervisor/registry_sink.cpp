@@ -66,12 +66,15 @@ Result<> RegistrySink::make_durable(std::string const& execution_id) {
 void RegistrySink::when_durable(std::string const& execution_id,
                                 std::function<void(Result<>)> done) {
   if (loop_ == nullptr) return done(make_durable(execution_id));
-  // Called on the flusher thread (or at once, here, when nothing is pending): the answer
-  // always goes through the loop, as a handler of its own.
-  registry_->when_durable([loop = loop_, done = std::move(done)](Result<void> r) mutable {
+  // Called on the flusher thread (or at once, here, when nothing is pending).
+  registry_->when_durable(on_loop(std::move(done)));
+}
+
+std::function<void(Result<>)> RegistrySink::on_loop(std::function<void(Result<>)> done) const {
+  return [loop = loop_, done = std::move(done)](Result<> r) mutable {
     boost::asio::post(*loop,
                       [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-  });
+  };
 }
 
 Result<> RegistrySink::record_staged(std::string const& execution_id,
@@ -144,15 +147,12 @@ void RegistrySink::record_terminal_async(std::string const& execution_id,
   auto blob = registry::terminal_blob(record);
   if (!blob) return done(terminal_result(execution_id, blob.error()));
   // The registry calls back on the committing thread (the flush thread, or the loop inside
-  // another write): the answer always goes through the loop, as a handler of its own.
+  // another write); the deferred refusals are taken on the loop.
   registry_->record_terminal_async(
       execution_id, std::move(*blob), core::RecoveryPath::observed,
-      [this, loop = loop_, id = execution_id, done = std::move(done)](Result<> r) mutable {
-        boost::asio::post(
-            *loop, [this, id = std::move(id), r = std::move(r), done = std::move(done)]() mutable {
-              done(terminal_result(id, std::move(r)));
-            });
-      });
+      on_loop([this, id = execution_id, done = std::move(done)](Result<> r) {
+        done(terminal_result(id, std::move(r)));
+      }));
   schedule_flush();
 }
 

@@ -207,12 +207,16 @@ StartResult Supervisor::spawn_failed_result(core::SpawnFailure failure) {
     (void)manager_->config_.sink->make_durable(id_);
   }
   fail_spawn(std::move(failure));
+  return start_result(0);
+}
+
+StartResult Supervisor::start_result(std::int32_t pid) const {
   StartResult res;
   res.execution_id = id_;
   res.plan_digest = plan_digest_;
   res.phase = life_.phase;
   res.boundary = boundary_;
-  res.pid = 0;
+  res.pid = pid;
   return res;
 }
 
@@ -310,11 +314,7 @@ void Supervisor::on_verdict() {
     // A handler of the loop (bad_alloc and the like): the caller is still answered, with what
     // the execution is now; it stays this manager's (and is stopped at shutdown).
     sink_error_ = std::string{"launch: "} + ex.what();
-    res.execution_id = id_;
-    res.plan_digest = plan_digest_;
-    res.phase = life_.phase;
-    res.boundary = boundary_;
-    res.pid = root_ ? root_pid_ : 0;
+    res = start_result(root_ ? root_pid_ : 0);
   }
   done(std::move(res));
 }
@@ -550,13 +550,7 @@ StartResult Supervisor::finish_launch(Result<sys::RunningChild> running) {
     begin_stop();
   }
 
-  StartResult res;
-  res.execution_id = id_;
-  res.plan_digest = plan_digest_;
-  res.phase = life_.phase;
-  res.boundary = boundary_;
-  res.pid = root_pid_;
-  return res;
+  return start_result(root_pid_);
 }
 
 void Supervisor::fail_spawn(core::SpawnFailure failure) {

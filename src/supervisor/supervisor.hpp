@@ -127,6 +127,8 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   // After the verdict: ownership committed, stdio wired, I/O started (or spawn_failed).
   [[nodiscard]] StartResult finish_launch(Result<sys::RunningChild> running);
   [[nodiscard]] StartResult spawn_failed_result(core::SpawnFailure failure);
+  // What the launch answers: this execution as it is now, with root `pid` (0: none runs).
+  [[nodiscard]] StartResult start_result(std::int32_t pid) const;
   void on_durable(Result<> durable);
   void await_verdict();
   void on_verdict();

@@ -489,6 +489,16 @@ Result<std::size_t> read_report(UniqueFd const& fd, ChildReport& report,
   return got;
 }
 
+// A report that is not "ready", `got` bytes of it read: a whole one names the step that failed
+// and its errno; less (the child died before it reported) is a setup failure.
+Error report_failure(std::size_t got, ChildReport const& report, std::string const& executable) {
+  bool const whole = got == sizeof report;
+  std::string context = "step=" + std::string(whole ? spawn_step_name(report.step) : "setup") +
+                        " executable=" + executable;
+  if (got == 0) context += " (child exited during setup)";
+  return Error(Errc::spawn_failed, context, whole ? report.err : ECHILD);
+}
+
 // Reads the child's setup report: ok for "ready"; otherwise the child failed its setup (or
 // died without a word) and is reaped when it reported, and the error names the step.
 Result<void> collect_setup_report(UniqueFd const& channel, Pidfd& pidfd,
@@ -497,13 +507,8 @@ Result<void> collect_setup_report(UniqueFd const& channel, Pidfd& pidfd,
   ChildReport report{};
   std::size_t const got = CUSTOS_TRY(read_report(channel, report, timeout));
   if (got == sizeof report && report.step == kStepReady) return ok();
-  std::string context =
-      "step=" + std::string(got == sizeof report ? spawn_step_name(report.step) : "setup") +
-      " executable=" + executable;
-  int const err = got == sizeof report ? report.err : ECHILD;
-  if (got == 0) context += " (child exited during setup)";
   if (got == sizeof report) static_cast<void>(pidfd.wait());  // reap; the guard is then a no-op
-  return Error(Errc::spawn_failed, context, err);
+  return report_failure(got, report, executable);
 }
 
 }  // namespace
@@ -638,9 +643,6 @@ Result<UniqueFd> StagedChild::watch_channel() const {
 Result<bool> StagedChild::poll_verdict() {
   if (verdict_) return true;
   auto* bytes = reinterpret_cast<char*>(&report_);
-  auto const step_context = [this](char const* step) {
-    return std::string("step=") + step + " executable=" + executable_;
-  };
   for (;;) {
     if (got_ == sizeof report_) {
       if (setup_pending_ && report_.step == kStepReady) {
@@ -650,8 +652,7 @@ Result<bool> StagedChild::poll_verdict() {
         continue;
       }
       // A failure report, of a setup step or of the barrier/execve: the child exits after it.
-      verdict_ =
-          Error(Errc::spawn_failed, step_context(spawn_step_name(report_.step)), report_.err);
+      verdict_ = report_failure(got_, report_, executable_);
       return true;
     }
     ssize_t const n = ::recv(channel_.get(), bytes + got_, sizeof report_ - got_, MSG_DONTWAIT);
@@ -662,13 +663,12 @@ Result<bool> StagedChild::poll_verdict() {
     }
     if (n == 0) {
       if (setup_pending_) {
-        // Gone before it reported "ready" (or with a torn report).
-        std::string context = step_context("setup");
-        if (got_ == 0) context += " (child exited during setup)";
-        verdict_ = Error(Errc::spawn_failed, context, ECHILD);
+        verdict_ = report_failure(got_, report_, executable_);  // gone before "ready"
       } else if (got_ != 0) {
         verdict_ = Error(Errc::spawn_failed,
-                         step_context(spawn_step_name(report_.step)) + " (truncated report)", EIO);
+                         std::string("step=") + spawn_step_name(report_.step) +
+                             " executable=" + executable_ + " (truncated report)",
+                         EIO);
       } else {
         verdict_ = ok();  // execve closed the child's end: it runs the target now
       }

@@ -141,8 +141,9 @@ class ExecutionManager {
     std::size_t live;
   };
   [[nodiscard]] Result<Prepared> prepare_start(LaunchRequest request, LaunchPermit permit);
-  // The child exists: its root and cgroup are this execution's from now on (orphan reaping).
-  void note_child(Supervisor const& sup);
+  // The child exists: its root `pid` and cgroup are this execution's from now on (orphan
+  // reaping); a terminal execution notes no root.
+  void note_child(Supervisor const& sup, std::int32_t pid);
   void note_started(Supervisor const& sup, StartResult const& started);
   friend class Supervisor;
   void on_terminal(std::string const& execution_id);

@@ -95,6 +95,9 @@ class RegistrySink final : public OwnershipSink {
   [[nodiscard]] registry::WriteMode deferrable() const noexcept {
     return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
   }
+  // `done` as a handler of the loop: a registry completion (called on whichever thread
+  // committed) always answers through the loop, never from inside another write.
+  [[nodiscard]] std::function<void(Result<>)> on_loop(std::function<void(Result<>)> done) const;
   // record_terminal's answer from the write's result and this execution's deferred refusals.
   [[nodiscard]] Result<> terminal_result(std::string const& execution_id, Result<> written);
   // Wakes the flush thread (starting it the first time) unless a flush is requested already.

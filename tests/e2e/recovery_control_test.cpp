@@ -71,6 +71,19 @@ DaemonOptions keep_running_crashing() {
   return ::testing::AssertionSuccess();
 }
 
+// The one execution host.info lists as kept running after a restart, into `id`.
+::testing::AssertionResult only_kept(LineClient& c, std::string& id) {
+  auto h = c.call(2, "host.info");
+  if (!h || !h->contains("result")) return ::testing::AssertionFailure() << "host.info failed";
+  auto const& registry = h->at("result").at("registry");
+  auto const& kept = registry.at("kept_running").as_array();
+  if (kept.size() != 1U) {
+    return ::testing::AssertionFailure() << "kept_running: " << json::serialize(registry);
+  }
+  id = std::string{kept[0].as_string()};
+  return ::testing::AssertionSuccess();
+}
+
 TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
   if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
   Daemon d{keep_running_crashing()};
@@ -91,11 +104,8 @@ TEST(RecoveryControl, KeptRunningExecutionIsCancelledThroughItsRecoveredPidfd) {
   d.start();
   ASSERT_TRUE(d.ready()) << d.log();
   auto c = d.client();
-  auto h = c.call(2, "host.info");
-  ASSERT_TRUE(h && h->contains("result"));
-  auto const& kept = h->at("result").at("registry").at("kept_running").as_array();
-  ASSERT_EQ(kept.size(), 1U) << json::serialize(h->at("result").at("registry"));
-  std::string const id{kept[0].as_string()};
+  std::string id;
+  ASSERT_TRUE(only_kept(c, id));
   std::this_thread::sleep_for(200ms);
   for (int fd : tree) EXPECT_TRUE(pid_alive(fd)) << "keep_running must leave the tree running";
 
@@ -173,11 +183,8 @@ TEST(RecoveryControl, KeptRunningExecutionThatEndsOnItsOwnGetsItsTerminalRecord)
   d.start();
   ASSERT_TRUE(d.ready()) << d.log();
   auto c = d.client();
-  auto h = c.call(2, "host.info");
-  ASSERT_TRUE(h && h->contains("result"));
-  auto const& kept = h->at("result").at("registry").at("kept_running").as_array();
-  ASSERT_EQ(kept.size(), 1U) << json::serialize(h->at("result").at("registry"));
-  std::string const id{kept[0].as_string()};
+  std::string id;
+  ASSERT_TRUE(only_kept(c, id));
   auto g = c.call(3, "exec.get", {{"execution_id", id}});
   ASSERT_TRUE(g && g->contains("result"));
   EXPECT_EQ(g->at("result").at("phase").as_string(), "running") << json::serialize(*g);

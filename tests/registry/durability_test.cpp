@@ -21,19 +21,13 @@
 #include "custos/registry/failpoint.hpp"
 
 #include "helpers.hpp"
+#include "support/scoped_failpoint.hpp"
 
 namespace custos::registry::test {
 namespace {
 
-// Sets CUSTOS_FAILPOINT for the scope. The flusher reads it when it starts (at the registry's
-// first group commit), so set it before that and keep it until the registry is gone.
-class ScopedFailpoint {
- public:
-  explicit ScopedFailpoint(char const* name) { ::setenv(kFailpointEnv.data(), name, 1); }
-  ~ScopedFailpoint() { ::unsetenv(kFailpointEnv.data()); }
-  ScopedFailpoint(ScopedFailpoint const&) = delete;
-  ScopedFailpoint& operator=(ScopedFailpoint const&) = delete;
-};
+// The flusher reads CUSTOS_FAILPOINT when it starts (at the registry's first group commit).
+using custos::testing::ScopedFailpoint;
 
 TEST(RegistryGroupDurability, VisibleAtOnceAndDurableAfterAwait) {
   TempDir t;

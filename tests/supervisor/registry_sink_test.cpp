@@ -12,6 +12,7 @@
 #include "custos/registry/registry.hpp"
 
 #include "harness.hpp"
+#include "support/scoped_failpoint.hpp"
 
 namespace custos::supervisor::testing {
 namespace {
@@ -39,6 +40,22 @@ class RegistrySinkTest : public SupervisorTest {
   std::unique_ptr<registry::Registry> registry_;
   std::unique_ptr<RegistrySink> sink_;
   std::unique_ptr<RegistrySink> looped_;  // the daemon's form: deferring, on this test's loop
+
+  // A manager writing through looped_ (the daemon's sink).
+  ExecutionManager& looped() {
+    looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+    return manager(BoundaryPreference::automatic,
+                   [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  }
+  // The event-loop launch's answer. The completion holds it too: it may run after a failed
+  // assertion ended the test body, while TearDown still drives the loop.
+  using Answer = std::shared_ptr<std::optional<Result<StartResult>>>;
+  Answer launch_async(LaunchRequest req) {
+    auto a = std::make_shared<std::optional<Result<StartResult>>>();
+    start_async_with_test_permit(*manager_, std::move(req),
+                                 [a](Result<StartResult> r) { *a = std::move(r); });
+    return a;
+  }
 };
 
 TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
@@ -129,8 +146,7 @@ TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
 // The daemon's sink (on the loop) writes the terminal record without the loop waiting for the
 // transaction; still, nobody hears of the result before the record is in the registry.
 TEST_F(RegistrySinkTest, WaitersHearOfTheResultOnlyOnceTheTerminalRecordIsWritten) {
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  looped();
   std::vector<std::string> ids;
   for (int i = 0; i < 8; ++i) {
     auto st = start_with_test_permit(*manager_, request(sh("exit " + std::to_string(i))));
@@ -164,19 +180,11 @@ TEST_F(RegistrySinkTest, WaitersHearOfTheResultOnlyOnceTheTerminalRecordIsWritte
 // The event-loop launch (what the daemon uses): the staged record, the claim's durability and
 // the child's verdict are awaited without holding the loop, and the answer is the same.
 TEST_F(RegistrySinkTest, TheEventLoopLaunchAnswersAsTheBlockingOneDoes) {
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
-  using Answer = std::shared_ptr<std::optional<Result<StartResult>>>;
-  auto launch = [this](LaunchRequest req) {
-    auto a = std::make_shared<std::optional<Result<StartResult>>>();
-    start_async_with_test_permit(*manager_, std::move(req),
-                                 [a](Result<StartResult> r) { *a = std::move(r); });
-    return a;
-  };
-  Answer ok_run = launch(request(sh("printf hi; exit 6")));
+  looped();
+  Answer ok_run = launch_async(request(sh("printf hi; exit 6")));
   auto missing = request(sh("exit 0"));
   missing.plan.command.executable = "/nonexistent/custos-missing";
-  Answer failed = launch(std::move(missing));
+  Answer failed = launch_async(std::move(missing));
   // Nothing is answered before the loop ran (the claim's fsync and the verdict are awaited).
   EXPECT_FALSE(ok_run->has_value());
   ASSERT_TRUE(drive([&] { return ok_run->has_value() && failed->has_value(); }, 20s));
@@ -214,16 +222,10 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchAnswersAsTheBlockingOneDoes) {
 TEST_F(RegistrySinkTest, AFailedFsyncEndsTheEventLoopLaunchBeforeTheTargetRuns) {
   if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
   // Read by the registry's flusher when it starts, at the first group commit (below).
-  struct Failpoint {
-    Failpoint() { ::setenv(registry::kFailpointEnv.data(), "flusher_fsync_fails", 1); }
-    ~Failpoint() { ::unsetenv(registry::kFailpointEnv.data()); }
-  } failpoint;
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  custos::testing::ScopedFailpoint const failpoint{"flusher_fsync_fails"};
+  looped();
   auto const ran = workspace_ / "ran";
-  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
-  start_async_with_test_permit(*manager_, request(sh("touch " + ran.string())),
-                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  auto const answer = launch_async(request(sh("touch " + ran.string())));
   ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
   ASSERT_TRUE(answer->value()) << answer->value().error().message();
   StartResult const& st = *answer->value();
@@ -246,17 +248,11 @@ TEST_F(RegistrySinkTest, AFailedFsyncEndsTheEventLoopLaunchBeforeTheTargetRuns) 
 // file it creates says when it ran.
 TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
   if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
-  struct Failpoint {
-    Failpoint() { ::setenv(registry::kFailpointEnv.data(), "flusher_slow", 1); }
-    ~Failpoint() { ::unsetenv(registry::kFailpointEnv.data()); }
-  } failpoint;
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
+  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};
+  looped();
   auto const ran = workspace_ / "ran";
   auto const submitted = std::filesystem::file_time_type::clock::now();
-  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
-  start_async_with_test_permit(*manager_, request(sh("touch " + ran.string())),
-                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  auto const answer = launch_async(request(sh("touch " + ran.string())));
   ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
   ASSERT_TRUE(answer->value()) << answer->value().error().message();
   auto rec = terminal(answer->value()->execution_id);
@@ -273,11 +269,8 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
 // A cancel that arrives while the launch awaits its verdict is accepted and acts as soon as
 // the target runs: the execution is stopped, not left running.
 TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRuns) {
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
-  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
-  start_async_with_test_permit(*manager_, request(sh("sleep 30")),
-                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  looped();
+  auto const answer = launch_async(request(sh("sleep 30")));
   ASSERT_FALSE(answer->has_value());
   auto listed = manager_->list({});
   ASSERT_EQ(listed.size(), 1U);
@@ -298,11 +291,8 @@ TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItR
 // The manager goes away while a launch awaits its verdict: the child is killed (it is the
 // launch's own until the verdict), nothing is told, nothing crashes.
 TEST_F(RegistrySinkTest, AManagerDestroyedDuringTheEventLoopLaunchLeavesNoProcess) {
-  looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-  manager(BoundaryPreference::automatic, [this](ManagerConfig& c) { c.sink = looped_.get(); });
-  auto answer = std::make_shared<std::optional<Result<StartResult>>>();
-  start_async_with_test_permit(*manager_, request(sh("sleep 30")),
-                               [answer](Result<StartResult> r) { *answer = std::move(r); });
+  looped();
+  auto const answer = launch_async(request(sh("sleep 30")));
   auto listed = manager_->list({});
   ASSERT_EQ(listed.size(), 1U);
   std::int32_t const pid = listed[0].pid;

@@ -10,8 +10,12 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
@@ -54,6 +58,18 @@ class TimedSink final : public sup::OwnershipSink {
   }
   Result<> record_committed(std::string const& id) override {
     return timed(other_us_, [&] { return inner_->record_committed(id); });
+  }
+  void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity,
+                           sup::Boundary boundary, std::string const& cgroup_path,
+                           std::string const& marker, std::function<void(Result<>)> done) override {
+    auto const t0 = Clock::now();
+    inner_->record_staged_async(id, identity, boundary, cgroup_path, marker, std::move(done));
+    other_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  void record_committed_async(std::string const& id, std::function<void(Result<>)> done) override {
+    auto const t0 = Clock::now();
+    inner_->record_committed_async(id, std::move(done));
+    other_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   Result<> record_phase(std::string const& id, core::Phase phase) override {
     return timed(other_us_, [&] { return inner_->record_phase(id, phase); });
@@ -178,6 +194,44 @@ class Launcher {
   std::uint64_t seq_ = 0;
 };
 
+// CPU time of this whole process (every thread: the loop, the sink's flush thread, the
+// registry's flusher, and the kernel work done for them), in microseconds.
+double process_cpu_us() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto us = [](timeval t) {
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec);
+  };
+  return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
+// CPU time per thread name of this process (utime + stime from /proc/self/task/*/stat), in
+// microseconds: the loop runs on the bench's main thread, the sink's transactions on
+// "custos-commit", the registry's fdatasyncs on "custos-fsync".
+std::map<std::string, double> thread_cpu_us_by_name() {
+  std::map<std::string, double> out;
+  double const tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  for (auto const& e : fs::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(e.path() / "comm");
+    std::ifstream stat(e.path() / "stat");
+    std::string name, line;
+    std::getline(comm, name);
+    std::getline(stat, line);
+    auto const close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::stod(field);
+      if (i == 15) stime = std::stod(field);
+    }
+    out[name] += (utime + stime) * tick_us;
+  }
+  return out;
+}
+
 Row concurrent_launch_row(Env const& env) {
   Row row = unmeasured(
       "registry: 16 concurrent launches through the registry sink vs the same manager with a "
@@ -200,6 +254,8 @@ Row concurrent_launch_row(Env const& env) {
   std::size_t const per_block = kInFlight * (env.quick ? 10 : 30);
   int const blocks = env.quick ? 2 : 4;
   double secs_with = 0, secs_without = 0;
+  double cpu_with = 0, cpu_without = 0;
+  std::map<std::string, double> by_thread;  // registry side
   std::size_t n_with = 0, n_without = 0;
   auto const before = with.registry()->write_stats();
   for (int b = 0; b < blocks; ++b) {
@@ -208,11 +264,20 @@ Row concurrent_launch_row(Env const& env) {
       // Which side goes first alternates too.
       bool const reg_side = (b + side) % 2 == 0;
       Launcher& l = reg_side ? with : without;
+      double const cpu0 = process_cpu_us();
+      auto const threads0 = thread_cpu_us_by_name();
       auto rate = l.concurrent(env.noop_path, kInFlight, per_block, env.deadline, why);
+      if (reg_side) {
+        for (auto const& [name, us] : thread_cpu_us_by_name()) {
+          auto it = threads0.find(name);
+          by_thread[name] += us - (it == threads0.end() ? 0.0 : it->second);
+        }
+      }
       if (!rate) {
         row.note = std::string{reg_side ? "registry sink: " : "null sink: "} + why;
         return row;
       }
+      (reg_side ? cpu_with : cpu_without) += process_cpu_us() - cpu0;
       (reg_side ? secs_with : secs_without) += static_cast<double>(per_block) / *rate;
       (reg_side ? n_with : n_without) += per_block;
     }
@@ -223,12 +288,19 @@ Row concurrent_launch_row(Env const& env) {
   auto const per_launch = [&](double us) {
     return std::to_string(static_cast<long>(us / static_cast<double>(n_with))) + " us";
   };
-  row.note = std::to_string(n_with) + " launches each side; registry: " +
-             std::to_string(after.transactions - before.transactions) + " transactions (" +
-             std::to_string(after.full_commits - before.full_commits) + " FULL) for " +
-             std::to_string(after.writes - before.writes) + " writes; time in the sink per " +
-             "launch: claim+record " + per_launch(with.timed()->authorized_us()) + ", the rest " +
-             per_launch(with.timed()->other_us());
+  row.note =
+      std::to_string(n_with) +
+      " launches each side; registry: " + std::to_string(after.transactions - before.transactions) +
+      " transactions (" + std::to_string(after.full_commits - before.full_commits) + " FULL) for " +
+      std::to_string(after.writes - before.writes) + " writes; time in the sink per " +
+      "launch: claim+record " + per_launch(with.timed()->authorized_us()) + ", the rest " +
+      per_launch(with.timed()->other_us()) + "; the process's CPU per launch (every " +
+      "thread): registry side " + per_launch(cpu_with) + ", null side " + per_launch(cpu_without) +
+      "; wall per launch x 2 CPUs: registry side " + per_launch(secs_with * 2e6) + ", null side " +
+      per_launch(secs_without * 2e6) + "; registry side CPU by thread:";
+  for (auto const& [name, us] : by_thread) {
+    if (us > 0) row.note += " " + name + " " + per_launch(us);
+  }
   return row;
 }
 

@@ -72,9 +72,22 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     if (inner() == nullptr) return ok();
     return inner()->record_staged(execution_id, identity, boundary, cgroup_path, marker_value);
   }
+  void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
+                           supervisor::Boundary boundary, std::string const& cgroup_path,
+                           std::string const& marker_value,
+                           std::function<void(Result<>)> done) override {
+    if (inner() == nullptr) return done(ok());
+    inner()->record_staged_async(execution_id, identity, boundary, cgroup_path, marker_value,
+                                 std::move(done));
+  }
   Result<> record_committed(std::string const& execution_id) override {
     if (inner() == nullptr) return ok();
     return inner()->record_committed(execution_id);
+  }
+  void record_committed_async(std::string const& execution_id,
+                              std::function<void(Result<>)> done) override {
+    if (inner() == nullptr) return done(ok());
+    inner()->record_committed_async(execution_id, std::move(done));
   }
   Result<> record_phase(std::string const& execution_id, core::Phase phase) override {
     if (inner() == nullptr) return ok();

@@ -140,7 +140,6 @@ Result<void> one_execution(Registry& reg, Request const& req, std::size_t i,
   CUSTOS_TRYV(reg.record_committed(id, deferred));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::exited, deferred));
-  CUSTOS_TRYV(reg.flush());
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::closed, deferred));
   core::StreamAccounting const acc{0, 0, 0, true};
   CUSTOS_TRYV(reg.record_output(id, 0, acc, deferred));

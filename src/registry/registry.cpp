@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
+#include <pthread.h>
 #include <set>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -72,6 +73,9 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
 // written, not fallocate()d: unwritten extents would need their own metadata write at the first
 // overwrite. To SQLite the zeros are like the stale frames a restarted WAL leaves behind: an
 // invalid header or frame ends recovery (salt and checksum).
+// The WAL size (in frame bytes, page headers aside) at which SQLite checkpoints it.
+constexpr std::int64_t kWalCheckpointBytes = std::int64_t{8} << 20;
+
 Result<void> presize_wal(std::filesystem::path const& db_file, std::uint64_t bytes) {
   if (bytes == 0) return ok();
   std::string const wal = db_file.string() + "-wal";
@@ -197,9 +201,12 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   // transaction fcntl locks and the shared-memory WAL index buy nothing: exclusive locking mode
   // takes the lock once and keeps the WAL index in heap memory (docs/durability.md).
   CUSTOS_TRYV(db.exec("PRAGMA locking_mode = EXCLUSIVE"));
-  // Small pages for a new file: a phase write then appends ~2 KiB of WAL frames instead of
-  // ~8 KiB, and the next fsync has that much less to flush. Ignored for an existing file.
-  if (!exists) CUSTOS_TRYV(db.exec("PRAGMA page_size = 1024"));
+  // 4 KiB pages for a new file (SQLite's default; an existing file keeps its own): an execution
+  // record (its canonical plan, digests, and at the end its terminal record: ~1.5-2 KiB) fits in
+  // one page, so each phase write rewrites one page. With the 1 KiB pages used before, every
+  // record spilled into an overflow chain that each write freed and re-allocated: ~4 WAL frames
+  // (8 pwrites) per write instead of one (docs/durability.md).
+  if (!exists) CUSTOS_TRYV(db.exec("PRAGMA page_size = 4096"));
   // WAL: readers never block the writer and a commit is an append (docs/durability.md).
   auto mode = CUSTOS_TRY(db.query_text("PRAGMA journal_mode = WAL"));
   if (!mode || *mode != "wal") {
@@ -211,7 +218,11 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   // Checkpoint less often: most WAL frames are rewrites of the same few pages (a record moving
   // through its phases), so a larger window copies each page to the database once instead of
   // many times, and the checkpoint's fsync of the database file is paid more rarely.
-  CUSTOS_TRYV(db.exec("PRAGMA wal_autocheckpoint = 8192"));
+  // ~8 MiB of frames whatever the file's page size, inside the pre-sized WAL below.
+  auto const page_size = CUSTOS_TRY(db.query_int("PRAGMA page_size")).value_or(4096);
+  CUSTOS_TRYV(
+      db.exec("PRAGMA wal_autocheckpoint = " +
+              std::to_string(kWalCheckpointBytes / std::max<std::int64_t>(page_size, 512))));
   CUSTOS_TRYV(db.exec("PRAGMA journal_size_limit = 16777216"));
   CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
   if (options.integrity_check) {
@@ -461,6 +472,8 @@ Result<void> sync_wal(std::string const& wal_path, std::string const& db_path, s
 }  // namespace
 
 void Registry::flusher_main() {
+  // Named for top -H, perf and the journal's thread field.
+  ::pthread_setname_np(::pthread_self(), "custos-fsync");
   bool const fail = failpoint_set("flusher_fsync_fails");
   bool const slow = failpoint_set("flusher_slow");
   std::string const db_file = db_path().string();
@@ -1039,55 +1052,100 @@ Result<void> step_phase(ExecutionRecord& rec, core::Phase to,
 }
 }  // namespace
 
+namespace {
+// Ownership unassigned -> staged (and the phase authorized -> starting when needed).
+std::function<Result<void>(ExecutionRecord&)> staged_change(Ownership staged,
+                                                            BoundaryInfo boundary) {
+  return [staged = std::move(staged),
+          boundary = std::move(boundary)](ExecutionRecord& rec) -> Result<void> {
+    if (rec.ownership.state == OwnershipState::legacy_unverified) {
+      return Error{Errc::registry_legacy_unverified,
+                   rec.execution_id + ": legacy ownership is never replaced"};
+    }
+    if (rec.ownership.state != OwnershipState::unassigned) {
+      return illegal_step(rec, "ownership already assigned");
+    }
+    if (rec.phase == core::Phase::authorized) {
+      CUSTOS_TRYV(step_phase(rec, core::Phase::starting));
+    } else if (rec.phase != core::Phase::starting) {
+      return illegal_step(rec, "staging outside the starting phase");
+    }
+    rec.ownership = staged;
+    rec.boundary = boundary;
+    return ok();
+  };
+}
+
+// Ownership staged -> committed (the phase stays starting).
+Result<void> commit_ownership(ExecutionRecord& rec) {
+  if (rec.ownership.state == OwnershipState::legacy_unverified) {
+    return Error{Errc::registry_legacy_unverified,
+                 rec.execution_id + ": legacy ownership cannot be committed"};
+  }
+  if (rec.ownership.state != OwnershipState::staged || rec.phase != core::Phase::starting) {
+    return illegal_step(rec, "commit needs staged ownership while starting");
+  }
+  rec.ownership.state = OwnershipState::committed;
+  return ok();
+}
+
+Result<void> staged_ownership_check(Ownership const& staged) {
+  if (staged.state == OwnershipState::staged) return ok();
+  return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
+}
+
+// An asynchronous write's completion, with the failpoints its synchronous form fires after
+// its commit: a crash there leaves exactly what the immediate write leaves.
+std::function<void(Result<void>)> after_commit(std::initializer_list<char const*> points,
+                                               std::function<void(Result<void>)> done) {
+  return [pts = std::vector<char const*>(points), done = std::move(done)](Result<void> r) {
+    if (r) {
+      for (char const* p : pts) failpoint(p);
+    }
+    done(std::move(r));
+  };
+}
+}  // namespace
+
 Result<void> Registry::record_staged(std::string_view execution_id, Ownership const& staged,
                                      BoundaryInfo const& boundary) {
-  if (staged.state != OwnershipState::staged) {
-    return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
-  }
+  CUSTOS_TRYV(staged_ownership_check(staged));
   // Always immediate: the barrier is released only after this returned.
   if (auto wr = modify(options_.ownership_durability, WriteMode::now, execution_id, "record_staged",
-                       [staged, boundary](ExecutionRecord& rec) -> Result<void> {
-                         if (rec.ownership.state == OwnershipState::legacy_unverified) {
-                           return Error{Errc::registry_legacy_unverified,
-                                        rec.execution_id + ": legacy ownership is never replaced"};
-                         }
-                         if (rec.ownership.state != OwnershipState::unassigned) {
-                           return illegal_step(rec, "ownership already assigned");
-                         }
-                         if (rec.phase == core::Phase::authorized) {
-                           CUSTOS_TRYV(step_phase(rec, core::Phase::starting));
-                         } else if (rec.phase != core::Phase::starting) {
-                           return illegal_step(rec, "staging outside the starting phase");
-                         }
-                         rec.ownership = staged;
-                         rec.boundary = boundary;
-                         return ok();
-                       });
+                       staged_change(staged, boundary));
       !wr)
     return std::move(wr).error();
   failpoint("after_staged");
   return ok();
 }
 
+void Registry::record_staged_async(std::string execution_id, Ownership staged,
+                                   BoundaryInfo boundary, std::function<void(Result<void>)> done) {
+  if (auto checked = staged_ownership_check(staged); !checked) return done(std::move(checked));
+  (void)modify(options_.ownership_durability, WriteMode::deferred, execution_id, "record_staged",
+               staged_change(std::move(staged), std::move(boundary)), true,
+               after_commit({"after_staged"}, std::move(done)));
+}
+
 Result<void> Registry::record_committed(std::string_view execution_id, WriteMode mode) {
   if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_committed",
-                       [](ExecutionRecord& rec) -> Result<void> {
-                         if (rec.ownership.state == OwnershipState::legacy_unverified) {
-                           return Error{
-                               Errc::registry_legacy_unverified,
-                               rec.execution_id + ": legacy ownership cannot be committed"};
-                         }
-                         if (rec.ownership.state != OwnershipState::staged ||
-                             rec.phase != core::Phase::starting) {
-                           return illegal_step(rec, "commit needs staged ownership while starting");
-                         }
-                         rec.ownership.state = OwnershipState::committed;
-                         return ok();
-                       });
+                       commit_ownership);
       !wr)
     return std::move(wr).error();
   failpoint("after_committed");
   return ok();
+}
+
+void Registry::record_running_async(std::string execution_id,
+                                    std::function<void(Result<void>)> done) {
+  // One change: both steps or neither (running needs the committed slot).
+  (void)modify(
+      options_.ownership_durability, WriteMode::deferred, execution_id, "record_committed",
+      [](ExecutionRecord& rec) -> Result<void> {
+        CUSTOS_TRYV(commit_ownership(rec));
+        return step_phase(rec, core::Phase::running);
+      },
+      true, after_commit({"after_committed", "while_running"}, std::move(done)));
 }
 
 Result<void> Registry::record_phase(std::string_view execution_id, core::Phase phase,

@@ -2,6 +2,9 @@
 
 #include <boost/asio/post.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/identity.hpp"
 
@@ -17,23 +20,39 @@ RegistrySink::~RegistrySink() {
   (void)registry_->flush();
 }
 
-void RegistrySink::schedule_flush() {
+void RegistrySink::schedule_flush(Urgency urgency) {
   if (loop_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lk(flush_mu_);
-    if (flush_requested_) return;
-    flush_requested_ = true;
+    if (urgency == Urgency::now) {
+      if (flush_urgent_) return;
+      flush_urgent_ = true;
+    } else {
+      if (flush_urgent_ || lazy_due_) return;  // a flush is coming anyway
+      lazy_due_ = std::chrono::steady_clock::now() + kLazyFlushBound;
+    }
     if (!flush_thread_.joinable()) flush_thread_ = std::thread([this] { flush_thread_main(); });
   }
   flush_cv_.notify_one();
 }
 
 void RegistrySink::flush_thread_main() {
+  ::pthread_setname_np(::pthread_self(), "custos-commit");  // for top -H and perf
+  // A batch thread: woken by the loop for every queued write, it must not preempt the loop
+  // that woke it (sched(7): SCHED_BATCH is disfavoured at wake-up); it runs when a CPU is free.
+  sched_param param{};
+  (void)::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &param);
   std::unique_lock<std::mutex> lk(flush_mu_);
   for (;;) {
-    flush_cv_.wait(lk, [this] { return flush_requested_ || flush_stop_; });
-    if (!flush_requested_) return;  // stopping, nothing asked for
-    flush_requested_ = false;
+    flush_cv_.wait(lk, [this] { return flush_urgent_ || lazy_due_ || flush_stop_; });
+    if (!flush_urgent_ && !flush_stop_) {
+      // Only lazy writes so far: they wait for their bound, or ride with an urgent write.
+      auto const due = *lazy_due_;
+      flush_cv_.wait_until(lk, due, [this] { return flush_urgent_ || flush_stop_; });
+    }
+    if (!flush_urgent_ && !lazy_due_) return;  // stopping, nothing asked for
+    flush_urgent_ = false;
+    lazy_due_.reset();
     lk.unlock();
     // Everything deferred so far, in one transaction (or several of max_batch writes). A
     // refusal is kept per execution by the registry and reported with that execution's
@@ -85,6 +104,30 @@ Result<> RegistrySink::record_staged(std::string const& execution_id,
                                   registry::boundary_info(boundary, cgroup_path, marker_value));
 }
 
+void RegistrySink::record_staged_async(std::string const& execution_id,
+                                       sys::PidfsIdentity const& identity, Boundary boundary,
+                                       std::string const& cgroup_path,
+                                       std::string const& marker_value,
+                                       std::function<void(Result<>)> done) {
+  if (loop_ == nullptr) {
+    return done(record_staged(execution_id, identity, boundary, cgroup_path, marker_value));
+  }
+  registry_->record_staged_async(execution_id, registry::staged_ownership(identity),
+                                 registry::boundary_info(boundary, cgroup_path, marker_value),
+                                 on_loop(std::move(done)));
+  schedule_flush(Urgency::now);
+}
+
+void RegistrySink::record_committed_async(std::string const& execution_id,
+                                          std::function<void(Result<>)> done) {
+  if (loop_ == nullptr) return done(record_committed(execution_id));
+  // `running` is in the same change: the supervisor's record_phase(running) right after this
+  // call finds it done.
+  running_recorded_.insert(execution_id);
+  registry_->record_running_async(execution_id, on_loop(std::move(done)));
+  schedule_flush(Urgency::now);
+}
+
 Result<> RegistrySink::record_committed(std::string const& execution_id) {
   if (loop_ == nullptr) return registry_->record_committed(execution_id);
   // The supervisor records `running` right after this call, with nothing in between: both go
@@ -106,7 +149,7 @@ Result<> RegistrySink::record_phase(std::string const& execution_id, core::Phase
     return registry_->record_phase(execution_id, phase);
   }
   auto r = registry_->record_phase(execution_id, phase, deferrable());
-  schedule_flush();
+  schedule_flush(Urgency::lazy);
   return r;
 }
 
@@ -118,7 +161,7 @@ Result<> RegistrySink::record_output(std::string const& execution_id, StreamId s
                                      core::StreamAccounting const& accounting) {
   auto r = registry_->record_output(execution_id, registry::stream_index(stream), accounting,
                                     deferrable());
-  schedule_flush();
+  schedule_flush(Urgency::lazy);
   return r;
 }
 
@@ -153,7 +196,7 @@ void RegistrySink::record_terminal_async(std::string const& execution_id,
       on_loop([this, id = execution_id, done = std::move(done)](Result<> r) {
         done(terminal_result(id, std::move(r)));
       }));
-  schedule_flush();
+  schedule_flush(Urgency::now);
 }
 
 }  // namespace custos::supervisor

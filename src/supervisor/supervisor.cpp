@@ -164,6 +164,13 @@ Supervisor::Supervisor(ExecutionManager& manager, std::string execution_id, Laun
 // A launch between its staged child and the child's verdict: the child at (or just past) its
 // barrier, both ends of its stdio, and — for launch_async — whom to tell, the readiness watch
 // of the child's report channel and the bound on that wait.
+// A launch's answer waits for its result and for the committed write (either may come first).
+struct Supervisor::PendingStart {
+  LaunchDone done;
+  std::optional<StartResult> result;
+  std::optional<Result<>> committed;
+};
+
 struct Supervisor::Launching {
   Launching(sys::StagedChild child, boost::asio::io_context& io)
       : staged(std::move(child)), timer(io) {}
@@ -210,6 +217,10 @@ StartResult Supervisor::spawn_failed_result(core::SpawnFailure failure) {
   return start_result(0);
 }
 
+std::string Supervisor::cgroup_path() const {
+  return cgroup_ ? cgroup_->path() : std::string{};
+}
+
 StartResult Supervisor::start_result(std::int32_t pid) const {
   StartResult res;
   res.execution_id = id_;
@@ -229,6 +240,12 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
   // The claim and the staged ownership reach stable storage before any of the target's code
   // can run: the wait for the claim's fsync overlapped everything since record_authorized.
   if (auto* sink = manager_->config_.sink; sink != nullptr) {
+    if (auto r = sink->record_staged(id_, launching_->staged.identity(), boundary_, cgroup_path(),
+                                     marker_->env_value());
+        !r) {
+      launching_.reset();  // kills the staged child at its barrier: no user code ran
+      return spawn_failed_result(failure_from("record_staged", r.error()));
+    }
     if (auto d = sink->make_durable(id_); !d) {
       launching_.reset();  // kills the staged child at its barrier: no user code ran
       return spawn_failed_result(failure_from("durability", d.error()));
@@ -248,10 +265,18 @@ void Supervisor::launch_async(Boundary boundary, sys::CgroupDir const* subtree,
   launching_->done = std::move(done);
   auto* sink = manager_->config_.sink;
   if (sink == nullptr) return on_durable(ok());
-  sink->when_durable(id_, [self = shared_from_this()](Result<> d) {
-    if (self->detached_ || !self->launching_) return;  // the manager is gone
-    self->on_durable(std::move(d));
-  });
+  // The staged record is committed off the loop (with other launches' writes); the barrier
+  // is released only from its completion, once it is in the WAL and the claim is durable.
+  sink->record_staged_async(
+      id_, launching_->staged.identity(), boundary_, cgroup_path(), marker_->env_value(),
+      [self = shared_from_this()](Result<> staged) {
+        if (self->detached_ || !self->launching_) return;  // the manager is gone
+        if (!staged) return self->fail_launch(failure_from("record_staged", staged.error()));
+        self->manager_->config_.sink->when_durable(self->id_, [self](Result<> d) {
+          if (self->detached_ || !self->launching_) return;
+          self->on_durable(std::move(d));
+        });
+      });
 }
 
 void Supervisor::on_durable(Result<> durable) {
@@ -306,17 +331,46 @@ void Supervisor::on_verdict() {
   l.timer.cancel();
   l.channel.reset();
   Result<sys::RunningChild> running = std::move(l.staged).finish();
-  LaunchDone done = std::move(l.done);
-  StartResult res;
+  // The caller hears of the start once the committed slot (with phase running) is in the WAL:
+  // a crash before that is recovered as a launch whose commit was not recorded, and no caller
+  // was told otherwise. The transaction runs off the loop; whichever of it and the launch's
+  // own result comes second answers.
+  auto pending = std::make_shared<PendingStart>();
+  pending->done = std::move(l.done);
+  CommitDone on_committed;
+  if (running && manager_->config_.sink != nullptr) {
+    on_committed = [self = shared_from_this(), pending](Result<> committed) {
+      if (self->detached_) return;  // the manager is gone: nobody is left to tell
+      pending->committed = std::move(committed);
+      self->answer_start(*pending);
+    };
+  } else {
+    pending->committed = ok();
+  }
   try {
-    res = finish_launch(std::move(running));
+    pending->result = finish_launch(std::move(running), std::move(on_committed));
   } catch (std::exception const& ex) {
     // A handler of the loop (bad_alloc and the like): the caller is still answered, with what
     // the execution is now; it stays this manager's (and is stopped at shutdown).
     sink_error_ = std::string{"launch: "} + ex.what();
-    res = start_result(root_ ? root_pid_ : 0);
+    pending->result = start_result(root_ ? root_pid_ : 0);
+    if (!pending->committed) pending->committed = ok();  // nothing more will come
   }
-  done(std::move(res));
+  answer_start(*pending);
+}
+
+void Supervisor::answer_start(PendingStart& p) {
+  if (!p.result || !p.committed || !p.done) return;
+  if (!*p.committed) on_commit_failed(p.committed->error());
+  LaunchDone done = std::move(p.done);
+  p.done = nullptr;
+  done(std::move(*p.result));
+}
+
+void Supervisor::on_commit_failed(Error const& e) {
+  // The target runs but its ownership is not durable: it is stopped, and the view says why.
+  sink_error("record_committed", e);
+  (void)offer(core::Trigger::backend_failure, "ownership commit failed: " + e.message());
 }
 
 void Supervisor::fail_launch(core::SpawnFailure failure) {
@@ -455,17 +509,8 @@ Result<std::optional<StartResult>> Supervisor::begin_launch(Boundary boundary,
   if (!staged) return failed(failure_from(step_of(staged.error(), "clone3"), staged.error()));
   root_pid_ = staged->pid();
   root_start_ticks_ = staged->identity().start_time_ticks;
-  if (cfg.sink != nullptr) {
-    auto r =
-        cfg.sink->record_staged(id_, staged->identity(), boundary_,
-                                cgroup_ ? cgroup_->path() : std::string{}, marker_->env_value());
-    if (!r) {
-      // Dropping the staged child kills and reaps it at its barrier: no user code ran.
-      { auto discard = std::move(*staged); }
-      return failed(failure_from("record_staged", r.error()));
-    }
-  }
-  // Staged: the rest (durability, release, the verdict) is launch()'s or launch_async()'s.
+  // Staged: the rest (its record, durability, release, the verdict) is launch()'s or
+  // launch_async()'s.
   launching_ = std::make_unique<Launching>(std::move(*staged), io_);
   launching_->child_in = std::move(child_in);
   launching_->child_out = std::move(child_out);
@@ -477,7 +522,7 @@ Result<std::optional<StartResult>> Supervisor::begin_launch(Boundary boundary,
   return std::optional<StartResult>{};
 }
 
-StartResult Supervisor::finish_launch(Result<sys::RunningChild> running) {
+StartResult Supervisor::finish_launch(Result<sys::RunningChild> running, CommitDone committed) {
   auto const& cfg = manager_->config_;
   // The launch's descriptors close when this returns (ours of the child's ends must go, or
   // EOF would never come).
@@ -493,9 +538,11 @@ StartResult Supervisor::finish_launch(Result<sys::RunningChild> running) {
 
   std::optional<Error> commit_error;
   if (cfg.sink != nullptr) {
-    if (auto r = cfg.sink->record_committed(id_); !r) {
+    // Before `running` is recorded (advance below): the sink may write both in one change.
+    if (committed) {
+      cfg.sink->record_committed_async(id_, std::move(committed));
+    } else if (auto r = cfg.sink->record_committed(id_); !r) {
       commit_error = r.error();
-      sink_error("record_committed", r.error());
     }
   }
   advance(core::event::Spawned{});
@@ -540,10 +587,7 @@ StartResult Supervisor::finish_launch(Result<sys::RunningChild> running) {
   emit("started", std::move(started));
 
   start_io();
-  if (commit_error) {
-    (void)offer(core::Trigger::backend_failure,
-                "ownership commit failed: " + commit_error->message());
-  }
+  if (commit_error) on_commit_failed(*commit_error);
   // A cancel accepted while the launch awaited its verdict (launch_async) acts now that the
   // target runs.
   if (cancel_.first() && stage_ == Stage::none && life_.phase == core::Phase::running) {

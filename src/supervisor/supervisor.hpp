@@ -124,8 +124,17 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
                                                                 std::string const& cgroup_mount,
                                                                 bool nsdelegate,
                                                                 std::size_t live_executions);
-  // After the verdict: ownership committed, stdio wired, I/O started (or spawn_failed).
-  [[nodiscard]] StartResult finish_launch(Result<sys::RunningChild> running);
+  // After the verdict: ownership committed (record_committed; with `committed`,
+  // record_committed_async, which then gets it), stdio wired, I/O started (or spawn_failed).
+  using CommitDone = std::function<void(Result<>)>;
+  [[nodiscard]] StartResult finish_launch(Result<sys::RunningChild> running,
+                                          CommitDone committed = {});
+  // The committed write failed: the running target is stopped (backend_failure).
+  void on_commit_failed(Error const& e);
+  struct PendingStart;
+  // Answers the event-loop launch once both its result and its committed write are known.
+  void answer_start(PendingStart& p);
+  [[nodiscard]] std::string cgroup_path() const;
   [[nodiscard]] StartResult spawn_failed_result(core::SpawnFailure failure);
   // What the launch answers: this execution as it is now, with root `pid` (0: none runs).
   [[nodiscard]] StartResult start_result(std::int32_t pid) const;

@@ -192,6 +192,68 @@ TEST(RegistryDeferred, AsyncTerminalIsToldOnceItsTransactionCommitted) {
   EXPECT_EQ(stored_phase(t, "ex-1"), "terminal");
 }
 
+// The event-loop launch's two ownership writes: queued, committed by whoever flushes, and
+// told from the committing thread only once they are in the WAL (the barrier release and the
+// start answer hang on these completions). Running needs the committed slot: one change, so a
+// refusal leaves the record as it was.
+TEST(RegistryDeferred, AsyncStagedAndRunningAreToldOnlyOnceInTheWal) {
+  TempDir t;
+  auto reg = open_ok(t);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-2", "act-2")));
+  auto const before = reg->write_stats();
+  // (what, transactions committed since `before` when told)
+  std::vector<std::pair<std::string, std::uint64_t>> told;
+  std::vector<Result<void>> results;
+  auto note = [&](std::string what) {
+    return [&, what = std::move(what)](Result<void> r) {
+      told.emplace_back(what, reg->write_stats().transactions - before.transactions);
+      results.push_back(std::move(r));
+    };
+  };
+  reg->record_staged_async("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')},
+                           note("staged"));
+  reg->record_running_async("ex-1", note("running"));
+  // Not staged: refused at commit, as one change (the slot stays unassigned, phase authorized).
+  reg->record_running_async("ex-2", note("refused"));
+  EXPECT_TRUE(told.empty());
+  EXPECT_EQ(reg->deferred_pending(), 3u);
+  EXPECT_EQ(reg->write_stats().transactions, before.transactions);
+  CUSTOS_ASSERT_OK(reg->flush());
+  ASSERT_EQ(told.size(), 3u);
+  // In the WAL when the callers learn: the transaction (one, shared) had committed.
+  EXPECT_EQ(told[0], (std::pair<std::string, std::uint64_t>{"staged", 1}));
+  EXPECT_EQ(told[1], (std::pair<std::string, std::uint64_t>{"running", 1}));
+  EXPECT_EQ(told[2], (std::pair<std::string, std::uint64_t>{"refused", 1}));
+  EXPECT_TRUE(results[0].has_value()) << results[0].error().message();
+  EXPECT_TRUE(results[1].has_value()) << results[1].error().message();
+  ASSERT_FALSE(results[2].has_value());
+  EXPECT_EQ(results[2].error().code, Errc::registry_illegal_phase);
+  EXPECT_EQ(reg->write_stats().transactions - before.transactions, 1u);
+  auto one = reg->get("ex-1");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->ownership.state, OwnershipState::committed);
+  EXPECT_EQ(one->phase, core::Phase::running);
+  auto two = reg->get("ex-2");
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->ownership.state, OwnershipState::unassigned);
+  EXPECT_EQ(two->phase, core::Phase::authorized);
+  // Refusals go to their completion only, never to the execution's deferred errors.
+  EXPECT_FALSE(reg->take_deferred_error("ex-2").has_value());
+  // A slot that is not a staged one is refused before anything is queued.
+  std::optional<Result<void>> bad;
+  Ownership not_staged = fake_staged();
+  not_staged.state = OwnershipState::committed;
+  reg->record_staged_async("ex-2", not_staged, {BoundaryKind::marker, "", std::string(32, 'a')},
+                           [&](Result<void> r) { bad = std::move(r); });
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_FALSE(bad->has_value());
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+  reg.reset();
+  EXPECT_EQ(stored_phase(t, "ex-1"), "running");
+  EXPECT_EQ(stored_phase(t, "ex-2"), "authorized");
+}
+
 TEST(RegistryDeferred, AsyncTerminalRidesInTheNextImmediateWriteAndABadDigestIsToldAtOnce) {
   TempDir t;
   auto reg = open_ok(t);

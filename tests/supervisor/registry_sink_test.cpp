@@ -132,7 +132,14 @@ TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
   ASSERT_TRUE(deferring.record_authorized(id, req.identity, req.plan, digest->to_string()));
   ASSERT_TRUE(deferring.make_durable(id));
   EXPECT_FALSE(registry_->durability_pending());
+  auto const queued = std::chrono::steady_clock::now();
   ASSERT_TRUE(deferring.record_phase(id, core::Phase::starting));
+  // Nobody waits for a phase: it stays queued for up to kLazyFlushBound, for an urgent write to
+  // take it along, and is committed by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  if (std::chrono::steady_clock::now() - queued < RegistrySink::kLazyFlushBound) {
+    EXPECT_EQ(registry_->deferred_pending(), 1U) << "a lazy write was committed at once";
+  }
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (registry_->deferred_pending() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -215,6 +222,137 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchAnswersAsTheBlockingOneDoes) {
   auto fstored = registry_->get(sf.execution_id);
   ASSERT_TRUE(fstored);
   EXPECT_EQ(fstored->phase, core::Phase::terminal);
+}
+
+// Forwards to the daemon's RegistrySink and holds every record_committed_async completion until
+// release(): what the launch does while its committed write is still outstanding. With `fail`,
+// the released completion says registry.io instead (the write itself succeeded).
+class HeldCommitSink final : public OwnershipSink {
+ public:
+  explicit HeldCommitSink(RegistrySink& inner) : inner_(&inner) {}
+  Result<> record_authorized(std::string const& id, core::ExecutionIdentity const& identity,
+                             core::ExecutionPlan const& plan, std::string const& digest) override {
+    return inner_->record_authorized(id, identity, plan, digest);
+  }
+  Result<> record_staged(std::string const& id, sys::PidfsIdentity const& identity, Boundary b,
+                         std::string const& cgroup, std::string const& marker) override {
+    return inner_->record_staged(id, identity, b, cgroup, marker);
+  }
+  void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity, Boundary b,
+                           std::string const& cgroup, std::string const& marker,
+                           std::function<void(Result<>)> done) override {
+    inner_->record_staged_async(id, identity, b, cgroup, marker, std::move(done));
+  }
+  Result<> make_durable(std::string const& id) override { return inner_->make_durable(id); }
+  void when_durable(std::string const& id, std::function<void(Result<>)> done) override {
+    inner_->when_durable(id, std::move(done));
+  }
+  Result<> record_committed(std::string const& id) override { return inner_->record_committed(id); }
+  void record_committed_async(std::string const& id, std::function<void(Result<>)> done) override {
+    inner_->record_committed_async(id, [this, done = std::move(done)](Result<> r) mutable {
+      held_.emplace_back(std::move(done), std::move(r));
+    });
+  }
+  Result<> record_phase(std::string const& id, core::Phase phase) override {
+    return inner_->record_phase(id, phase);
+  }
+  Result<> record_trigger(std::string const& id, core::Trigger trigger) override {
+    return inner_->record_trigger(id, trigger);
+  }
+  Result<> record_output(std::string const& id, StreamId stream,
+                         core::StreamAccounting const& acc) override {
+    return inner_->record_output(id, stream, acc);
+  }
+  Result<> record_terminal(std::string const& id, core::TerminalRecord const& rec) override {
+    return inner_->record_terminal(id, rec);
+  }
+  void record_terminal_async(std::string const& id, core::TerminalRecord const& rec,
+                             std::function<void(Result<>)> done) override {
+    inner_->record_terminal_async(id, rec, std::move(done));
+  }
+
+  // Completions that came back from the registry and are held (the write is in the WAL).
+  [[nodiscard]] std::size_t held() const { return held_.size(); }
+  void release(bool fail) {
+    auto held = std::move(held_);
+    held_.clear();
+    for (auto& [done, r] : held) {
+      done(fail ? Result<>{Error{Errc::registry_io, "test: the commit failed"}} : std::move(r));
+    }
+  }
+
+ private:
+  RegistrySink* inner_;
+  std::vector<std::pair<std::function<void(Result<>)>, Result<>>> held_;
+};
+
+class HeldCommitTest : public RegistrySinkTest {
+ protected:
+  void TearDown() override {
+    if (held_) held_->release(false);
+    RegistrySinkTest::TearDown();
+    held_.reset();
+  }
+  ExecutionManager& held_manager() {
+    looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+    held_ = std::make_unique<HeldCommitSink>(*looped_);
+    return manager(BoundaryPreference::automatic,
+                   [this](ManagerConfig& c) { c.sink = held_.get(); });
+  }
+  std::unique_ptr<HeldCommitSink> held_;
+};
+
+// The event-loop launch answers its caller only once the committed slot (with phase running)
+// is in the WAL: a crash before that is recovered as a launch whose commit was never recorded,
+// and no caller may have been told it started.
+TEST_F(HeldCommitTest, TheLaunchIsAnsweredOnlyOnceItsCommittedSlotIsWritten) {
+  held_manager();
+  auto const answer = launch_async(request(sh("sleep 30")));
+  ASSERT_TRUE(drive([&] { return held_->held() == 1; }, 20s));
+  // The target runs and its committed write is in the WAL, but its completion is held.
+  drive([] { return false; }, 100ms);
+  EXPECT_FALSE(answer->has_value()) << "answered before the committed write was known durable";
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].phase, core::Phase::running);
+  auto stored = registry_->get(listed[0].execution_id);
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->ownership.state, registry::OwnershipState::committed);
+  EXPECT_EQ(stored->phase, core::Phase::running);
+  held_->release(false);
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 5s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  EXPECT_EQ(answer->value()->phase, core::Phase::running);
+  EXPECT_GT(answer->value()->pid, 0);
+  // `running` rode with the committed slot: no write of it was refused on the way.
+  auto view = manager_->get(listed[0].execution_id);
+  ASSERT_TRUE(view);
+  EXPECT_FALSE(view->sink_error.has_value()) << *view->sink_error;
+  auto c = manager_->cancel(listed[0].execution_id, core::Trigger::user, "done");
+  ASSERT_TRUE(c);
+  auto rec = terminal(listed[0].execution_id, 20s);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::cancelled);
+}
+
+// A committed write that fails: the target already runs, so it is stopped (backend_failure),
+// the caller is still answered, and the execution says why.
+TEST_F(HeldCommitTest, AFailedCommittedWriteStopsTheTargetAndStillAnswers) {
+  held_manager();
+  auto const answer = launch_async(request(sh("sleep 30")));
+  ASSERT_TRUE(drive([&] { return held_->held() == 1; }, 20s));
+  held_->release(true);
+  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 5s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  std::string const id = answer->value()->execution_id;
+  auto rec = terminal(id, 20s);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::backend_failure});
+  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  auto view = manager_->get(id);
+  ASSERT_TRUE(view);
+  ASSERT_TRUE(view->sink_error.has_value());
+  EXPECT_NE(view->sink_error->find("record_committed"), std::string::npos) << *view->sink_error;
 }
 
 // The claim's fsync fails: the event-loop launch ends spawn_failed and the target never ran —

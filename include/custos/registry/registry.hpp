@@ -335,6 +335,17 @@ class Registry {
   // queued write: that is the case the deferred crash tests exercise).
   [[nodiscard]] Result<void> record_committed(std::string_view execution_id,
                                               WriteMode mode = WriteMode::now);
+  // record_staged without waiting for its transaction: queued (deferred) and committed by the
+  // next flush() or immediate write, after every write queued before it. `done` gets its
+  // result once that transaction ended — the record is in the WAL then — on the committing
+  // thread with no registry lock held (post it to your loop); exactly once, before return when
+  // refused at once. The failpoint after_staged fires after the commit, before `done`. Release
+  // the barrier from `done` only.
+  void record_staged_async(std::string execution_id, Ownership staged, BoundaryInfo boundary,
+                           std::function<void(Result<void>)> done);
+  // record_committed + record_phase(running) as ONE change (both or neither), asynchronously
+  // like record_staged_async; after_committed and while_running fire after the commit.
+  void record_running_async(std::string execution_id, std::function<void(Result<void>)> done);
   // One phase step, checked with core::is_legal_progression. `running` and later phases need
   // committed ownership. Errors: registry.illegal_phase, registry.not_found, corrupt_record.
   [[nodiscard]] Result<void> record_phase(std::string_view execution_id, core::Phase phase,

@@ -3,11 +3,11 @@
 // manager then keeps everything in memory only).
 //
 // Order and blocking: the manager calls these in the order below, on the event loop, and waits
-// for each Result before it continues. A failure of record_authorized, record_staged or
-// record_committed aborts the launch before any user code runs (the staged child is killed and
-// reaped at its barrier). A failure of the later calls never changes what happened to the
-// process: it is reported in the execution's view (`sink_error`) and the terminal record is
-// still delivered to waiters.
+// for each Result before it continues (the *_async forms: for their completion). A failure of
+// record_authorized, record_staged or record_committed aborts the launch before any user code runs
+// (the staged child is killed and reaped at its barrier). A failure of the later calls never
+// changes what happened to the process: it is reported in the execution's view (`sink_error`) and
+// the terminal record is still delivered to waiters.
 #pragma once
 
 #include <functional>
@@ -40,6 +40,18 @@ class OwnershipSink {
                                                Boundary boundary, std::string const& cgroup_path,
                                                std::string const& marker_value) = 0;
 
+  // record_staged without blocking (the event-loop launch): `done` gets the result
+  // record_staged would return, exactly once, before this returns or later as a handler of the
+  // event loop the sink was given (never from inside another sink call); the staged record is
+  // durable by then. The manager releases the barrier only from `done`. Default: record_staged,
+  // then `done` at once.
+  virtual void record_staged_async(std::string const& execution_id,
+                                   sys::PidfsIdentity const& identity, Boundary boundary,
+                                   std::string const& cgroup_path, std::string const& marker_value,
+                                   std::function<void(Result<>)> done) {
+    done(record_staged(execution_id, identity, boundary, cgroup_path, marker_value));
+  }
+
   // Everything recorded for this execution so far (its claim above all) is on stable storage
   // when this returns. The manager calls it after record_staged, before the barrier is
   // released, and before it reports any launch outcome to its caller: a sink may commit the
@@ -59,6 +71,14 @@ class OwnershipSink {
 
   // The barrier was released and execve succeeded: ownership slot staged -> committed.
   [[nodiscard]] virtual Result<> record_committed(std::string const& execution_id) = 0;
+  // record_committed without blocking, delivered like record_staged_async's `done`. The manager
+  // records phase `running` right after this call (a sink may write both in one transaction)
+  // and answers the launch's caller only from `done`. A failure stops the execution
+  // (backend_failure). Default: record_committed, then `done` at once.
+  virtual void record_committed_async(std::string const& execution_id,
+                                      std::function<void(Result<>)> done) {
+    done(record_committed(execution_id));
+  }
 
   // Every phase change after authorized, in order (starting, running, stopping, exited, closed).
   [[nodiscard]] virtual Result<> record_phase(std::string const& execution_id,

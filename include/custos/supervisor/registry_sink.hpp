@@ -30,9 +30,11 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -44,6 +46,10 @@ namespace custos::supervisor {
 
 class RegistrySink final : public OwnershipSink {
  public:
+  // How long a write nobody waits for may stay queued (docs/durability.md): a daemon crash in
+  // that window loses it, and recovery walks the phases it would have recorded itself.
+  static constexpr std::chrono::milliseconds kLazyFlushBound{10};
+
   // `registry` must outlive the sink (the daemon owns both). `loop`: the event loop the
   // manager runs on; non-null turns deferral on: writes that gate nothing are queued and
   // committed by the sink's flush thread (started with the first of them, joined by the
@@ -67,12 +73,23 @@ class RegistrySink final : public OwnershipSink {
                                        sys::PidfsIdentity const& identity, Boundary boundary,
                                        std::string const& cgroup_path,
                                        std::string const& marker_value) override;
+  // With a loop: Registry::record_staged_async, committed by the flush thread (with whatever
+  // else is queued), its completion posted to the loop. Without: record_staged.
+  void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
+                           Boundary boundary, std::string const& cgroup_path,
+                           std::string const& marker_value,
+                           std::function<void(Result<>)> done) override;
   // Registry::await_durable(): every group commit so far (this execution's claim among them)
   // is on stable storage.
   [[nodiscard]] Result<> make_durable(std::string const& execution_id) override;
   // With a loop: Registry::when_durable, its completion posted to the loop. Without: make_durable.
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_committed(std::string const& execution_id) override;
+  // With a loop: committed + running as one queued change (Registry::record_running_async),
+  // committed by the flush thread; the supervisor's record_phase(running) right after is then
+  // already done. Without: record_committed.
+  void record_committed_async(std::string const& execution_id,
+                              std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_phase(std::string const& execution_id, core::Phase phase) override;
   [[nodiscard]] Result<> record_trigger(std::string const& execution_id,
                                         core::Trigger trigger) override;
@@ -101,7 +118,11 @@ class RegistrySink final : public OwnershipSink {
   // record_terminal's answer from the write's result and this execution's deferred refusals.
   [[nodiscard]] Result<> terminal_result(std::string const& execution_id, Result<> written);
   // Wakes the flush thread (starting it the first time) unless a flush is requested already.
-  void schedule_flush();
+  // `now`: a write someone waits for (a completion hangs on it): committed at once. `lazy`: a
+  // write nobody waits for (phases after running, output accounting): committed with the next
+  // urgent write, or after kLazyFlushBound at the latest.
+  enum class Urgency { now, lazy };
+  void schedule_flush(Urgency urgency);
   void flush_thread_main();
 
   registry::Registry* registry_;
@@ -114,7 +135,8 @@ class RegistrySink final : public OwnershipSink {
   // after it.
   std::mutex flush_mu_;
   std::condition_variable flush_cv_;
-  bool flush_requested_ = false;
+  bool flush_urgent_ = false;
+  std::optional<std::chrono::steady_clock::time_point> lazy_due_;  // a lazy write is queued
   bool flush_stop_ = false;
   std::thread flush_thread_;
 };

@@ -49,6 +49,13 @@ class TimedSink final : public sup::OwnershipSink {
     return timed(authorized_us_,
                  [&] { return inner_->record_authorized(id, identity, plan, digest); });
   }
+  void record_authorized_async(std::string const& id, core::ExecutionIdentity const& identity,
+                               core::ExecutionPlan const& plan, std::string const& digest,
+                               std::function<void(Result<>)> done) override {
+    auto const t0 = Clock::now();
+    inner_->record_authorized_async(id, identity, plan, digest, std::move(done));
+    authorized_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
   Result<> record_staged(std::string const& id, sys::PidfsIdentity const& identity,
                          sup::Boundary boundary, std::string const& cgroup_path,
                          std::string const& marker) override {

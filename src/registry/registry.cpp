@@ -629,7 +629,9 @@ void Registry::keep_deferred_errors(Job const& job) {
     deferred_errors_.emplace(id, std::move(e));
   };
   if (job.changes.empty()) {
-    if (job.deferred > 0 && !job.result) keep(job.execution_id, job.what, job.result.error());
+    // A job with a completion tells its refusal there.
+    if (job.deferred > 0 && !job.result && !job.on_done)
+      keep(job.execution_id, job.what, job.result.error());
     return;
   }
   for (Change const& c : job.changes) {
@@ -657,6 +659,7 @@ void Registry::drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mute
       for (auto const& j : batch) {
         j->done = true;
         keep_deferred_errors(*j);
+        if (j->on_done) told.emplace_back(std::move(j->on_done), j->result);
         for (Change& c : j->changes) {
           if (c.done) told.emplace_back(std::move(c.done), c.result);
         }
@@ -685,10 +688,11 @@ Result<void> Registry::write(Durability d, JobFn fn) {
   return std::move(job->result);
 }
 
-void Registry::enqueue_deferred(Durability d, std::string execution_id, char const* what,
-                                JobFn fn) {
+void Registry::enqueue_deferred(Durability d, std::string execution_id, char const* what, JobFn fn,
+                                std::function<void(Result<void>)> on_done) {
   auto job = std::make_shared<Job>();
   job->fn = std::move(fn);
+  job->on_done = std::move(on_done);
   job->durability = d;
   job->deferred = 1;
   job->execution_id = std::move(execution_id);
@@ -866,6 +870,18 @@ namespace {
 Durability claim_durability(Durability d) {
   return d == Durability::group ? Durability::group : Durability::full;
 }
+
+// An asynchronous write's completion, with the failpoints its synchronous form fires after
+// its commit: a crash there leaves exactly what the immediate write leaves.
+std::function<void(Result<void>)> after_commit(std::initializer_list<char const*> points,
+                                               std::function<void(Result<void>)> done) {
+  return [pts = std::vector<char const*>(points), done = std::move(done)](Result<void> r) {
+    if (r) {
+      for (char const* p : pts) failpoint(p);
+    }
+    done(std::move(r));
+  };
+}
 }  // namespace
 
 Result<void> Registry::consume_claim(std::string_view action_id, std::string_view process_id,
@@ -883,41 +899,45 @@ Result<void> Registry::consume_claim_with(std::string_view action_id, std::strin
       [](sql::Db&) -> Result<void> { return ok(); }, claim_durability(d));
 }
 
+Registry::JobFn Registry::claim_fn(std::string a, std::string p, std::string e, JobFn before,
+                                   JobFn after) {
+  // One job: `before`, the claim and `after` share its savepoint, so a refusal by any of them
+  // undoes all three.
+  return [a = std::move(a), p = std::move(p), e = std::move(e), before = std::move(before),
+          after = std::move(after)](sql::Db& db) -> Result<void> {
+    if (auto r = before(db); !r) return r;
+    {
+      // Scoped: `after` may lease the same cached statements.
+      sql::StmtLease q = CUSTOS_TRY(
+          db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+      CUSTOS_TRYV(q->bind(1, std::string_view{a}));
+      CUSTOS_TRYV(q->bind(2, std::string_view{p}));
+      if (CUSTOS_TRY(q->step())) {
+        return Error{
+            Errc::registry_claim_consumed,
+            "action " + a + " / process " + p + " was already consumed by execution " + q->text(0)};
+      }
+      sql::StmtLease ins =
+          CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, execution_id, "
+                               "consumed_ns) VALUES (?,?,?,?)"));
+      CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
+      CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
+      CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
+      CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
+      CUSTOS_TRYV(ins->run());
+    }
+    return after(db);
+  };
+}
+
 Result<void> Registry::claim_job(std::string_view action_id, std::string_view process_id,
                                  std::string_view execution_id, JobFn before, JobFn after,
                                  Durability d) {
   if (action_id.empty() || process_id.empty() || execution_id.empty()) {
     return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
   }
-  std::string const a{action_id}, p{process_id}, e{execution_id};
-  // One job: `before`, the claim and `after` share its savepoint, so a refusal by any of them
-  // undoes all three.
-  if (auto wr =
-          write(d,
-                [&](sql::Db& db) -> Result<void> {
-                  if (auto r = before(db); !r) return r;
-                  {
-                    // Scoped: `after` may lease the same cached statements.
-                    sql::StmtLease q = CUSTOS_TRY(db.cached(
-                        "SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-                    CUSTOS_TRYV(q->bind(1, std::string_view{a}));
-                    CUSTOS_TRYV(q->bind(2, std::string_view{p}));
-                    if (CUSTOS_TRY(q->step())) {
-                      return Error{Errc::registry_claim_consumed,
-                                   "action " + a + " / process " + p +
-                                       " was already consumed by execution " + q->text(0)};
-                    }
-                    sql::StmtLease ins =
-                        CUSTOS_TRY(db.cached("INSERT INTO claims (action_id, process_id, "
-                                             "execution_id, consumed_ns) VALUES (?,?,?,?)"));
-                    CUSTOS_TRYV(ins->bind(1, std::string_view{a}));
-                    CUSTOS_TRYV(ins->bind(2, std::string_view{p}));
-                    CUSTOS_TRYV(ins->bind(3, std::string_view{e}));
-                    CUSTOS_TRYV(ins->bind(4, detail::now_ns()));
-                    CUSTOS_TRYV(ins->run());
-                  }
-                  return after(db);
-                });
+  if (auto wr = write(d, claim_fn(std::string{action_id}, std::string{process_id},
+                                  std::string{execution_id}, std::move(before), std::move(after)));
       !wr)
     return std::move(wr).error();
   failpoint("after_claim");
@@ -1019,6 +1039,24 @@ Result<void> Registry::record_authorized(NewExecution const& ex, Durability d) {
       ex, [](sql::Db&) -> Result<void> { return ok(); }, d);
 }
 
+void Registry::record_authorized_async(NewExecution ex, Durability d,
+                                       std::function<void(Result<void>)> done) {
+  if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
+    return done(Error{Errc::auth_digest_mismatch,
+                      ex.execution_id + ": plan digest does not match the canonical plan bytes"});
+  }
+  if (ex.action_id.empty() || ex.process_id.empty() || ex.execution_id.empty()) {
+    return done(Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"});
+  }
+  std::string id = ex.execution_id;
+  auto shared = std::make_shared<NewExecution const>(std::move(ex));
+  JobFn fn = claim_fn(
+      shared->action_id, shared->process_id, id, [](sql::Db&) -> Result<void> { return ok(); },
+      [this, shared](sql::Db& db) { return create_record_job(db, *shared, true); });
+  enqueue_deferred(claim_durability(d), std::move(id), "record_authorized", std::move(fn),
+                   after_commit({"after_claim"}, std::move(done)));
+}
+
 Result<void> Registry::record_authorized_with(NewExecution const& ex,
                                               std::function<Result<void>(sql::Db&)> before,
                                               Durability d) {
@@ -1094,17 +1132,6 @@ Result<void> staged_ownership_check(Ownership const& staged) {
   return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
 }
 
-// An asynchronous write's completion, with the failpoints its synchronous form fires after
-// its commit: a crash there leaves exactly what the immediate write leaves.
-std::function<void(Result<void>)> after_commit(std::initializer_list<char const*> points,
-                                               std::function<void(Result<void>)> done) {
-  return [pts = std::vector<char const*>(points), done = std::move(done)](Result<void> r) {
-    if (r) {
-      for (char const* p : pts) failpoint(p);
-    }
-    done(std::move(r));
-  };
-}
 }  // namespace
 
 Result<void> Registry::record_staged(std::string_view execution_id, Ownership const& staged,

@@ -185,13 +185,12 @@ Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit 
 void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, StartDone done) {
   auto p = prepare_start(std::move(request), std::move(permit));
   if (!p) return done(p.error());
-  auto answered = std::make_shared<bool>(false);
   std::shared_ptr<Supervisor> const sup = p->sup;
+  // The supervisor notes its staged root itself (note_child) once it exists.
   sup->launch_async(p->boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_,
                     p->live,
-                    [this, weak = std::weak_ptr<bool>(alive_), sup, answered,
+                    [this, weak = std::weak_ptr<bool>(alive_), sup,
                      done = std::move(done)](Result<StartResult> res) {
-                      *answered = true;
                       auto a = weak.lock();
                       if (!a || !*a) return;  // the manager is gone
                       if (!res) {
@@ -201,9 +200,6 @@ void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, S
                       note_started(*sup, *res);
                       done(std::move(res));
                     });
-  // Staged, its verdict pending: the root is this execution's already (the orphan reaper
-  // leaves it to the launch), and so is its cgroup.
-  if (!*answered) note_child(*sup, sup->root_pid());
 }
 
 Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {

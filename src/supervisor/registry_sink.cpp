@@ -77,6 +77,19 @@ Result<> RegistrySink::record_authorized(std::string const& execution_id,
   return registry_->record_authorized(*ex, registry::Durability::group);
 }
 
+void RegistrySink::record_authorized_async(std::string const& execution_id,
+                                           core::ExecutionIdentity const& identity,
+                                           core::ExecutionPlan const& plan,
+                                           std::string const& plan_digest,
+                                           std::function<void(Result<>)> done) {
+  if (loop_ == nullptr) return done(record_authorized(execution_id, identity, plan, plan_digest));
+  auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
+  if (!ex) return done(ex.error());
+  registry_->record_authorized_async(std::move(*ex), registry::Durability::group,
+                                     on_loop(std::move(done)));
+  schedule_flush(Urgency::now);
+}
+
 Result<> RegistrySink::make_durable(std::string const& execution_id) {
   (void)execution_id;  // one fdatasync covers every execution's group commits
   return registry_->await_durable();

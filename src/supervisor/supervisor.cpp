@@ -259,10 +259,35 @@ Result<StartResult> Supervisor::launch(Boundary boundary, sys::CgroupDir const* 
 void Supervisor::launch_async(Boundary boundary, sys::CgroupDir const* subtree,
                               std::string const& cgroup_mount, bool nsdelegate,
                               std::size_t live_executions, LaunchDone done) {
+  auto* sink = manager_->config_.sink;
+  if (sink == nullptr) {
+    return launch_authorized(boundary, subtree, cgroup_mount, nsdelegate, live_executions,
+                             std::move(done));
+  }
+  // The claim and the record are committed off the loop; nothing is created for the execution
+  // (no cgroup, no child) before they are, exactly as in the blocking launch.
+  sink->record_authorized_async(
+      id_, request_.identity, request_.plan, plan_digest_,
+      [self = shared_from_this(), boundary, subtree, mount = cgroup_mount, nsdelegate,
+       live_executions, done = std::move(done)](Result<> authorized) mutable {
+        if (self->detached_) return;  // the manager is gone: nobody is left to tell
+        if (!authorized) return done(authorized.error());
+        self->authorized_ = true;
+        self->launch_authorized(boundary, subtree, mount, nsdelegate, live_executions,
+                                std::move(done));
+      });
+}
+
+void Supervisor::launch_authorized(Boundary boundary, sys::CgroupDir const* subtree,
+                                   std::string const& cgroup_mount, bool nsdelegate,
+                                   std::size_t live_executions, LaunchDone done) {
   auto begun = begin_launch(boundary, subtree, cgroup_mount, nsdelegate, live_executions);
   if (!begun) return done(begun.error());
   if (*begun) return done(std::move(**begun));
   launching_->done = std::move(done);
+  // Staged, its verdict pending: the root is this execution's already (the orphan reaper
+  // leaves it to the launch), and so is its cgroup.
+  manager_->note_child(*this, root_pid_);
   auto* sink = manager_->config_.sink;
   if (sink == nullptr) return on_durable(ok());
   // The staged record is committed off the loop (with other launches' writes); the barrier
@@ -389,7 +414,7 @@ Result<std::optional<StartResult>> Supervisor::begin_launch(Boundary boundary,
   started_wall_ = std::chrono::system_clock::now();
   concurrency_ = live_executions + 1;
 
-  if (cfg.sink != nullptr) {
+  if (cfg.sink != nullptr && !authorized_) {
     if (auto r = cfg.sink->record_authorized(id_, request_.identity, request_.plan, plan_digest_);
         !r) {
       return r.error();

@@ -117,6 +117,11 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
 
   // launch helpers
   struct Launching;
+  // launch_async once the claim and record are written (or with no sink): up to the staged
+  // record, then the durability wait, the go byte and the verdict, each from a completion.
+  void launch_authorized(Boundary boundary, sys::CgroupDir const* subtree,
+                         std::string const& cgroup_mount, bool nsdelegate,
+                         std::size_t live_executions, LaunchDone done);
   // Up to the staged record: an error when nothing was launched, a StartResult when the launch
   // ended already (spawn_failed), nothing when the child is staged (launching_).
   [[nodiscard]] Result<std::optional<StartResult>> begin_launch(Boundary boundary,
@@ -230,6 +235,7 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
 
   std::unique_ptr<Launching> launching_;  // between the staged child and its verdict
   bool claim_durable_ = false;            // the launch awaited the claim's durability
+  bool authorized_ = false;               // record_authorized_async already wrote the claim
 
   std::vector<Reader> readers_;
   Writer writer_;

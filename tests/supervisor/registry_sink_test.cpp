@@ -404,41 +404,113 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
       << " us after the launch, before its claim's fsync";
 }
 
-// A cancel that arrives while the launch awaits its verdict is accepted and acts as soon as
+// A cancel that arrives while the launch is under way — its claim still being written
+// (phase authorized, nothing created yet), or its child staged and awaiting its claim's fsync
+// (slowed by 50 ms with flusher_slow, so the window is wide) — is accepted and acts as soon as
 // the target runs: the execution is stopped, not left running.
 TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRuns) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};
   looped();
-  auto const answer = launch_async(request(sh("sleep 30")));
-  ASSERT_FALSE(answer->has_value());
-  auto listed = manager_->list({});
-  ASSERT_EQ(listed.size(), 1U);
-  std::string const id = listed[0].execution_id;
-  EXPECT_EQ(listed[0].phase, core::Phase::starting);
-  auto c = manager_->cancel(id, core::Trigger::user, "while launching");
-  ASSERT_TRUE(c) << c.error().message();
-  EXPECT_TRUE(c->accepted);
-  ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
-  ASSERT_TRUE(answer->value()) << answer->value().error().message();
-  auto rec = terminal(id, 20s);
-  ASSERT_TRUE(rec);
-  EXPECT_EQ(rec->classification, core::Classification::cancelled);
-  EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::user});
-  EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  for (bool const staged : {false, true}) {
+    SCOPED_TRACE(staged ? "cancelled while staged" : "cancelled while its claim is written");
+    auto const answer = launch_async(request(sh("sleep 30")));
+    ASSERT_FALSE(answer->has_value());
+    auto launching = [&] {
+      for (auto const& v : manager_->list({})) {
+        if (!v.terminal) return std::optional<ExecutionView>{v};
+      }
+      return std::optional<ExecutionView>{};
+    };
+    if (staged) {
+      ASSERT_TRUE(drive([&] { return launching() && launching()->pid > 0; }, 20s));
+      EXPECT_EQ(launching()->phase, core::Phase::starting);
+    } else {
+      ASSERT_TRUE(launching());
+      EXPECT_EQ(launching()->phase, core::Phase::authorized);
+      EXPECT_EQ(launching()->pid, 0);
+    }
+    ASSERT_FALSE(answer->has_value());
+    std::string const id = launching()->execution_id;
+    auto c = manager_->cancel(id, core::Trigger::user, "while launching");
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_TRUE(c->accepted);
+    ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
+    ASSERT_TRUE(answer->value()) << answer->value().error().message();
+    auto rec = terminal(id, 20s);
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->classification, core::Classification::cancelled);
+    EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::user});
+    EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
+  }
 }
 
-// The manager goes away while a launch awaits its verdict: the child is killed (it is the
-// launch's own until the verdict), nothing is told, nothing crashes.
+// The manager goes away while a launch awaits its claim's fsync (slowed, as above): the staged
+// child is killed (it is the launch's own until the verdict), nothing is told, nothing crashes.
 TEST_F(RegistrySinkTest, AManagerDestroyedDuringTheEventLoopLaunchLeavesNoProcess) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};
   looped();
   auto const answer = launch_async(request(sh("sleep 30")));
-  auto listed = manager_->list({});
-  ASSERT_EQ(listed.size(), 1U);
-  std::int32_t const pid = listed[0].pid;
-  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(drive(
+      [&] {
+        auto listed = manager_->list({});
+        return listed.size() == 1 && listed[0].pid > 0;
+      },
+      20s));
+  std::int32_t const pid = manager_->list({})[0].pid;
+  ASSERT_FALSE(answer->has_value());
   manager_.reset();
   drive([] { return false; }, 200ms);  // completions still posted find nobody
   EXPECT_FALSE(answer->has_value());
   EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(pid))) << "killed and reaped";
+}
+
+// The event-loop launch writes its claim off the loop: a claim consumed before is refused
+// through the completion, and nothing is created for the refused launch (no execution, no
+// child, no cgroup, no record).
+TEST_F(RegistrySinkTest, TheEventLoopLaunchOfAConsumedClaimCreatesNothing) {
+  looped();
+  auto req = request(sh("exit 0"));
+  auto const first = launch_async(req);
+  ASSERT_TRUE(drive([&] { return first->has_value(); }, 20s));
+  ASSERT_TRUE(first->value()) << first->value().error().message();
+  ASSERT_TRUE(terminal(first->value()->execution_id));
+  auto const cgroups_before = cgroup_path_.empty()
+                                  ? 0
+                                  : std::distance(std::filesystem::directory_iterator(cgroup_path_),
+                                                  std::filesystem::directory_iterator{});
+  auto const again = launch_async(req);
+  ASSERT_TRUE(drive([&] { return again->has_value(); }, 20s));
+  ASSERT_FALSE(again->value());
+  EXPECT_EQ(again->value().error().code, Errc::registry_claim_consumed);
+  EXPECT_EQ(manager_->list({}).size(), 1U) << "the refused launch left an execution behind";
+  if (!cgroup_path_.empty()) {
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(cgroup_path_),
+                            std::filesystem::directory_iterator{}),
+              cgroups_before);
+  }
+  auto records = registry_->list();
+  ASSERT_TRUE(records);
+  EXPECT_EQ(records->size(), 1U);
+}
+
+// The manager goes away while the claim is being written: nothing is created afterwards (no
+// child, no cgroup) and nothing is told; the record it leaves is recovery's (authorized).
+TEST_F(RegistrySinkTest, AManagerDestroyedWhileTheClaimIsWrittenCreatesNothing) {
+  looped();
+  auto const answer = launch_async(request(sh("sleep 30")));
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].phase, core::Phase::authorized);
+  std::string const id = listed[0].execution_id;
+  manager_.reset();
+  drive([] { return false; }, 200ms);
+  EXPECT_FALSE(answer->has_value());
+  auto stored = registry_->get(id);
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->phase, core::Phase::authorized);
+  EXPECT_EQ(stored->ownership.state, registry::OwnershipState::unassigned);
 }
 
 }  // namespace

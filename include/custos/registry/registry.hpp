@@ -313,6 +313,14 @@ class Registry {
   // error neither is written.
   [[nodiscard]] Result<void> record_authorized(NewExecution const& ex,
                                                Durability d = Durability::full);
+  // record_authorized without waiting for its transaction: the digest is checked now, the job
+  // queued and committed by the next flush() or immediate write, ahead of every write queued
+  // after it. `done` gets its result once that transaction ended (the claim and record are in
+  // the WAL then; with `group`, await their fsync before acting on the claim), on the
+  // committing thread with no registry lock held; exactly once, before return when refused at
+  // once. The failpoint after_claim fires after the commit, before `done`.
+  void record_authorized_async(NewExecution ex, Durability d,
+                               std::function<void(Result<void>)> done);
   // `before`, then record_authorized's claim and record, as ONE job of that same transaction:
   // the gateway's authorizing transaction (its checks and authority writes in `before`), so
   // the claim, the authority it consumed and the record are committed together or not at all.
@@ -482,6 +490,9 @@ class Registry {
     char const* what = "";            // deferred plain job: which write, for the error message
     bool transaction_failed = false;  // its transaction could not begin or commit
     bool refused_only = false;        // record job whose every change was refused: nothing written
+    // A queued plain job's completion (record_authorized_async): told its result, like a
+    // change's `done`, instead of keeping a refusal as a deferred error.
+    std::function<void(Result<void>)> on_done;
   };
   struct CacheEntry {
     ExecutionRecord rec;
@@ -494,10 +505,14 @@ class Registry {
   // `before`, the one-use claim, `after`: one job of a transaction committed with `d`.
   Result<void> claim_job(std::string_view action_id, std::string_view process_id,
                          std::string_view execution_id, JobFn before, JobFn after, Durability d);
+  // claim_job's work as a job function that owns what it uses (it may run after return).
+  JobFn claim_fn(std::string action_id, std::string process_id, std::string execution_id,
+                 JobFn before, JobFn after);
   // Inserts the record of `ex` (phase authorized) inside a job; its claim must exist (checked
   // here unless the same job has just inserted it).
   Result<void> create_record_job(sql::Db& db, NewExecution const& ex, bool claim_checked);
-  void enqueue_deferred(Durability d, std::string execution_id, char const* what, JobFn fn);
+  void enqueue_deferred(Durability d, std::string execution_id, char const* what, JobFn fn,
+                        std::function<void(Result<void>)> on_done = nullptr);
   // flush() when deferred writes are queued: called by every read first.
   Result<void> settle_deferred();
   // Runs batches until `job` is done (leading or waiting); `lk` holds queue_mu_.

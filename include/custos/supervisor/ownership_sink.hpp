@@ -32,6 +32,19 @@ class OwnershipSink {
                                                    core::ExecutionPlan const& plan,
                                                    std::string const& plan_digest) = 0;
 
+  // record_authorized without blocking (the event-loop launch): `done` gets the result
+  // record_authorized would return, exactly once, before this returns or later as a handler of
+  // the event loop the sink was given (never from inside another sink call). The manager
+  // creates nothing for the execution before `done` said ok. Default: record_authorized, then
+  // `done` at once.
+  virtual void record_authorized_async(std::string const& execution_id,
+                                       core::ExecutionIdentity const& identity,
+                                       core::ExecutionPlan const& plan,
+                                       std::string const& plan_digest,
+                                       std::function<void(Result<>)> done) {
+    done(record_authorized(execution_id, identity, plan, plan_digest));
+  }
+
   // The child exists and waits on its barrier; `identity` is its pidfs identity (the only
   // positive process authority). Must be durable before it returns: the barrier is released
   // only after this succeeds.

@@ -69,6 +69,12 @@ class RegistrySink final : public OwnershipSink {
                                            core::ExecutionIdentity const& identity,
                                            core::ExecutionPlan const& plan,
                                            std::string const& plan_digest) override;
+  // With a loop: the same job queued (Registry::record_authorized_async) and committed by the
+  // commit thread, its completion posted to the loop. Without: record_authorized.
+  void record_authorized_async(std::string const& execution_id,
+                               core::ExecutionIdentity const& identity,
+                               core::ExecutionPlan const& plan, std::string const& plan_digest,
+                               std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_staged(std::string const& execution_id,
                                        sys::PidfsIdentity const& identity, Boundary boundary,
                                        std::string const& cgroup_path,

@@ -312,7 +312,7 @@ Row concurrent_launch_row(Env const& env) {
 }
 
 // One launch at a time through the registry sink: how many transactions the daemon's loop
-// really makes per execution (the sequential durable-writes row models five), and what the
+// really makes per execution (the sequential durable-writes row models four), and what the
 // registry adds to a lone launch + wait. Informational: no target.
 Row sequential_launch_row(Env const& env) {
   Row row{"registry: launch + wait one at a time, registry sink vs null sink",
@@ -354,7 +354,7 @@ Row sequential_launch_row(Env const& env) {
   char per[32];
   std::snprintf(per, sizeof per, "%.2f", txns / static_cast<double>(n));
   row.note = std::to_string(n) + " launches each side; " + per +
-             " registry transactions per launch (the durable-writes row models 5)";
+             " registry transactions per launch (the durable-writes row models 4)";
   return row;
 }
 

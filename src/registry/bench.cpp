@@ -76,11 +76,12 @@ Ownership bench_owner(std::size_t i) {
 
 // The durable writes of one execution's life, as the supervisor makes them through
 // supervisor::RegistrySink with an event loop (docs/durability.md, "Which writes wait"):
-//   claim + record (FULL) | starting + staged | committed + running | exited (the loop turn
-//   that saw the exit ends: flush) | closed + 2 x output accounting + terminal.
-// Five transactions and ten writes; the exit gets its own flush because in the daemon the exit
-// and the close are observed in different loop turns (the pipes drain and the final marker
-// sweep runs in between), which is the pessimistic case for a lone execution.
+//   claim + record (group durability, its fsync awaited after the staged write) |
+//   starting + staged | committed + running | exited + closed + 2 x output accounting +
+//   terminal.
+// Four transactions and ten writes. The exit is a lazy write (RegistrySink::kLazyFlushBound):
+// in the daemon the close follows it within a millisecond or two, and the terminal record
+// (which somebody waits for) takes it along.
 struct Request {
   std::string id;
   core::ExecutionIdentity identity;

@@ -103,7 +103,7 @@ struct OpenOptions {
   Durability ownership_durability = Durability::normal;
   Durability terminal_durability = Durability::normal;
   // The WAL is extended to this size with written zeros at open (0: never). Sized to hold the
-  // checkpoint window (wal_autocheckpoint 8192 pages of 1 KiB + frame headers) so the WAL does
+  // checkpoint window (wal_autocheckpoint: ~8 MiB of pages + frame headers) so the WAL does
   // not grow in operation and a FULL commit has no file size to sync (docs/durability.md).
   std::uint64_t wal_presize_bytes = 9ULL << 20;
   // Run PRAGMA quick_check at open (detects a truncated or damaged file before any record is

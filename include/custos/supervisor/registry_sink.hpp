@@ -3,28 +3,26 @@
 // the barrier release, through its flusher's fdatasync; ownership and phases survive a daemon
 // crash) and fires its crash failpoints (docs/durability.md).
 //
-// With an event loop, writes that gate nothing are deferred and committed promptly by a
-// background thread, in one transaction shared by every execution (docs/durability.md, "Which
-// writes wait"):
-//   record_authorized   claim + record, one transaction with group durability:
-//                       in the WAL now, fdatasync'ed by the registry's flusher
-//                       while the child is created                           now
-//   make_durable        waits for that fdatasync: before the barrier release
-//                       and before any launch outcome is reported             wait
-//   phase starting      deferred: record_staged commits it, in its transaction  deferred
-//   record_staged       before the barrier is released                         now
-//   record_committed    with phase running, one transaction (the supervisor
-//                       records running right after it; that call is then
-//                       already done), so a failure of either fails this call   now
-//   record_trigger      before the graceful signal (recovery classifies by it) now
-//   phases stopping, exited, closed; output accounting                         deferred
-//                       (committed by the sink's background flusher thread, so the
-//                       transaction is not paid on the loop; an immediate write
-//                       queued meanwhile takes them into its own transaction)
-//   record_terminal     commits everything queued before it, then returns, so
-//                       waiters learn the result only once it is in the WAL    now
-//   (record_terminal_async: the same write, committed by the flush thread; its
-//    completion is posted to the loop, so the loop never waits for it)        deferred
+// With an event loop the loop makes no transaction of its own but record_trigger's: every write
+// is queued and committed by the sink's commit thread ("custos-commit", SCHED_BATCH), in one
+// transaction shared by every execution's queued writes (docs/durability.md, "What each write
+// must survive"). A write somebody waits for wakes it at once and is told through a completion
+// posted to the loop, after its COMMIT; a lazy one rides with the next of those, or waits
+// kLazyFlushBound at most:
+//   record_authorized_async  claim + record, group durability; the launch creates
+//                            nothing before its completion                      completion
+//   when_durable             that fdatasync (the registry's flusher): before the
+//                            barrier release and before any outcome is reported   completion
+//   phase starting           deferred: record_staged commits it, in its job        deferred
+//   record_staged_async      the barrier is released only from its completion     completion
+//   record_committed_async   with phase running, one change; the start is answered
+//                            only from its completion (running: already done)    completion
+//   record_trigger           before the graceful signal (recovery classifies by it) now
+//   phases stopping, exited, closed; output accounting                            lazy
+//   record_terminal_async    commits everything queued before it; its completion
+//                            tells waiters, once it is in the WAL                  completion
+// The blocking forms (record_authorized, record_staged, record_committed, record_terminal) are
+// immediate, for the blocking launch.
 // Without a loop every write is immediate (one transaction each).
 #pragma once
 

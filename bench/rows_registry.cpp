@@ -212,6 +212,18 @@ double process_cpu_us() {
   return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
+// Busy CPU time of the whole machine (every CPU, user + system + irq, not idle or iowait), in
+// microseconds, from /proc/stat: what the children, the kernel threads (journal, writeback,
+// cgroup removal) and other processes took as well.
+double machine_busy_us() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  double const tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return (user + nice + system + irq + softirq + steal) * tick_us;
+}
+
 // CPU time per thread name of this process (utime + stime from /proc/self/task/*/stat), in
 // microseconds: the loop runs on the bench's main thread, the sink's transactions on
 // "custos-commit", the registry's fdatasyncs on "custos-fsync".
@@ -262,6 +274,7 @@ Row concurrent_launch_row(Env const& env) {
   int const blocks = env.quick ? 2 : 4;
   double secs_with = 0, secs_without = 0;
   double cpu_with = 0, cpu_without = 0;
+  double busy_with = 0, busy_without = 0;
   std::map<std::string, double> by_thread;  // registry side
   std::size_t n_with = 0, n_without = 0;
   auto const before = with.registry()->write_stats();
@@ -272,6 +285,7 @@ Row concurrent_launch_row(Env const& env) {
       bool const reg_side = (b + side) % 2 == 0;
       Launcher& l = reg_side ? with : without;
       double const cpu0 = process_cpu_us();
+      double const busy0 = machine_busy_us();
       auto const threads0 = thread_cpu_us_by_name();
       auto rate = l.concurrent(env.noop_path, kInFlight, per_block, env.deadline, why);
       if (reg_side) {
@@ -285,6 +299,7 @@ Row concurrent_launch_row(Env const& env) {
         return row;
       }
       (reg_side ? cpu_with : cpu_without) += process_cpu_us() - cpu0;
+      (reg_side ? busy_with : busy_without) += machine_busy_us() - busy0;
       (reg_side ? secs_with : secs_without) += static_cast<double>(per_block) / *rate;
       (reg_side ? n_with : n_without) += per_block;
     }
@@ -303,8 +318,10 @@ Row concurrent_launch_row(Env const& env) {
       "launch: claim+record " + per_launch(with.timed()->authorized_us()) + ", the rest " +
       per_launch(with.timed()->other_us()) + "; the process's CPU per launch (every " +
       "thread): registry side " + per_launch(cpu_with) + ", null side " + per_launch(cpu_without) +
-      "; wall per launch x 2 CPUs: registry side " + per_launch(secs_with * 2e6) + ", null side " +
-      per_launch(secs_without * 2e6) + "; registry side CPU by thread:";
+      "; the machine's busy CPU per launch: registry side " + per_launch(busy_with) +
+      ", null side " + per_launch(busy_without) + "; wall per launch x 2 CPUs: registry side " +
+      per_launch(secs_with * 2e6) + ", null side " + per_launch(secs_without * 2e6) +
+      "; registry side CPU by thread:";
   for (auto const& [name, us] : by_thread) {
     if (us > 0) row.note += " " + name + " " + per_launch(us);
   }

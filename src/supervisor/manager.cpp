@@ -194,7 +194,10 @@ void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, S
                       auto a = weak.lock();
                       if (!a || !*a) return;  // the manager is gone
                       if (!res) {
+                        // Refused before anything ran (its claim, with a sink that writes it
+                        // off the loop): a wait registered meanwhile learns why, as its caller.
                         executions_.erase(sup->id());
+                        answer_waits(sup->id(), res.error());
                         return done(res.error());
                       }
                       note_started(*sup, *res);

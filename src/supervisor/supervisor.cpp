@@ -169,6 +169,7 @@ struct Supervisor::PendingStart {
   LaunchDone done;
   std::optional<StartResult> result;
   std::optional<Result<>> committed;
+  std::function<void()> then;  // the terminal record's publication, held until the answer
 };
 
 struct Supervisor::Launching {
@@ -366,6 +367,11 @@ void Supervisor::on_verdict() {
   if (running && manager_->config_.sink != nullptr) {
     on_committed = [self = shared_from_this(), pending](Result<> committed) {
       if (self->detached_) return;  // the manager is gone: nobody is left to tell
+      if (!pending->done) {
+        // Answered already (the exception path below): a failure still stops the target.
+        if (!committed) self->on_commit_failed(committed.error());
+        return;
+      }
       pending->committed = std::move(committed);
       self->answer_start(*pending);
     };
@@ -379,8 +385,9 @@ void Supervisor::on_verdict() {
     // the execution is now; it stays this manager's (and is stopped at shutdown).
     sink_error_ = std::string{"launch: "} + ex.what();
     pending->result = start_result(root_ ? root_pid_ : 0);
-    if (!pending->committed) pending->committed = ok();  // nothing more will come
+    if (!pending->committed) pending->committed = ok();  // answered now, whatever may come
   }
+  pending_start_ = pending;
   answer_start(*pending);
 }
 
@@ -390,6 +397,14 @@ void Supervisor::answer_start(PendingStart& p) {
   LaunchDone done = std::move(p.done);
   p.done = nullptr;
   done(std::move(*p.result));
+  // A terminal record whose completion overtook this one (completions of batches committed by
+  // different threads may reach the loop in either order) is published now, after the start.
+  if (p.then) {
+    auto then = std::move(p.then);
+    p.then = nullptr;
+    then();
+  }
+  pending_start_.reset();
 }
 
 void Supervisor::on_commit_failed(Error const& e) {
@@ -1574,6 +1589,13 @@ void Supervisor::finish_terminal(core::TerminalRecord record, TerminalWrite writ
         // Detached meanwhile (the manager is gone): the record is written, nobody to tell.
         if (self->manager_ == nullptr) return;
         if (!r) self->sink_error("record_terminal", r.error());
+        // The committed slot was written before this record (one FIFO queue), but its
+        // completion may still be on its way: the caller of the launch hears of the start
+        // before anyone hears of the end.
+        if (auto p = self->pending_start_; p && p->done) {
+          p->then = [self, rec] { self->publish_terminal(std::move(*rec)); };
+          return;
+        }
         self->publish_terminal(std::move(*rec));
       });
       return;
@@ -1766,6 +1788,7 @@ void Supervisor::detach() {
     launching_.reset();
     if (cgroup_) (void)cgroup_->remove();
   }
+  pending_start_.reset();  // nobody is left to answer (and it may hold this supervisor)
   deadline_.cancel();
   stage_timer_.cancel();
   poll_timer_.cancel();

@@ -236,6 +236,8 @@ class Supervisor : public std::enable_shared_from_this<Supervisor> {
   std::unique_ptr<Launching> launching_;  // between the staged child and its verdict
   bool claim_durable_ = false;            // the launch awaited the claim's durability
   bool authorized_ = false;               // record_authorized_async already wrote the claim
+  // The event-loop launch's answer while it waits for the committed write (null otherwise).
+  std::shared_ptr<PendingStart> pending_start_;
 
   std::vector<Reader> readers_;
   Writer writer_;

@@ -137,8 +137,9 @@ TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
   // Nobody waits for a phase: it stays queued for up to kLazyFlushBound, for an urgent write to
   // take it along, and is committed by then.
   std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  std::size_t const pending = registry_->deferred_pending();
   if (std::chrono::steady_clock::now() - queued < RegistrySink::kLazyFlushBound) {
-    EXPECT_EQ(registry_->deferred_pending(), 1U) << "a lazy write was committed at once";
+    EXPECT_EQ(pending, 1U) << "a lazy write was committed at once";
   }
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (registry_->deferred_pending() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -225,11 +226,18 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchAnswersAsTheBlockingOneDoes) {
 }
 
 // Forwards to the daemon's RegistrySink and holds every record_committed_async completion until
-// release(): what the launch does while its committed write is still outstanding. With `fail`,
-// the released completion says registry.io instead (the write itself succeeded).
+// release() (and, with `hold_durable`, every when_durable completion until release_durable()):
+// what the launch does while its committed write, or its claim's fsync, is still outstanding.
+// With `fail`, the released completion says registry.io instead (the write itself succeeded).
 class HeldCommitSink final : public OwnershipSink {
  public:
-  explicit HeldCommitSink(RegistrySink& inner) : inner_(&inner) {}
+  explicit HeldCommitSink(RegistrySink& inner, bool hold_durable = false)
+      : inner_(&inner), hold_durable_(hold_durable) {}
+  void record_authorized_async(std::string const& id, core::ExecutionIdentity const& identity,
+                               core::ExecutionPlan const& plan, std::string const& digest,
+                               std::function<void(Result<>)> done) override {
+    inner_->record_authorized_async(id, identity, plan, digest, std::move(done));
+  }
   Result<> record_authorized(std::string const& id, core::ExecutionIdentity const& identity,
                              core::ExecutionPlan const& plan, std::string const& digest) override {
     return inner_->record_authorized(id, identity, plan, digest);
@@ -245,7 +253,10 @@ class HeldCommitSink final : public OwnershipSink {
   }
   Result<> make_durable(std::string const& id) override { return inner_->make_durable(id); }
   void when_durable(std::string const& id, std::function<void(Result<>)> done) override {
-    inner_->when_durable(id, std::move(done));
+    if (!hold_durable_) return inner_->when_durable(id, std::move(done));
+    inner_->when_durable(id, [this, done = std::move(done)](Result<> r) mutable {
+      held_durable_.emplace_back(std::move(done), std::move(r));
+    });
   }
   Result<> record_committed(std::string const& id) override { return inner_->record_committed(id); }
   void record_committed_async(std::string const& id, std::function<void(Result<>)> done) override {
@@ -273,6 +284,12 @@ class HeldCommitSink final : public OwnershipSink {
 
   // Completions that came back from the registry and are held (the write is in the WAL).
   [[nodiscard]] std::size_t held() const { return held_.size(); }
+  [[nodiscard]] std::size_t held_durable() const { return held_durable_.size(); }
+  void release_durable() {
+    auto held = std::move(held_durable_);
+    held_durable_.clear();
+    for (auto& [done, r] : held) done(std::move(r));
+  }
   void release(bool fail) {
     auto held = std::move(held_);
     held_.clear();
@@ -283,19 +300,24 @@ class HeldCommitSink final : public OwnershipSink {
 
  private:
   RegistrySink* inner_;
+  bool hold_durable_;
   std::vector<std::pair<std::function<void(Result<>)>, Result<>>> held_;
+  std::vector<std::pair<std::function<void(Result<>)>, Result<>>> held_durable_;
 };
 
 class HeldCommitTest : public RegistrySinkTest {
  protected:
   void TearDown() override {
-    if (held_) held_->release(false);
+    if (held_) {
+      held_->release_durable();
+      held_->release(false);
+    }
     RegistrySinkTest::TearDown();
     held_.reset();
   }
-  ExecutionManager& held_manager() {
+  ExecutionManager& held_manager(bool hold_durable = false) {
     looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
-    held_ = std::make_unique<HeldCommitSink>(*looped_);
+    held_ = std::make_unique<HeldCommitSink>(*looped_, hold_durable);
     return manager(BoundaryPreference::automatic,
                    [this](ManagerConfig& c) { c.sink = held_.get(); });
   }
@@ -355,6 +377,40 @@ TEST_F(HeldCommitTest, AFailedCommittedWriteStopsTheTargetAndStillAnswers) {
   EXPECT_NE(view->sink_error->find("record_committed"), std::string::npos) << *view->sink_error;
 }
 
+// The committed write's completion and the terminal record's may reach the loop in either
+// order (batches committed by different threads); the caller of the launch still hears of the
+// start before any waiter hears of the end.
+TEST_F(HeldCommitTest, TheStartIsAnsweredBeforeTheEndIsPublished) {
+  held_manager();
+  std::vector<std::string> order;
+  auto const answer = std::make_shared<std::optional<Result<StartResult>>>();
+  start_async_with_test_permit(*manager_, request(sh("exit 3")),
+                               [answer, &order](Result<StartResult> r) {
+                                 order.push_back("answer");
+                                 *answer = std::move(r);
+                               });
+  ASSERT_TRUE(drive([&] { return held_->held() == 1; }, 20s));
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  std::string const id = listed[0].execution_id;
+  auto wh = manager_->wait(id, 20s, [&order](Result<core::TerminalRecord> r) {
+    order.push_back(r ? "terminal" : "wait failed");
+  });
+  (void)wh;
+  // The target exits and its terminal record is written meanwhile; nobody may learn of it.
+  ASSERT_TRUE(drive(
+      [&] {
+        auto stored = registry_->get(id);
+        return stored && stored->phase == core::Phase::terminal;
+      },
+      20s));
+  drive([] { return false; }, 100ms);
+  EXPECT_TRUE(order.empty()) << order.front();
+  held_->release(false);
+  ASSERT_TRUE(drive([&] { return order.size() == 2; }, 5s));
+  EXPECT_EQ(order, (std::vector<std::string>{"answer", "terminal"}));
+}
+
 // The claim's fsync fails: the event-loop launch ends spawn_failed and the target never ran —
 // the go byte waits for the fsync, as in the blocking launch.
 TEST_F(RegistrySinkTest, AFailedFsyncEndsTheEventLoopLaunchBeforeTheTargetRuns) {
@@ -406,12 +462,10 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
 
 // A cancel that arrives while the launch is under way — its claim still being written
 // (phase authorized, nothing created yet), or its child staged and awaiting its claim's fsync
-// (slowed by 50 ms with flusher_slow, so the window is wide) — is accepted and acts as soon as
-// the target runs: the execution is stopped, not left running.
-TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRuns) {
-  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
-  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};
-  looped();
+// (held by the test) — is accepted and acts as soon as the target runs: the execution is
+// stopped, not left running.
+TEST_F(HeldCommitTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRuns) {
+  held_manager(/*hold_durable=*/true);
   for (bool const staged : {false, true}) {
     SCOPED_TRACE(staged ? "cancelled while staged" : "cancelled while its claim is written");
     auto const answer = launch_async(request(sh("sleep 30")));
@@ -423,8 +477,10 @@ TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItR
       return std::optional<ExecutionView>{};
     };
     if (staged) {
-      ASSERT_TRUE(drive([&] { return launching() && launching()->pid > 0; }, 20s));
+      ASSERT_TRUE(drive([&] { return held_->held_durable() == 1; }, 20s));
+      ASSERT_TRUE(launching());
       EXPECT_EQ(launching()->phase, core::Phase::starting);
+      EXPECT_GT(launching()->pid, 0);
     } else {
       ASSERT_TRUE(launching());
       EXPECT_EQ(launching()->phase, core::Phase::authorized);
@@ -435,7 +491,13 @@ TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItR
     auto c = manager_->cancel(id, core::Trigger::user, "while launching");
     ASSERT_TRUE(c) << c.error().message();
     EXPECT_TRUE(c->accepted);
-    ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
+    ASSERT_TRUE(drive(
+        [&] {
+          held_->release_durable();
+          held_->release(false);
+          return answer->has_value();
+        },
+        20s));
     ASSERT_TRUE(answer->value()) << answer->value().error().message();
     auto rec = terminal(id, 20s);
     ASSERT_TRUE(rec);
@@ -445,23 +507,19 @@ TEST_F(RegistrySinkTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItR
   }
 }
 
-// The manager goes away while a launch awaits its claim's fsync (slowed, as above): the staged
-// child is killed (it is the launch's own until the verdict), nothing is told, nothing crashes.
-TEST_F(RegistrySinkTest, AManagerDestroyedDuringTheEventLoopLaunchLeavesNoProcess) {
-  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
-  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};
-  looped();
+// The manager goes away while a launch awaits its claim's fsync (held): the staged child is
+// killed (it is the launch's own until the verdict), nothing is told, nothing crashes.
+TEST_F(HeldCommitTest, AManagerDestroyedDuringTheEventLoopLaunchLeavesNoProcess) {
+  held_manager(/*hold_durable=*/true);
   auto const answer = launch_async(request(sh("sleep 30")));
-  ASSERT_TRUE(drive(
-      [&] {
-        auto listed = manager_->list({});
-        return listed.size() == 1 && listed[0].pid > 0;
-      },
-      20s));
-  std::int32_t const pid = manager_->list({})[0].pid;
-  ASSERT_FALSE(answer->has_value());
+  ASSERT_TRUE(drive([&] { return held_->held_durable() == 1; }, 20s));
+  auto listed = manager_->list({});
+  ASSERT_EQ(listed.size(), 1U);
+  std::int32_t const pid = listed[0].pid;
+  ASSERT_GT(pid, 0);
   manager_.reset();
-  drive([] { return false; }, 200ms);  // completions still posted find nobody
+  held_->release_durable();            // the completion finds nobody
+  drive([] { return false; }, 200ms);  // nor do completions still posted
   EXPECT_FALSE(answer->has_value());
   EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(pid))) << "killed and reaped";
 }
@@ -481,9 +539,21 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchOfAConsumedClaimCreatesNothing) {
                                   : std::distance(std::filesystem::directory_iterator(cgroup_path_),
                                                   std::filesystem::directory_iterator{});
   auto const again = launch_async(req);
-  ASSERT_TRUE(drive([&] { return again->has_value(); }, 20s));
+  // A wait registered while its claim is being written learns why the launch was refused.
+  std::string refused_id;
+  for (auto const& v : manager_->list({})) {
+    if (v.phase == core::Phase::authorized) refused_id = v.execution_id;
+  }
+  ASSERT_FALSE(refused_id.empty());
+  std::optional<Result<core::TerminalRecord>> waited;
+  auto wh = manager_->wait(refused_id, 20s,
+                           [&waited](Result<core::TerminalRecord> r) { waited = std::move(r); });
+  (void)wh;
+  ASSERT_TRUE(drive([&] { return again->has_value() && waited.has_value(); }, 20s));
   ASSERT_FALSE(again->value());
   EXPECT_EQ(again->value().error().code, Errc::registry_claim_consumed);
+  ASSERT_FALSE(waited->has_value());
+  EXPECT_EQ(waited->error().code, Errc::registry_claim_consumed);
   EXPECT_EQ(manager_->list({}).size(), 1U) << "the refused launch left an execution behind";
   if (!cgroup_path_.empty()) {
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(cgroup_path_),

@@ -65,6 +65,9 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
   return fd;
 }
 
+// The WAL size (in frame bytes, page headers aside) at which SQLite checkpoints it.
+constexpr std::int64_t kWalCheckpointBytes = std::int64_t{8} << 20;
+
 // Extends <db>-wal to `bytes` with written zeros (never touching what is already there: after
 // a crash those are the frames the next open replays). SQLite's WAL then never grows in normal
 // operation — it restarts from its beginning after each checkpoint, well inside this size — so
@@ -73,9 +76,6 @@ Result<sys::UniqueFd> take_lock(std::filesystem::path const& dir) {
 // written, not fallocate()d: unwritten extents would need their own metadata write at the first
 // overwrite. To SQLite the zeros are like the stale frames a restarted WAL leaves behind: an
 // invalid header or frame ends recovery (salt and checksum).
-// The WAL size (in frame bytes, page headers aside) at which SQLite checkpoints it.
-constexpr std::int64_t kWalCheckpointBytes = std::int64_t{8} << 20;
-
 Result<void> presize_wal(std::filesystem::path const& db_file, std::uint64_t bytes) {
   if (bytes == 0) return ok();
   std::string const wal = db_file.string() + "-wal";
@@ -871,6 +871,21 @@ Durability claim_durability(Durability d) {
   return d == Durability::group ? Durability::group : Durability::full;
 }
 
+// A claim names its action, process and execution.
+Result<void> check_claim_ids(std::string_view action_id, std::string_view process_id,
+                             std::string_view execution_id) {
+  if (!action_id.empty() && !process_id.empty() && !execution_id.empty()) return ok();
+  return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
+}
+
+// A new record's plan digest is the digest of its canonical plan bytes (checked before any job
+// is queued).
+Result<void> check_plan_digest(NewExecution const& ex) {
+  if (ex.plan_digest == sha256_tagged(ex.plan_canonical)) return ok();
+  return Error{Errc::auth_digest_mismatch,
+               ex.execution_id + ": plan digest does not match the canonical plan bytes"};
+}
+
 // An asynchronous write's completion, with the failpoints its synchronous form fires after
 // its commit: a crash there leaves exactly what the immediate write leaves.
 std::function<void(Result<void>)> after_commit(std::initializer_list<char const*> points,
@@ -933,9 +948,7 @@ Registry::JobFn Registry::claim_fn(std::string a, std::string p, std::string e, 
 Result<void> Registry::claim_job(std::string_view action_id, std::string_view process_id,
                                  std::string_view execution_id, JobFn before, JobFn after,
                                  Durability d) {
-  if (action_id.empty() || process_id.empty() || execution_id.empty()) {
-    return Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"};
-  }
+  CUSTOS_TRYV(check_claim_ids(action_id, process_id, execution_id));
   if (auto wr = write(d, claim_fn(std::string{action_id}, std::string{process_id},
                                   std::string{execution_id}, std::move(before), std::move(after)));
       !wr)
@@ -1021,10 +1034,7 @@ Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex, bo
 }
 
 Result<void> Registry::create_execution(NewExecution const& ex, WriteMode mode) {
-  if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
-    return Error{Errc::auth_digest_mismatch,
-                 ex.execution_id + ": plan digest does not match the canonical plan bytes"};
-  }
+  CUSTOS_TRYV(check_plan_digest(ex));
   if (mode == WriteMode::deferred) {
     enqueue_deferred(options_.ownership_durability, ex.execution_id, "create_execution",
                      [this, ex](sql::Db& db) { return create_record_job(db, ex, false); });
@@ -1041,13 +1051,9 @@ Result<void> Registry::record_authorized(NewExecution const& ex, Durability d) {
 
 void Registry::record_authorized_async(NewExecution ex, Durability d,
                                        std::function<void(Result<void>)> done) {
-  if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
-    return done(Error{Errc::auth_digest_mismatch,
-                      ex.execution_id + ": plan digest does not match the canonical plan bytes"});
-  }
-  if (ex.action_id.empty() || ex.process_id.empty() || ex.execution_id.empty()) {
-    return done(Error{Errc::plan_invalid_id, "claim needs action, process and execution ids"});
-  }
+  if (auto r = check_plan_digest(ex); !r) return done(std::move(r));
+  if (auto r = check_claim_ids(ex.action_id, ex.process_id, ex.execution_id); !r)
+    return done(std::move(r));
   std::string id = ex.execution_id;
   auto shared = std::make_shared<NewExecution const>(std::move(ex));
   JobFn fn = claim_fn(
@@ -1060,10 +1066,7 @@ void Registry::record_authorized_async(NewExecution ex, Durability d,
 Result<void> Registry::record_authorized_with(NewExecution const& ex,
                                               std::function<Result<void>(sql::Db&)> before,
                                               Durability d) {
-  if (ex.plan_digest != sha256_tagged(ex.plan_canonical)) {
-    return Error{Errc::auth_digest_mismatch,
-                 ex.execution_id + ": plan digest does not match the canonical plan bytes"};
-  }
+  CUSTOS_TRYV(check_plan_digest(ex));
   // The claim and its record in one job of a FULL transaction: one fsync instead of a FULL and
   // a NORMAL commit, and the record is as durable as the claim.
   return claim_job(

@@ -307,6 +307,8 @@ class Daemon {
     mc.become_subreaper = true;
     manager_ = std::make_unique<supervisor::ExecutionManager>(io_, std::move(mc));
     gateway_->attach(*manager_);
+    // One execution in flight: the loop commits the writes it waits for itself.
+    sink_->set_solo_probe([m = manager_.get()] { return m->live_count() <= 1; });
     // Budgets a previous daemon left reserved for executions recovery has since ended.
     auto settled = CUSTOS_TRY(gateway_->settle_recovered());
     if (settled > 0)
@@ -604,6 +606,7 @@ class Daemon {
     if (server_) server_->close_all();
     // With the detach policy the executions must outlive us: the manager's destructor only
     // releases its handles (supervisor-api.md), it never signals.
+    if (sink_) sink_->set_solo_probe(nullptr);  // it asks the manager
     manager_.reset();
     if (subtree_ && subtree_created_) {
       // Only an empty subtree can be removed; with the detach policy it keeps its executions.

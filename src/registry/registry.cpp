@@ -642,39 +642,43 @@ void Registry::keep_deferred_errors(Job const& job) {
 void Registry::drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk) {
   while (!job->done) {
     if (!leader_active_) {
-      // Leader: take everything queued so far (bounded) into one transaction. Writers that
-      // arrive while it commits queue up and the next leader takes them together. Deferred
-      // writes queued earlier ride along, ahead of the writes queued after them.
-      leader_active_ = true;
-      std::vector<std::shared_ptr<Job>> batch;
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-        deferred_queued_ -= batch.back()->deferred;
-      }
-      lk.unlock();
-      run_batch(batch);
-      lk.lock();
-      std::vector<std::pair<std::function<void(Result<void>)>, Result<void>>> told;
-      for (auto const& j : batch) {
-        j->done = true;
-        keep_deferred_errors(*j);
-        if (j->on_done) told.emplace_back(std::move(j->on_done), j->result);
-        for (Change& c : j->changes) {
-          if (c.done) told.emplace_back(std::move(c.done), c.result);
-        }
-      }
-      leader_active_ = false;
-      queue_cv_.notify_all();
-      if (!told.empty()) {
-        // Outside the queue lock: a completion may queue the next write.
-        lk.unlock();
-        for (auto& [done, result] : told) done(std::move(result));
-        lk.lock();
-      }
+      lead(lk);
     } else {
       queue_cv_.wait(lk);
     }
+  }
+}
+
+void Registry::lead(std::unique_lock<std::mutex>& lk) {
+  // Leader: take everything queued so far (bounded) into one transaction. Writers that
+  // arrive while it commits queue up and the next leader takes them together. Deferred
+  // writes queued earlier ride along, ahead of the writes queued after them.
+  leader_active_ = true;
+  std::vector<std::shared_ptr<Job>> batch;
+  while (!queue_.empty() && batch.size() < options_.max_batch) {
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    deferred_queued_ -= batch.back()->deferred;
+  }
+  lk.unlock();
+  run_batch(batch);
+  lk.lock();
+  std::vector<std::pair<std::function<void(Result<void>)>, Result<void>>> told;
+  for (auto const& j : batch) {
+    j->done = true;
+    keep_deferred_errors(*j);
+    if (j->on_done) told.emplace_back(std::move(j->on_done), j->result);
+    for (Change& c : j->changes) {
+      if (c.done) told.emplace_back(std::move(c.done), c.result);
+    }
+  }
+  leader_active_ = false;
+  queue_cv_.notify_all();
+  if (!told.empty()) {
+    // Outside the queue lock: a completion may queue the next write.
+    lk.unlock();
+    for (auto& [done, result] : told) done(std::move(result));
+    lk.lock();
   }
 }
 
@@ -718,6 +722,19 @@ Result<void> Registry::flush() {
   // A deferred write's own refusal is kept per execution; only a failed transaction is ours.
   if (last->transaction_failed) return last->result;
   return ok();
+}
+
+bool Registry::try_flush() {
+  std::unique_lock<std::mutex> lk(queue_mu_);
+  if (leader_active_ || deferred_queued_ == 0) return false;
+  lk.unlock();
+  failpoint("flush_with_writes_queued");  // as flush(): a crash loses every queued write
+  lk.lock();
+  if (leader_active_ || deferred_queued_ == 0) return false;
+  // One batch as the leader (none was active, so nothing to wait for). Writes beyond it are
+  // left to the caller's fallback.
+  lead(lk);
+  return deferred_queued_ == 0;
 }
 
 Result<void> Registry::settle_deferred() {

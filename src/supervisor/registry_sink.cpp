@@ -22,6 +22,9 @@ RegistrySink::~RegistrySink() {
 
 void RegistrySink::schedule_flush(Urgency urgency) {
   if (loop_ == nullptr) return;
+  // Alone, the loop commits the write itself if the registry is free; otherwise (or if more
+  // than one batch was queued) the commit thread does.
+  if (urgency == Urgency::now && solo_ && solo_() && registry_->try_flush()) return;
   {
     std::lock_guard<std::mutex> lk(flush_mu_);
     if (urgency == Urgency::now) {

@@ -3,7 +3,12 @@
 // handled by recovery; tests/registry/crash_test.cpp crashes with writes queued).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include "custos/registry/recovery.hpp"
@@ -252,6 +257,59 @@ TEST(RegistryDeferred, AsyncStagedAndRunningAreToldOnlyOnceInTheWal) {
   reg.reset();
   EXPECT_EQ(stored_phase(t, "ex-1"), "running");
   EXPECT_EQ(stored_phase(t, "ex-2"), "authorized");
+}
+
+// try_flush is flush() for a caller that must not block (the event loop): it commits the queue
+// when no other writer is committing, and otherwise returns at once, leaving the queue to that
+// writer or the next.
+TEST(RegistryDeferred, TryFlushCommitsOnlyWhenNoOtherWriterIsCommitting) {
+  TempDir t;
+  auto reg = open_ok(t);
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
+  EXPECT_FALSE(reg->try_flush());  // nothing queued
+
+  // Another thread's transaction is in progress (held inside its job): a deferred write queued
+  // meanwhile is not committed by try_flush, which returns without waiting.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool inside = false;
+  bool release = false;
+  std::thread writer([&] {
+    auto r = reg->transact(Durability::normal, [&](sql::Db&) -> Result<void> {
+      std::unique_lock<std::mutex> lk(mu);
+      inside = true;
+      cv.notify_all();
+      cv.wait(lk, [&] { return release; });
+      return ok();
+    });
+    EXPECT_TRUE(r.has_value());
+  });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return inside; });
+  }
+  std::optional<Result<void>> told;
+  reg->record_staged_async("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')},
+                           [&](Result<void> r) { told = std::move(r); });
+  auto const t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(reg->try_flush());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "it waited";
+  EXPECT_EQ(reg->deferred_pending(), 1u);
+  EXPECT_FALSE(told.has_value());
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  writer.join();
+
+  // Free again: committed here, in one transaction, and told before it returns.
+  auto const before = reg->write_stats();
+  EXPECT_TRUE(reg->try_flush());
+  EXPECT_EQ(reg->deferred_pending(), 0u);
+  EXPECT_EQ(reg->write_stats().transactions - before.transactions, 1u);
+  ASSERT_TRUE(told.has_value());
+  EXPECT_TRUE(told->has_value()) << told->error().message();
 }
 
 TEST(RegistryDeferred, AsyncTerminalRidesInTheNextImmediateWriteAndABadDigestIsToldAtOnce) {

@@ -437,6 +437,12 @@ class Registry {
   // queued. Errors: registry.io when the transaction itself failed (each deferred write's own
   // refusal goes to take_deferred_error instead).
   [[nodiscard]] Result<void> flush();
+  // flush() on the calling thread only if it need not wait for another writer: true when it
+  // committed every queued write (their completions were called, as by any leader); false when
+  // nothing was queued, another thread is committing (that leader, or the next, takes them),
+  // or more than one batch was queued (one was committed; the rest wait for the next leader).
+  // For a caller that must not block, like the event loop.
+  [[nodiscard]] bool try_flush();
   // Deferred writes queued and not yet committed.
   [[nodiscard]] std::size_t deferred_pending() const;
   // The first refusal of a deferred write of this execution since the last call, if any.
@@ -517,6 +523,9 @@ class Registry {
   Result<void> settle_deferred();
   // Runs batches until `job` is done (leading or waiting); `lk` holds queue_mu_.
   void drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk);
+  // One batch as the leader (no leader may be active): takes up to max_batch queued jobs,
+  // commits them, calls their completions (without the lock). `lk` holds queue_mu_.
+  void lead(std::unique_lock<std::mutex>& lk);
   void run_batch(std::vector<std::shared_ptr<Job>> const& batch);
   // A record job inside the transaction: load + verify once, apply, store once.
   Result<void> apply_changes(sql::Db& db, Job& job);

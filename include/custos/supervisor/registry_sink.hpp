@@ -24,12 +24,19 @@
 // The blocking forms (record_authorized, record_staged, record_committed, record_terminal) are
 // immediate, for the blocking launch.
 // Without a loop every write is immediate (one transaction each).
+//
+// One execution at a time (set_solo_probe): the hand-off to the commit thread and the
+// completion's way back are two cross-CPU wake-ups per write, most of its latency on an
+// otherwise idle daemon. Then the loop commits a write somebody waits for itself, when no other
+// thread is committing (Registry::try_flush: it never waits for one); the completion still
+// comes as a handler of the loop. Under load, the commit thread batches as above.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,6 +119,12 @@ class RegistrySink final : public OwnershipSink {
   // Commits whatever is deferred now (the posted handler does the same).
   [[nodiscard]] Result<> flush();
 
+  // Tells the sink whether the loop has at most one execution in flight (the daemon: the
+  // manager's live count). While it says so, writes somebody waits for are committed on the
+  // loop when the registry is free. Unset: always the commit thread. Set before the first
+  // write; called on the loop.
+  void set_solo_probe(std::function<bool()> probe) { solo_ = std::move(probe); }
+
  private:
   [[nodiscard]] registry::WriteMode deferrable() const noexcept {
     return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
@@ -131,6 +144,7 @@ class RegistrySink final : public OwnershipSink {
 
   registry::Registry* registry_;
   boost::asio::io_context* loop_;
+  std::function<bool()> solo_;
   // Executions whose `running` was written with their committed slot.
   std::set<std::string, std::less<>> running_recorded_;
   // The flush thread: commits the deferred writes while the loop goes on. The registry

@@ -627,9 +627,9 @@ TEST_F(GatewayTest, QuiescenceIsBlockedByAnUnconfirmedCleanup) {
   Caller admin = runner();
   admin.admin = true;
   supervisor::testing::Collected c;
-  auto st =
-      gw_start(sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; exit 0"),
-               claim("g1"));
+  // The root exits only once its child runs unmarked: a sweep that came earlier would catch
+  // it still marked, kill it and rightly confirm the cleanup (this test was flaky so).
+  auto st = gw_start(sh(supervisor::testing::unmarked_escapee_script()), claim("g1"));
   ASSERT_TRUE(st.has_value()) << st.error().message();
   auto sub =
       manager_->subscribe(st->execution_id, std::uint64_t{1}, [&c](supervisor::Event const& e) {

@@ -54,6 +54,16 @@ struct Collected {
   }
 };
 
+// A shell script whose background child drops its marker (`env -u CUSTOS_MARKER`) and escapes
+// the root: it prints the child's pid and exits only once the child runs `sleep` unmarked (its
+// comm says so after the exec), so a final sweep can never catch it still marked, however late
+// the child is scheduled.
+inline std::string unmarked_escapee_script() {
+  return "env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & p=$!; i=0; "
+         "until read c </proc/$p/comm && [ \"$c\" = sleep ]; do i=$((i+1)); "
+         "[ $i -gt 200000 ] && break; done; echo $p; exit 0";
+}
+
 class SupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {

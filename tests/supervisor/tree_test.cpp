@@ -173,11 +173,9 @@ INSTANTIATE_TEST_SUITE_P(Boundaries, TreeTest,
 TEST_F(SupervisorTest, MarkerBoundaryProcessThatScrubsItsEnvironmentIsUnconfirmed) {
   manager(BoundaryPreference::marker);
   Collected c;
-  // The pause lets `env` exec sleep without the marker before the root's exit starts teardown
-  // (a process still marked at sweep time is rightly killed).
-  auto st = start(
-      sh("env -u CUSTOS_MARKER sleep 100 </dev/null >/dev/null 2>&1 & echo $!; sleep 0.3; exit 0"),
-      &c);
+  // The root exits only once `env` has exec'd sleep without the marker (a process still marked
+  // at sweep time is rightly killed).
+  auto st = start(sh(unmarked_escapee_script()), &c);
   EXPECT_EQ(st.boundary, Boundary::marker);
   auto rec = terminal(st.execution_id);
   ASSERT_TRUE(rec);

@@ -75,6 +75,13 @@ void notify(std::string const& state) {
 class Daemon {
  public:
   explicit Daemon(DaemonConfig config) : config_(std::move(config)) {}
+  // Whatever way start() or serve() ended: the sink's probe asks the manager, which the members'
+  // destruction removes before the sink (finish() does the same on the orderly path).
+  ~Daemon() {
+    if (sink_) sink_->set_solo_probe(nullptr);
+  }
+  Daemon(Daemon const&) = delete;
+  Daemon& operator=(Daemon const&) = delete;
 
   Result<void> start() {
     CUSTOS_TRYV(step("load config", [&] { return load_config(); }));

@@ -353,6 +353,10 @@ ArenaPool& arena_pool() {
   return *pool;
 }
 
+// detail::arena_stats.
+std::atomic<std::size_t> g_arenas_mapped{0};
+std::atomic<std::size_t> g_arena_mmaps{0};
+
 Result<detail::ChildArena> make_arena(std::size_t data_bytes) {
   std::size_t const data =
       data_bytes <= kStandardData ? kStandardData : (data_bytes + kPage - 1) / kPage * kPage;
@@ -374,6 +378,8 @@ Result<detail::ChildArena> make_arena(std::size_t data_bytes) {
     ::munmap(base, size);
     return Error(Errc::sys_error, "mprotect of the child's guard page", err);
   }
+  g_arenas_mapped.fetch_add(1, std::memory_order_relaxed);
+  g_arena_mmaps.fetch_add(1, std::memory_order_relaxed);
   return detail::ChildArena(base, size);
 }
 
@@ -549,6 +555,12 @@ void ChildArena::reset() noexcept {
     }
   }
   ::munmap(base, size);
+  g_arenas_mapped.fetch_sub(1, std::memory_order_relaxed);
+}
+
+ArenaStats arena_stats() noexcept {
+  return ArenaStats{g_arenas_mapped.load(std::memory_order_relaxed),
+                    g_arena_mmaps.load(std::memory_order_relaxed)};
 }
 
 void ChildArena::leak() noexcept {

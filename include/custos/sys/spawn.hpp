@@ -97,6 +97,15 @@ class ChildArena {
   void* base_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// For tests and diagnostics: the child arenas mapped now (in use, pooled, or leaked after a child
+// could not be reaped) and the mmaps made for them since the process started. Both stay put while
+// launches reuse pooled arenas.
+struct ArenaStats {
+  std::size_t mapped_now = 0;
+  std::size_t mapped_ever = 0;
+};
+[[nodiscard]] ArenaStats arena_stats() noexcept;
 }  // namespace detail
 
 // A child blocked on its barrier. Move-only; the destructor kills and reaps an unreleased child.

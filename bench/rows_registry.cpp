@@ -422,6 +422,14 @@ std::string cpu_note(AbResult const& r, std::string const& a_name) {
   return note;
 }
 
+// A launches/s row against the same manager with a null sink, for the record (no target).
+Row record_row(std::string name) {
+  return Row{std::move(name), "launches/s",
+             std::nullopt,    "same manager, null sink (same run, alternating blocks)",
+             std::nullopt,    std::nullopt,
+             Better::higher,  ""};
+}
+
 bool usable(Launcher const& a, Launcher const& b, Row& row) {
   if (!a.error().empty()) {
     row.note = a.error();
@@ -469,16 +477,9 @@ Row concurrent_launch_row(Env const& env) {
 // written. The distance from this row to the one above is what the registry's own work costs;
 // the distance from this row to 1 is the threading's.
 Row handoff_launch_row(Env const& env) {
-  Row row{
-      "registry: the same 16 concurrent launches through a hand-off-only sink (the "
-      "registry sink's thread hand-offs, no SQLite), for the record",
-      "launches/s",
-      std::nullopt,
-      "same manager, null sink (same run, alternating blocks)",
-      std::nullopt,
-      std::nullopt,
-      Better::higher,
-      ""};
+  Row row = record_row(
+      "registry: the same 16 concurrent launches through a hand-off-only sink (the registry "
+      "sink's thread hand-offs, no SQLite), for the record");
   Launcher with(env, "reg-handoff", SinkKind::handoff);
   Launcher without(env, "reg-handoff-null", SinkKind::null);
   if (!usable(with, without, row)) return row;
@@ -497,20 +498,10 @@ Row handoff_launch_row(Env const& env) {
 // really makes per execution (the sequential durable-writes row models four), and what the
 // registry adds to a lone launch + wait. Informational: no target.
 Row sequential_launch_row(Env const& env) {
-  Row row{"registry: launch + wait one at a time, registry sink vs null sink",
-          "launches/s",
-          std::nullopt,
-          "same manager, null sink (same run, alternating blocks)",
-          std::nullopt,
-          std::nullopt,
-          Better::higher,
-          ""};
+  Row row = record_row("registry: launch + wait one at a time, registry sink vs null sink");
   Launcher with(env, "reg-seq-with", SinkKind::registry);
   Launcher without(env, "reg-seq-without", SinkKind::null);
-  if (!with.error().empty() || !with.has_cgroup() || !without.has_cgroup()) {
-    row.note = with.error().empty() ? "no writable cgroup v2 for the executions" : with.error();
-    return row;
-  }
+  if (!usable(with, without, row)) return row;
   std::size_t const per_block = env.quick ? 40 : 150;
   double secs_with = 0, secs_without = 0;
   std::size_t n = 0;

@@ -116,7 +116,7 @@ class RegistrySink final : public OwnershipSink {
   void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
                              std::function<void(Result<>)> done) override;
 
-  // Commits whatever is deferred now (the posted handler does the same).
+  // Commits whatever is deferred now (the commit thread does the same).
   [[nodiscard]] Result<> flush();
 
   // Tells the sink whether the loop has at most one execution in flight (the daemon: the

@@ -11,6 +11,8 @@
 namespace custos::supervisor {
 
 RegistrySink::~RegistrySink() {
+  // A wake still posted to the loop finds no sink.
+  turn_->sink = nullptr;
   {
     std::lock_guard<std::mutex> lk(flush_mu_);
     flush_stop_ = true;
@@ -22,9 +24,23 @@ RegistrySink::~RegistrySink() {
 
 void RegistrySink::schedule_flush(Urgency urgency) {
   if (loop_ == nullptr) return;
-  // Alone, the loop commits the write itself if the registry is free; otherwise (or if more
-  // than one batch was queued) the commit thread does.
-  if (urgency == Urgency::now && solo_ && solo_() && registry_->try_flush()) return;
+  if (urgency == Urgency::lazy) return wake_commit_thread(urgency);
+  // Alone, the loop commits the write itself if the registry is free.
+  if (solo_ && solo_() && registry_->try_flush()) return;
+  // Otherwise the commit thread does, woken once per turn of the loop: the writes every
+  // handler of this turn queues (other executions' staged, committed and terminal writes)
+  // are then one transaction and one wake-up, not one each. The wake is a handler posted
+  // behind the handlers already queued; the write's own completion comes through the loop
+  // after it anyway, so it waits for nothing the loop would not have run first.
+  if (turn_->wake_posted) return;
+  turn_->wake_posted = true;
+  boost::asio::post(*loop_, [turn = turn_] {
+    turn->wake_posted = false;
+    if (turn->sink != nullptr) turn->sink->wake_commit_thread(Urgency::now);
+  });
+}
+
+void RegistrySink::wake_commit_thread(Urgency urgency) {
   {
     std::lock_guard<std::mutex> lk(flush_mu_);
     if (urgency == Urgency::now) {

@@ -3,11 +3,14 @@
 // the waiters got.
 #include "custos/supervisor/registry_sink.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "custos/registry/failpoint.hpp"
 #include "custos/registry/ownership.hpp"
@@ -182,6 +185,57 @@ TEST_F(RegistrySinkTest, AloneTheLoopCommitsTheWriteItWaitsForItself) {
   auto stored = registry_->get(id);
   ASSERT_TRUE(stored) << stored.error().message();
   EXPECT_EQ(stored->ownership.state, registry::OwnershipState::staged);
+}
+
+// Under load the commit thread is woken once per turn of the loop, not once per write: the
+// urgent writes every handler of a turn queues become one transaction. Nothing is committed
+// while the turn still runs; each write is told through the loop once it is in the WAL.
+TEST_F(RegistrySinkTest, UnderLoadATurnsUrgentWritesAreOneTransaction) {
+  RegistrySink sink(*registry_, &io_);  // no solo probe: always under load
+  auto boot = sys::read_boot_id();
+  ASSERT_TRUE(boot) << boot.error().message();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto req = request(sh("exit 0"));
+    auto digest = core::plan_digest(req.identity, req.plan);
+    ASSERT_TRUE(digest);
+    ids.push_back("ex-00000000000000d" + std::to_string(i));
+    ASSERT_TRUE(sink.record_authorized(ids.back(), req.identity, req.plan, digest->to_string()));
+  }
+  ASSERT_TRUE(sink.make_durable(ids.front()));
+  std::vector<std::optional<Result<>>> told(ids.size());
+  auto const before = registry_->write_stats();
+  std::optional<std::size_t> pending_in_turn;
+  std::optional<std::uint64_t> committed_in_turn;
+  boost::asio::post(io_, [&] {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      sys::PidfsIdentity const staged{*boot, 1, 4242 + i, ::getpid(), 1};
+      sink.record_staged_async(ids[i], staged, Boundary::marker, "", std::string(32, 'd'),
+                               [&told, i](Result<> r) { told[i] = std::move(r); });
+    }
+    // Still in the turn: a commit thread woken by the first write would have taken it by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pending_in_turn = registry_->deferred_pending();
+    committed_in_turn = registry_->write_stats().transactions - before.transactions;
+  });
+  ASSERT_TRUE(drive(
+      [&] {
+        for (auto const& t : told) {
+          if (!t) return false;
+        }
+        return true;
+      },
+      5s));
+  ASSERT_TRUE(pending_in_turn && committed_in_turn);
+  EXPECT_GE(*pending_in_turn, ids.size());
+  EXPECT_EQ(*committed_in_turn, 0U) << "a write was committed before its turn of the loop ended";
+  EXPECT_EQ(registry_->write_stats().transactions - before.transactions, 1U);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_TRUE(told[i]->has_value()) << told[i]->error().message();
+    auto stored = registry_->get(ids[i]);
+    ASSERT_TRUE(stored) << stored.error().message();
+    EXPECT_EQ(stored->ownership.state, registry::OwnershipState::staged);
+  }
 }
 
 // The daemon's wiring end to end: one launch at a time through the looped sink with the

@@ -6,9 +6,9 @@
 // With an event loop the loop makes no transaction of its own but record_trigger's: every write
 // is queued and committed by the sink's commit thread ("custos-commit", SCHED_BATCH), in one
 // transaction shared by every execution's queued writes (docs/durability.md, "What each write
-// must survive"). A write somebody waits for wakes it at once and is told through a completion
-// posted to the loop, after its COMMIT; a lazy one rides with the next of those, or waits
-// kLazyFlushBound at most:
+// must survive"). A write somebody waits for wakes it at the end of the loop's turn (below) and
+// is told through a completion posted to the loop, after its COMMIT; a lazy one rides with the next
+// of those, or waits kLazyFlushBound at most:
 //   record_authorized_async  claim + record, group durability; the launch creates
 //                            nothing before its completion                      completion
 //   when_durable             that fdatasync (the registry's flusher): before the
@@ -29,7 +29,9 @@
 // completion's way back are two cross-CPU wake-ups per write, most of its latency on an
 // otherwise idle daemon. Then the loop commits a write somebody waits for itself, when no other
 // thread is committing (Registry::try_flush: it never waits for one); the completion still
-// comes as a handler of the loop. Under load, the commit thread batches as above.
+// comes as a handler of the loop. Under load, the commit thread batches as above, and is woken
+// once per turn of the loop (a handler posted behind the turn's handlers), not once per write:
+// every urgent write the turn queued is then one transaction.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -134,17 +136,27 @@ class RegistrySink final : public OwnershipSink {
   [[nodiscard]] std::function<void(Result<>)> on_loop(std::function<void(Result<>)> done) const;
   // record_terminal's answer from the write's result and this execution's deferred refusals.
   [[nodiscard]] Result<> terminal_result(std::string const& execution_id, Result<> written);
-  // Wakes the flush thread (starting it the first time) unless a flush is requested already.
-  // `now`: a write someone waits for (a completion hangs on it): committed at once. `lazy`: a
-  // write nobody waits for (phases after running, output accounting): committed with the next
-  // urgent write, or after kLazyFlushBound at the latest.
+  // Has a queued write committed. `now`: a write someone waits for (a completion hangs on
+  // it): alone (the solo probe), on the loop at once; else by the commit thread, woken at the
+  // end of this turn of the loop, with every write queued until then. `lazy`: a write nobody
+  // waits for (phases after running, output accounting): committed with the next urgent
+  // write, or after kLazyFlushBound at the latest.
   enum class Urgency { now, lazy };
   void schedule_flush(Urgency urgency);
+  // Wakes the commit thread (starting it the first time) unless a flush is requested already.
+  void wake_commit_thread(Urgency urgency);
   void flush_thread_main();
 
   registry::Registry* registry_;
   boost::asio::io_context* loop_;
   std::function<bool()> solo_;
+  // The wake posted to the loop for this turn's urgent writes. Shared with that handler, which
+  // may outlive the sink (the destructor clears `sink`); touched only on the loop thread.
+  struct Turn {
+    RegistrySink* sink;
+    bool wake_posted = false;
+  };
+  std::shared_ptr<Turn> turn_ = std::make_shared<Turn>(Turn{this});
   // Executions whose `running` was written with their committed slot.
   std::set<std::string, std::less<>> running_recorded_;
   // The flush thread: commits the deferred writes while the loop goes on. The registry

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <time.h>
 #include <unistd.h>
@@ -286,26 +287,39 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
       pending->req.execution_id,
       Inflight{pending->request.identity.session_id, pending->request.identity.generation,
                Principal{PrincipalKind::uid, caller.uid}.to_string(), std::nullopt});
-  // The authorizing transaction runs on the authorizer thread (the registry serializes it with
-  // every other write); the loop serves everything else meanwhile. The launch itself goes back
-  // to the loop.
+  // An idle daemon (this is the only start in flight and nothing runs) has no one for the loop
+  // to serve meanwhile: the loop makes the authorizing transaction itself, saving the two
+  // cross-thread hand-offs, as the blocking start() does. The registry is then free too (no
+  // execution is writing), so the loop does not wait for another transaction.
+  if (inflight_.size() == 1 && manager_->live_count() == 0 && !slow_authorizer_) {
+    authorize(*pending);
+    return launch_async(std::move(pending), std::move(done));
+  }
+  // Otherwise the authorizing transaction runs on the authorizer thread (the registry
+  // serializes it with every other write); the loop serves everything else meanwhile. The
+  // launch itself goes back to the loop.
   boost::asio::post(authorizer_, [this, pending, done = std::move(done)]() mutable {
     if (slow_authorizer_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    try {
-      // Checked against the authority as of now (an expiry counts from here, not from when
-      // the request was queued).
-      pending->req.now_ns = realtime_ns();
-      pending->use = store_->authorize(pending->req);
-    } catch (std::exception const& ex) {
-      // Nothing may unwind the authorizer thread; the transaction rolled back with the throw.
-      pending->use = Error{Errc::internal, std::string{"authorization failed: "} + ex.what()};
-    }
+    authorize(*pending);
     boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), pending,
                             done = std::move(done)]() mutable {
       if (alive.expired()) return;  // the gateway is gone: nobody to launch for
       launch_async(std::move(pending), std::move(done));
     });
   });
+}
+
+void ExecutionGateway::authorize(Pending& pending) noexcept {
+  try {
+    // Checked against the authority as of now (an expiry counts from here, not from when
+    // the request was queued).
+    pending.req.now_ns = realtime_ns();
+    pending.use = store_->authorize(pending.req);
+  } catch (std::exception const& ex) {
+    // Nothing may unwind the authorizer thread or the loop; the transaction rolled back with
+    // the throw.
+    pending.use = Error{Errc::internal, std::string{"authorization failed: "} + ex.what()};
+  }
 }
 
 void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) {

@@ -459,21 +459,27 @@ TEST_F(GatewayTest, RevokeRacingAsyncStartNeverLaunchesUnderRevokedAuthority) {
   revoke_races_start(true);
 }
 
-// start_async (the daemon's exec.start): the authorizing transaction runs off the loop, the
-// launch back on it. A revoke that commits after the authorization but before the launch ran
-// fences the execution as it is launched, before its caller hears of the start.
+// start_async (the daemon's exec.start) on a busy daemon: the authorizing transaction runs off
+// the loop, the launch back on it. A revoke that commits after the authorization but before the
+// launch ran fences the execution as it is launched, before its caller hears of the start.
 TEST_F(GatewayTest, ARevokeWhileTheAuthorizationIsInFlightFencesTheLaunch) {
-  gw_manager();
+  auto& m = gw_manager();
   add(spec("g1"));
+  add(spec("busy"));
+  // Something runs: the next start is not authorized on the loop.
+  auto busy = gw_start(sh("sleep 30"), claim("busy"));
+  ASSERT_TRUE(busy.has_value()) << busy.error().message();
+  ASSERT_EQ(m.live_count(), 1U);
   auto const answer = async_start(request(sh("sleep 30")), claim("g1"));
   auto const& st = *answer;
   EXPECT_EQ(gateway_->inflight(), 1U);
+  EXPECT_EQ(m.live_count(), 1U) << "launched before the loop ran";
   // The loop is not run, so the launch waits; the transaction commits on the authorizer.
   auto const deadline = std::chrono::steady_clock::now() + 10s;
-  while (count("claims") < 1 && std::chrono::steady_clock::now() < deadline) {
+  while (count("claims") < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(2ms);
   }
-  ASSERT_EQ(count("claims"), 1);
+  ASSERT_EQ(count("claims"), 2);
   EXPECT_FALSE(st.has_value());
   Caller admin = runner();
   admin.admin = true;
@@ -490,6 +496,33 @@ TEST_F(GatewayTest, ARevokeWhileTheAuthorizationIsInFlightFencesTheLaunch) {
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::lease_fence});
   EXPECT_EQ(rec->classification, core::Classification::cancelled);
+  ASSERT_TRUE(m.cancel(busy->execution_id, core::Trigger::user, "test").has_value());
+  EXPECT_TRUE(terminal(busy->execution_id));
+}
+
+// An idle daemon (no other start in flight, nothing running) authorizes on the loop: the
+// authorizing transaction has committed and the launch has begun when start_async returns. A
+// second start while the first is in flight goes through the authorizer thread again.
+TEST_F(GatewayTest, AnIdleGatewayAuthorizesOnTheLoopAndABusyOneOffIt) {
+  auto& m = gw_manager();
+  add(spec("g1"));
+  auto const first = async_start(request(sh("exit 3")), claim("g1"));
+  EXPECT_EQ(count("claims"), 1);
+  EXPECT_EQ(m.live_count(), 1U) << "the idle start was not launched at once";
+  EXPECT_FALSE(first->has_value());  // answered from the loop, once the launch is durable
+  auto const second = async_start(request(sh("exit 5")), claim("g1"));
+  EXPECT_EQ(gateway_->inflight(), 2U);
+  EXPECT_EQ(m.live_count(), 1U) << "a start with another in flight was launched at once";
+  ASSERT_TRUE(drive([&] { return first->has_value() && second->has_value(); }, 10s));
+  ASSERT_TRUE(first->value()) << first->value().error().message();
+  ASSERT_TRUE(second->value()) << second->value().error().message();
+  EXPECT_EQ(gateway_->inflight(), 0U);
+  auto one = terminal(first->value()->execution_id);
+  auto two = terminal(second->value()->execution_id);
+  ASSERT_TRUE(one && two);
+  EXPECT_EQ(one->exit.code, 3);
+  EXPECT_EQ(two->exit.code, 5);
+  EXPECT_EQ(count("claims"), 2);
 }
 
 TEST_F(GatewayTest, AsyncStartAnswersLikeStartAndARefusalHasNoEffect) {

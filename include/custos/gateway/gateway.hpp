@@ -194,6 +194,9 @@ class ExecutionGateway {
   struct Pending;
   Result<std::unique_ptr<Pending>> prepare(Caller const& caller, supervisor::LaunchRequest request,
                                            AuthorityClaim const& claim);
+  // The authorizing transaction of a start_async (on the authorizer thread, or on the loop when
+  // the daemon is idle); its outcome in `pending.use`.
+  void authorize(Pending& pending) noexcept;
   // start_async on the loop, once the authorizing transaction ended: the manager's launch.
   void launch_async(std::shared_ptr<Pending> p, StartDone done);
   // The end of an async start: its fence if it was revoked in flight, its answer, the drain.

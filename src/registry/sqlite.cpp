@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "custos/registry/wal_vfs.hpp"
+
 namespace custos::registry::sql {
 
 Error sqlite_error(int rc, sqlite3* db, std::string_view what) {
@@ -88,8 +90,21 @@ Result<void> Stmt::bind(int index, std::optional<std::int64_t> value) {
   return bind(index, *value);
 }
 
+namespace {
+// Once no transaction is open, nothing of a committed one may be held back by the WAL VFS (it
+// writes a transaction at its commit frame; this also covers a commit it did not recognise).
+Result<void> settle_wal(sqlite3* db) {
+  if (sqlite3_get_autocommit(db) == 0) return ok();
+  if (int const rc = flush_wal(db); rc != SQLITE_OK) {
+    return sqlite_error(rc, nullptr, "writing the WAL after a commit");
+  }
+  return ok();
+}
+}  // namespace
+
 Result<bool> Stmt::step() {
   int const rc = sqlite3_step(stmt_);
+  CUSTOS_TRYV(settle_wal(db_));
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   return sqlite_error(rc, db_, sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "step");
@@ -186,11 +201,11 @@ Result<void> Db::exec_cached(std::string_view sql) {
   return s->run();
 }
 
-Result<Db> Db::open(std::string const& path, bool create) {
+Result<Db> Db::open(std::string const& path, bool create, char const* vfs) {
   sqlite3* raw = nullptr;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
   if (create) flags |= SQLITE_OPEN_CREATE;
-  int const rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  int const rc = sqlite3_open_v2(path.c_str(), &raw, flags, vfs);
   Db db{raw};  // owns the handle even on failure (sqlite3_open_v2 may allocate one)
   if (rc != SQLITE_OK) {
     Error e = sqlite_error(rc, raw, "open " + path);
@@ -206,6 +221,7 @@ Result<void> Db::exec(std::string_view sql) {
   char* msg = nullptr;
   int const rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &msg);
   if (msg != nullptr) sqlite3_free(msg);
+  CUSTOS_TRYV(settle_wal(db_));
   if (rc != SQLITE_OK) return sqlite_error(rc, db_, sql.substr(0, 120));
   return ok();
 }

@@ -104,8 +104,12 @@ class Db {
 
   // sqlite3_open_v2 with SQLITE_OPEN_READWRITE (| SQLITE_OPEN_CREATE when `create`) and
   // SQLITE_OPEN_NOMUTEX: custos serializes access to one connection itself.
-  // Extended result codes are enabled so corruption is told apart from I/O errors.
-  [[nodiscard]] static Result<Db> open(std::string const& path, bool create);
+  // Extended result codes are enabled so corruption is told apart from I/O errors. `vfs`: a
+  // registered VFS by name (the registry: wal_coalescing_vfs()), or null for the default one.
+  // With any VFS, a statement that leaves no transaction open returns only once everything the
+  // WAL VFS may hold is written (flush_wal).
+  [[nodiscard]] static Result<Db> open(std::string const& path, bool create,
+                                       char const* vfs = nullptr);
 
   // Runs one or more statements that return no rows.
   [[nodiscard]] Result<void> exec(std::string_view sql);

@@ -104,7 +104,8 @@ Result<void> settle_wal(sqlite3* db) {
 
 Result<bool> Stmt::step() {
   int const rc = sqlite3_step(stmt_);
-  CUSTOS_TRYV(settle_wal(db_));
+  // A row of a query commits nothing: settle once the statement is done (or failed).
+  if (rc != SQLITE_ROW) CUSTOS_TRYV(settle_wal(db_));
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   return sqlite_error(rc, db_, sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "step");

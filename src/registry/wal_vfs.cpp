@@ -10,6 +10,8 @@
 #include <new>
 #include <vector>
 
+#include "custos/registry/failpoint.hpp"
+
 namespace custos::registry::sql {
 
 namespace {
@@ -64,7 +66,8 @@ int write_held(WalFile* w) noexcept {
   w->page_due = -1;
   w->header_commits = false;
   std::size_t done = 0;
-  int rc = SQLITE_OK;
+  // Test builds: the failpoint wal_write_fails makes the write fail as EIO would.
+  int rc = failpoint_set("wal_write_fails") && !w->held->empty() ? SQLITE_IOERR_WRITE : SQLITE_OK;
   while (done < w->held->size() && rc == SQLITE_OK) {
     std::size_t const n = std::min(kMaxWrite, w->held->size() - done);
     rc = w->real->pMethods->xWrite(w->real, w->held->data() + done, static_cast<int>(n),

@@ -13,7 +13,10 @@
 #include <unistd.h>
 #include <vector>
 
+#include "custos/registry/failpoint.hpp"
+
 #include "helpers.hpp"
+#include "support/scoped_failpoint.hpp"
 
 namespace custos::registry::test {
 namespace {
@@ -145,6 +148,35 @@ TEST(WalVfs, TheRegistryWritesThroughIt) {
   auto const after = sql::wal_write_counts();
   EXPECT_GE(after.commits - before.commits, 1U);
   EXPECT_LT(after.writes_out - before.writes_out, after.writes_in - before.writes_in);
+}
+
+// A failed write of the WAL fails the commit (nothing of it is left: the registry reopens with
+// the state before it) and everything after it, until the registry is reopened: SQLite must
+// never go on with frames the file may not have.
+TEST(WalVfs, AFailedWalWriteFailsTheCommitAndEveryWriteAfterIt) {
+  if (!kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled into test builds only";
+  TempDir t;
+  {
+    auto reg = open_ok(t);
+    ASSERT_TRUE(reg);
+    CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-00000000000000a1", "a-1")));
+    {
+      custos::testing::ScopedFailpoint fp{"wal_write_fails"};
+      CUSTOS_EXPECT_ERRC(reg->record_authorized(make_execution("ex-00000000000000a2", "a-2")),
+                         Errc::registry_io);
+    }
+    // The failpoint is gone; the WAL still refuses.
+    CUSTOS_EXPECT_ERRC(reg->record_phase("ex-00000000000000a1", core::Phase::starting),
+                       Errc::registry_io);
+  }
+  auto reg = open_ok(t);
+  ASSERT_TRUE(reg);
+  auto first = reg->get("ex-00000000000000a1");
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(first->phase, core::Phase::authorized);
+  CUSTOS_EXPECT_ERRC(reg->get("ex-00000000000000a2"), Errc::registry_not_found);
+  // Its claim was never consumed: it can be now.
+  CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-00000000000000a2", "a-2")));
 }
 
 // Statement journals (a savepoint's undo) in memory: in a temp file — SQLite spills one past

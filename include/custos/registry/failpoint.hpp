@@ -20,6 +20,8 @@
 //   flusher_slow         the flusher waits 50 ms before each flush (tests of what shares one)
 //   authorizer_slow      the gateway's authorizer waits 50 ms before each authorizing
 //                        transaction (read when the gateway is made; tests of starts in flight)
+//   wal_write_fails      the WAL VFS's write of held frames fails with SQLITE_IOERR_WRITE (read
+//                        at each such write; wal_vfs.hpp)
 #pragma once
 
 #include <string_view>

@@ -366,6 +366,11 @@ struct AbResult {
   double a_wall2 = 0, b_wall2 = 0;            // wall x 2 CPUs
   std::map<std::string, double> a_by_thread;  // side a, per thread name
   std::string error;
+
+  // `us` over side a's launches, as a note prints it.
+  [[nodiscard]] std::string per_launch(double us) const {
+    return std::to_string(static_cast<long>(us / static_cast<double>(n))) + " us";
+  }
 };
 
 AbResult measure_ab(Env const& env, Launcher& a, Launcher& b, std::string const& a_name) {
@@ -407,17 +412,14 @@ AbResult measure_ab(Env const& env, Launcher& a, Launcher& b, std::string const&
 
 // The CPU part of a concurrent row's note: per launch, side a against the null side.
 std::string cpu_note(AbResult const& r, std::string const& a_name) {
-  auto const per_launch = [&](double us) {
-    return std::to_string(static_cast<long>(us / static_cast<double>(r.n))) + " us";
-  };
   std::string note =
-      "the process's CPU per launch (every thread): " + a_name + " side " + per_launch(r.a_cpu) +
-      ", null side " + per_launch(r.b_cpu) + "; the machine's busy CPU per launch: " + a_name +
-      " side " + per_launch(r.a_busy) + ", null side " + per_launch(r.b_busy) +
-      "; wall per launch x 2 CPUs: " + a_name + " side " + per_launch(r.a_wall2) + ", null side " +
-      per_launch(r.b_wall2) + "; " + a_name + " side CPU by thread:";
+      "the process's CPU per launch (every thread): " + a_name + " side " + r.per_launch(r.a_cpu) +
+      ", null side " + r.per_launch(r.b_cpu) + "; the machine's busy CPU per launch: " + a_name +
+      " side " + r.per_launch(r.a_busy) + ", null side " + r.per_launch(r.b_busy) +
+      "; wall per launch x 2 CPUs: " + a_name + " side " + r.per_launch(r.a_wall2) +
+      ", null side " + r.per_launch(r.b_wall2) + "; " + a_name + " side CPU by thread:";
   for (auto const& [name, us] : r.a_by_thread) {
-    if (us > 0) note += " " + name + " " + per_launch(us);
+    if (us > 0) note += " " + name + " " + r.per_launch(us);
   }
   return note;
 }
@@ -460,15 +462,12 @@ Row concurrent_launch_row(Env const& env) {
   auto const after = with.registry()->write_stats();
   row.value = r.a_per_s;
   row.floor_value = r.b_per_s;
-  auto const per_launch = [&](double us) {
-    return std::to_string(static_cast<long>(us / static_cast<double>(r.n))) + " us";
-  };
   row.note = std::to_string(r.n) + " launches each side; registry: " +
              std::to_string(after.transactions - before.transactions) + " transactions (" +
              std::to_string(after.full_commits - before.full_commits) + " FULL) for " +
              std::to_string(after.writes - before.writes) + " writes; time in the sink per " +
-             "launch: claim+record " + per_launch(with.timed()->authorized_us()) + ", the rest " +
-             per_launch(with.timed()->other_us()) + "; " + cpu_note(r, "registry");
+             "launch: claim+record " + r.per_launch(with.timed()->authorized_us()) + ", the rest " +
+             r.per_launch(with.timed()->other_us()) + "; " + cpu_note(r, "registry");
   return row;
 }
 

@@ -105,14 +105,14 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
   Result<> make_durable(std::string const& execution_id) override {
     // The authorizing transaction (claim, authority, record) commits with group durability:
     // the registry's fsync of it is awaited here, before the barrier release and before any
-    // launch outcome is reported. The inner sink awaits the same registry; the store's own
-    // wait after it is then already satisfied (it returns at once when nothing is pending).
+    // launch outcome is reported. The inner sink awaits the same registry, for this execution's
+    // claim only; the store's own wait after it is then already satisfied.
     if (inner() != nullptr) {
       CUSTOS_TRYV(inner()->make_durable(execution_id));
     } else if (g_->options_.registry != nullptr) {
-      CUSTOS_TRYV(g_->options_.registry->await_durable());
+      CUSTOS_TRYV(g_->options_.registry->await_durable(execution_id));
     }
-    return g_->store_->await_durable();
+    return g_->store_->await_durable(execution_id);
   }
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override {
     if (inner() == nullptr) return done(make_durable(execution_id));
@@ -403,7 +403,7 @@ Result<supervisor::StartResult> ExecutionGateway::after_launch(AuthorityUse cons
   // commits of starts authorized meanwhile, not for this one's). A refusal by the manager and
   // a spawn failure (whose own wait reports no error) wait here, and a failed wait wins.
   if (!r || r->phase == core::Phase::terminal) {
-    if (auto durable = store_->await_durable(); !durable) return durable.error();
+    if (auto durable = store_->await_durable(use.execution_id); !durable) return durable.error();
     if (!r) return r.error();
   }
   if (!recorded || r->execution_id != use.execution_id) {

@@ -194,6 +194,10 @@ Result<void> RegistryDatabase::await_durable() {
   return reg_->await_durable();
 }
 
+Result<void> RegistryDatabase::await_durable(std::string_view execution_id) {
+  return reg_->await_durable(execution_id);
+}
+
 void RegistryDatabase::write_deferred(std::string execution_id, char const* what,
                                       std::function<Result<void>(Db&)> fn) {
   reg_->transact_deferred(std::move(execution_id), what, std::move(fn));

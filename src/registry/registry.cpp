@@ -379,7 +379,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
   stats_.writes += counted(batch);
   stats_.transactions += 1;
   if (d == Durability::full) stats_.full_commits += 1;
-  note_commit(d);
+  note_commit(d, batch);
 }
 
 // ---- write-through record cache -----------------------------------------------------------------
@@ -436,7 +436,7 @@ void Registry::commit_staged() {
 
 // ---- group durability: the flusher ------------------------------------------------------------
 
-void Registry::note_commit(Durability d) {
+void Registry::note_commit(Durability d, std::vector<std::shared_ptr<Job>> const& batch) {
   if (d == Durability::normal) return;
   {
     std::lock_guard<std::mutex> g(dur_mu_);
@@ -448,6 +448,17 @@ void Registry::note_commit(Durability d) {
       ++commit_seq_;
       // Started by the first group commit only: a registry that never makes one has no thread.
       if (!flusher_.joinable()) flusher_ = std::thread([this] { flusher_main(); });
+    }
+    // Each claim committed here is durable once this commit is (a FULL one already is).
+    for (auto const& j : batch) {
+      if (j->durability == Durability::normal || j->execution_id.empty() || !j->result) continue;
+      if (group_seq_.size() >= kGroupNotesMax) {
+        // Notes nobody asked for (a launch that failed before its barrier): the durable ones
+        // go; a dropped note only makes its execution wait as the registry-wide wait does.
+        std::erase_if(group_seq_, [this](auto const& kv) { return kv.second <= durable_seq_; });
+        if (group_seq_.size() >= kGroupNotesMax) break;
+      }
+      group_seq_.insert_or_assign(j->execution_id, commit_seq_);
     }
   }
   dur_cv_.notify_all();
@@ -493,17 +504,22 @@ void Registry::flusher_main() {
   struct stat wal_st {};
   std::unique_lock<std::mutex> lk(dur_mu_);
   auto pending = [this] { return !dur_error_ && commit_seq_ > durable_seq_; };
-  auto deliverable = [this] {
-    return !durable_waiters_.empty() &&
-           (dur_error_.has_value() || durable_waiters_.front().first <= durable_seq_);
+  auto is_due = [this](auto const& w) { return dur_error_.has_value() || w.first <= durable_seq_; };
+  auto deliverable = [&] {
+    return std::any_of(durable_waiters_.begin(), durable_waiters_.end(), is_due);
   };
   // Runs the when_durable() completions that are due, without the lock (they may call back
-  // into the registry).
+  // into the registry). Every due one, wherever it is queued: a waiter for one execution's
+  // claim may be queued after a waiter for a later commit.
   auto deliver = [&] {
     std::vector<std::function<void(Result<void>)>> due;
-    while (deliverable()) {
-      due.push_back(std::move(durable_waiters_.front().second));
-      durable_waiters_.pop_front();
+    for (auto it = durable_waiters_.begin(); it != durable_waiters_.end();) {
+      if (!is_due(*it)) {
+        ++it;
+        continue;
+      }
+      due.push_back(std::move(it->second));
+      it = durable_waiters_.erase(it);
     }
     if (due.empty()) return;
     std::optional<Error> const err = dur_error_;
@@ -552,28 +568,66 @@ void Registry::flusher_main() {
 
 void Registry::when_durable(std::function<void(Result<void>)> done) {
   std::unique_lock<std::mutex> lk(dur_mu_);
+  wait_for(lk, commit_seq_, std::move(done));
+}
+
+std::uint64_t Registry::durable_target(std::string_view execution_id) const {
+  auto it = group_seq_.find(execution_id);
+  return it == group_seq_.end() ? commit_seq_ : it->second;
+}
+
+void Registry::when_durable(std::string_view execution_id, std::function<void(Result<void>)> done) {
+  std::unique_lock<std::mutex> lk(dur_mu_);
+  std::uint64_t const target = durable_target(execution_id);
+  wait_for(lk, target, std::move(done));
+}
+
+void Registry::wait_for(std::unique_lock<std::mutex>& lk, std::uint64_t target,
+                        std::function<void(Result<void>)> done) {
   if (dur_error_) {
     Error const e = *dur_error_;
     lk.unlock();
     done(e);
     return;
   }
-  if (durable_seq_ >= commit_seq_) {
+  if (durable_seq_ >= target) {
     lk.unlock();
     done(ok());
     return;
   }
   // Pending means a group commit was made, so the flusher runs; it delivers this completion
-  // after the flush (or FULL commit) that covers commit_seq_.
-  durable_waiters_.emplace_back(commit_seq_, std::move(done));
+  // after the flush (or FULL commit) that covers `target`. The numbers of waiters queued later
+  // may be smaller (an older claim's wait): the flusher delivers every due one, in any order.
+  durable_waiters_.emplace_back(target, std::move(done));
   lk.unlock();
   dur_cv_.notify_all();
 }
 
+std::optional<Result<void>> Registry::durable_now(std::string_view execution_id) {
+  std::lock_guard<std::mutex> g(dur_mu_);
+  if (dur_error_) return Result<void>{*dur_error_};
+  if (durable_seq_ < durable_target(execution_id)) return std::nullopt;
+  return Result<void>{ok()};
+}
+
+void Registry::forget_group_note(std::string_view execution_id) {
+  // A terminal record ends the launch: nobody will ask for its claim's durability any more.
+  std::lock_guard<std::mutex> g(dur_mu_);
+  if (auto it = group_seq_.find(execution_id); it != group_seq_.end()) group_seq_.erase(it);
+}
+
+Result<void> Registry::await_durable(std::string_view execution_id) {
+  std::unique_lock<std::mutex> lk(dur_mu_);
+  return await_target(lk, durable_target(execution_id));
+}
+
 Result<void> Registry::await_durable() {
   std::unique_lock<std::mutex> lk(dur_mu_);
+  return await_target(lk, commit_seq_);
+}
+
+Result<void> Registry::await_target(std::unique_lock<std::mutex>& lk, std::uint64_t target) {
   if (dur_error_) return *dur_error_;
-  std::uint64_t const target = commit_seq_;
   if (durable_seq_ >= target) return ok();
   ++durable_waits_;
   // The flusher runs (the first group commit started it) and flushes whenever a commit is not
@@ -693,10 +747,11 @@ void Registry::lead(std::unique_lock<std::mutex>& lk) {
   }
 }
 
-Result<void> Registry::write(Durability d, JobFn fn) {
+Result<void> Registry::write(Durability d, JobFn fn, std::string group_id) {
   auto job = std::make_shared<Job>();
   job->fn = std::move(fn);
   job->durability = d;
+  job->execution_id = std::move(group_id);
   std::unique_lock<std::mutex> lk(queue_mu_);
   queue_.push_back(job);
   drive(job, lk);
@@ -977,8 +1032,10 @@ Result<void> Registry::claim_job(std::string_view action_id, std::string_view pr
                                  std::string_view execution_id, JobFn before, JobFn after,
                                  Durability d) {
   CUSTOS_TRYV(check_claim_ids(action_id, process_id, execution_id));
-  if (auto wr = write(d, claim_fn(std::string{action_id}, std::string{process_id},
-                                  std::string{execution_id}, std::move(before), std::move(after)));
+  if (auto wr = write(d,
+                      claim_fn(std::string{action_id}, std::string{process_id},
+                               std::string{execution_id}, std::move(before), std::move(after)),
+                      std::string{execution_id});
       !wr)
     return std::move(wr).error();
   failpoint("after_claim");
@@ -1310,6 +1367,7 @@ std::function<Result<void>(ExecutionRecord&)> terminal_change(TerminalBlob t,
 Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBlob const& t,
                                        core::RecoveryPath via) {
   failpoint("before_terminal");
+  forget_group_note(execution_id);
   CUSTOS_TRYV(check_terminal_digest(execution_id, t));
   // Immediate: queued deferred writes are committed first, in this same transaction.
   return modify(options_.terminal_durability, WriteMode::now, execution_id, "record_terminal",
@@ -1320,6 +1378,7 @@ void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
                                      core::RecoveryPath via,
                                      std::function<void(Result<void>)> done) {
   failpoint("before_terminal");
+  forget_group_note(execution_id);
   if (auto ok_digest = check_terminal_digest(execution_id, t); !ok_digest) {
     return done(std::move(ok_digest));
   }

@@ -110,15 +110,18 @@ void RegistrySink::record_authorized_async(std::string const& execution_id,
 }
 
 Result<> RegistrySink::make_durable(std::string const& execution_id) {
-  (void)execution_id;  // one fdatasync covers every execution's group commits
-  return registry_->await_durable();
+  // This execution's claim only: group commits made since by other launches are not waited for.
+  return registry_->await_durable(execution_id);
 }
 
 void RegistrySink::when_durable(std::string const& execution_id,
                                 std::function<void(Result<>)> done) {
   if (loop_ == nullptr) return done(make_durable(execution_id));
-  // Called on the flusher thread (or at once, here, when nothing is pending).
-  registry_->when_durable(on_loop(std::move(done)));
+  // Usually the flusher made the claim durable while the child was created and staged: the
+  // launch goes on now, on the loop it is on, instead of waiting for a turn of it.
+  if (auto now = registry_->durable_now(execution_id)) return done(std::move(*now));
+  // Otherwise the flusher's completion is posted to the loop.
+  registry_->when_durable(execution_id, on_loop(std::move(done)));
 }
 
 std::function<void(Result<>)> RegistrySink::on_loop(std::function<void(Result<>)> done) const {

@@ -187,6 +187,40 @@ TEST_F(RegistrySinkTest, AloneTheLoopCommitsTheWriteItWaitsForItself) {
   EXPECT_EQ(stored->ownership.state, registry::OwnershipState::staged);
 }
 
+// The claim's durability, awaited before the barrier release: when the flusher already synced
+// it (the usual case: it ran while the child was created), the launch goes on at once, on the
+// loop it is on, even while later group commits of other launches are pending; otherwise the
+// flusher's completion comes through the loop.
+TEST_F(RegistrySinkTest, TheClaimsDurabilityIsToldAtOnceWhenItIsAlreadyOnDisk) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
+  custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};  // 50 ms before each fsync
+  RegistrySink sink(*registry_, &io_);
+  auto req = request(sh("exit 0"));
+  auto digest = core::plan_digest(req.identity, req.plan);
+  ASSERT_TRUE(digest);
+  auto authorize = [&](std::string const& id, std::string const& action) {
+    auto r = req;
+    r.identity.action_id = action;
+    auto d = core::plan_digest(r.identity, r.plan);
+    ASSERT_TRUE(d);
+    ASSERT_TRUE(sink.record_authorized(id, r.identity, r.plan, d->to_string()));
+  };
+  authorize("ex-00000000000000d1", "act-d1");
+  ASSERT_TRUE(registry_->await_durable("ex-00000000000000d1"));
+  authorize("ex-00000000000000d2", "act-d2");  // pending for ~50 ms
+  ASSERT_TRUE(registry_->durability_pending());
+  std::optional<Result<>> first;
+  sink.when_durable("ex-00000000000000d1", [&](Result<> r) { first = std::move(r); });
+  ASSERT_TRUE(first.has_value()) << "told through the loop, not at once";
+  EXPECT_TRUE(first->has_value());
+  std::optional<Result<>> second;
+  sink.when_durable("ex-00000000000000d2", [&](Result<> r) { second = std::move(r); });
+  EXPECT_FALSE(second.has_value());
+  ASSERT_TRUE(drive([&] { return second.has_value(); }, 10s));
+  EXPECT_TRUE(second->has_value());
+  EXPECT_FALSE(registry_->durability_pending());
+}
+
 // Under load the commit thread is woken once per turn of the loop, not once per write: the
 // urgent writes every handler of a turn queues become one transaction. Nothing is committed
 // while the turn still runs; each write is told through the loop once it is in the WAL.

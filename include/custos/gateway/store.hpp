@@ -56,6 +56,9 @@ class Database {
       registry::Durability d) = 0;
   // Returns once every Durability::group commit made before the call is on stable storage.
   [[nodiscard]] virtual Result<void> await_durable() = 0;
+  // Returns once the group commit that consumed execution_id's claim is on stable storage (as
+  // await_durable() when the database noted none for it).
+  [[nodiscard]] virtual Result<void> await_durable(std::string_view execution_id) = 0;
   // Queues `fn` (which must own what it uses) to run in the transaction of the database's next
   // immediate write, ahead of it (or at its next flush). Its refusal is kept for `execution_id`
   // (Registry::take_deferred_error), not returned here.
@@ -80,6 +83,7 @@ class RegistryDatabase final : public Database {
       registry::NewExecution const& ex, std::function<Result<void>(registry::sql::Db&)> also,
       registry::Durability d) override;
   [[nodiscard]] Result<void> await_durable() override;
+  [[nodiscard]] Result<void> await_durable(std::string_view execution_id) override;
   void write_deferred(std::string execution_id, char const* what,
                       std::function<Result<void>(registry::sql::Db&)> fn) override;
 
@@ -178,6 +182,9 @@ class AuthorityStore {
   void queue_settle(std::string const& execution_id, core::TerminalRecord const& t);
   // Database::await_durable.
   [[nodiscard]] Result<void> await_durable() { return db_->await_durable(); }
+  [[nodiscard]] Result<void> await_durable(std::string_view execution_id) {
+    return db_->await_durable(execution_id);
+  }
 
   // ---- reads for fences and quiescence ----------------------------------------------------
   [[nodiscard]] Result<std::optional<AuthorityUse>> get_use(std::string_view execution_id);

@@ -426,6 +426,16 @@ class Registry {
   // short (post to your event loop). For a launch that goes back to its loop after
   // record_staged and releases the barrier from this completion.
   void when_durable(std::function<void(Result<void>)> done);
+  // The same for one execution: waits only for the group commit that holds its claim and
+  // record (noted when it committed), not for the group commits other executions made since.
+  // An execution with no group commit noted (none was made for it, its terminal record was
+  // written, or the note was dropped) waits as when_durable(done) does.
+  void when_durable(std::string_view execution_id, std::function<void(Result<void>)> done);
+  // when_durable(execution_id, ...) without waiting: ok or registry.io when the answer is
+  // known now, nullopt while that execution's group commit is not yet durable.
+  [[nodiscard]] std::optional<Result<void>> durable_now(std::string_view execution_id);
+  // The blocking form of when_durable(execution_id, ...).
+  [[nodiscard]] Result<void> await_durable(std::string_view execution_id);
 
   // The cached copy of a record (write-through cache of live executions), if it is cached.
   // For tests and diagnostics: the write path is the only user of the cache.
@@ -507,7 +517,8 @@ class Registry {
 
   Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);
 
-  Result<void> write(Durability d, JobFn fn);
+  // `group_id`: whose claim the job commits, noted with its group commit's number (when_durable).
+  Result<void> write(Durability d, JobFn fn, std::string group_id = {});
   // `before`, the one-use claim, `after`: one job of a transaction committed with `d`.
   Result<void> claim_job(std::string_view action_id, std::string_view process_id,
                          std::string_view execution_id, JobFn before, JobFn after, Durability d);
@@ -542,7 +553,15 @@ class Registry {
   void unstage_failed(std::size_t mark, Job const& job);
   void commit_staged();
   // After a batch committed (db_mu_ held): group bookkeeping for the flusher.
-  void note_commit(Durability d);
+  void note_commit(Durability d, std::vector<std::shared_ptr<Job>> const& batch);
+  // The commit number `execution_id` must see durable (dur_mu_ held).
+  [[nodiscard]] std::uint64_t durable_target(std::string_view execution_id) const;
+  void forget_group_note(std::string_view execution_id);
+  // Calls `done` now when `target` is durable (or the flusher failed), else queues it for the
+  // flusher; unlocks `lk` either way.
+  void wait_for(std::unique_lock<std::mutex>& lk, std::uint64_t target,
+                std::function<void(Result<void>)> done);
+  Result<void> await_target(std::unique_lock<std::mutex>& lk, std::uint64_t target);
   void flusher_main();
   // Load, `change`, validate and store one record as one job. Deferred: queued (the change
   // must own everything it uses) and ok() is returned at once.
@@ -589,12 +608,16 @@ class Registry {
   std::condition_variable dur_cv_;
   std::uint64_t commit_seq_ = 0;
   std::uint64_t durable_seq_ = 0;
+  // The commit number of each execution's group-committed claim, until its terminal record is
+  // written (bounded: past kGroupNotesMax, notes already durable are dropped).
+  std::map<std::string, std::uint64_t, std::less<>> group_seq_;
+  static constexpr std::size_t kGroupNotesMax = 4096;
   std::uint64_t flushes_ = 0;
   std::uint64_t durable_waits_ = 0;
   std::optional<Error> dur_error_;
   bool stop_flusher_ = false;
-  // when_durable() completions waiting for durable_seq_ to reach their commit number (FIFO:
-  // the numbers never decrease).
+  // when_durable() completions waiting for durable_seq_ to reach their commit number (not
+  // sorted: a wait for one execution's claim may name an older commit than the wait before it).
   std::deque<std::pair<std::uint64_t, std::function<void(Result<void>)>>> durable_waiters_;
   std::thread flusher_;
   // Set once an fdatasync failed: every later write is refused (read without dur_mu_).

@@ -12,7 +12,8 @@
 //   record_authorized_async  claim + record, group durability; the launch creates
 //                            nothing before its completion                      completion
 //   when_durable             that fdatasync (the registry's flusher): before the
-//                            barrier release and before any outcome is reported   completion
+//                            barrier release and before any outcome is reported   at once, or
+//                                                                                 completion
 //   phase starting           deferred: record_staged commits it, in its job        deferred
 //   record_staged_async      the barrier is released only from its completion     completion
 //   record_committed_async   with phase running, one change; the start is answered
@@ -92,10 +93,12 @@ class RegistrySink final : public OwnershipSink {
                            Boundary boundary, std::string const& cgroup_path,
                            std::string const& marker_value,
                            std::function<void(Result<>)> done) override;
-  // Registry::await_durable(): every group commit so far (this execution's claim among them)
-  // is on stable storage.
+  // Registry::await_durable(execution_id): the group commit of this execution's claim is on
+  // stable storage (not those other launches made since).
   [[nodiscard]] Result<> make_durable(std::string const& execution_id) override;
-  // With a loop: Registry::when_durable, its completion posted to the loop. Without: make_durable.
+  // With a loop: `done` at once when the claim is durable already (the usual case: the fsync
+  // ran while the child was created); else Registry::when_durable(execution_id), its completion
+  // posted to the loop. Without a loop: make_durable.
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_committed(std::string const& execution_id) override;
   // With a loop: committed + running as one queued change (Registry::record_running_async),

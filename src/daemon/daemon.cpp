@@ -184,6 +184,12 @@ class Daemon {
   Result<void> recover() {
     registry::RecoveryOptions options;
     options.policy = config_.restart_policy;
+    // Where this daemon's executions get their cgroups (created after recovery, or left by the
+    // previous daemon): a launch that crashed between creating its cgroup and recording it left
+    // one there, which recovery removes.
+    if (config_.boundary != BoundaryMode::marker) {
+      if (auto path = subtree_path()) options.execution_cgroup_parent = path->native();
+    }
     auto report = CUSTOS_TRY(registry::recover(*registry_, options));
     CUSTOS_TRYV(registry::apply_restart_policy(*registry_, report, options));
     // keep_running: the re-acquired executions stay controllable through their recovered
@@ -236,15 +242,20 @@ class Daemon {
     return ok();
   }
 
-  Result<sys::CgroupDir> make_subtree() {
-    std::set<std::string> const wanted{"cpu", "memory", "pids"};
+  // The subtree's path: configured, or `custos` beside the daemon's own cgroup.
+  Result<fs::path> subtree_path() const {
     fs::path path = config_.cgroup_subtree;
     if (path.empty()) {
       auto mount = CUSTOS_TRY(sys::find_cgroup2_mount());
       auto own = CUSTOS_TRY(sys::own_cgroup());
       path = fs::path{mount.path} / fs::path{own}.relative_path() / "custos";
     }
-    path = path.lexically_normal();
+    return path.lexically_normal();
+  }
+
+  Result<sys::CgroupDir> make_subtree() {
+    std::set<std::string> const wanted{"cpu", "memory", "pids"};
+    fs::path const path = CUSTOS_TRY(subtree_path());
     auto parent = CUSTOS_TRY(sys::CgroupDir::open(path.parent_path().native()));
     if (config_.cgroup_subtree.empty() && under_systemd()) delegate_controllers(parent, wanted);
     std::error_code ec;

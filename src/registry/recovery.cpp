@@ -106,6 +106,27 @@ core::Cleanup remove_stale_cgroup(std::string const& path, std::string& detail) 
   return core::Cleanup::confirmed;
 }
 
+// The cgroup a launch creates (named by the execution id, under the daemon's subtree) before its
+// staged write records it: a crash in between leaves it, holding at most the child at its
+// barrier (no program ran; it exits when the barrier closes). It is this execution's alone: the
+// daemon creates it for this id, and cgroups do not outlive a reboot. Killed and removed.
+core::Cleanup remove_unrecorded_cgroup(std::string const& execution_id,
+                                       RecoveryOptions const& options, std::string& detail) {
+  if (options.execution_cgroup_parent.empty()) return core::Cleanup::confirmed;
+  if (execution_id.empty() || execution_id == "." || execution_id == ".." ||
+      execution_id.find('/') != std::string::npos) {
+    return core::Cleanup::confirmed;  // not a name the daemon would have given a cgroup
+  }
+  std::string const path = options.execution_cgroup_parent + "/" + execution_id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return core::Cleanup::confirmed;  // never created
+  std::string why;
+  core::Cleanup const c = kill_cgroup(path, options.kill_timeout, why);
+  detail += "; the cgroup its launch created before the staged write was " +
+            std::string{c == core::Cleanup::confirmed ? "removed" : "not removed"} + why;
+  return c;
+}
+
 // Final marker sweep: SIGKILL to every process carrying the execution's marker, each re-checked
 // through its own pidfd before the signal. Returns whether the sweep confirmed none remain.
 //
@@ -277,6 +298,8 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
         out.cleanup = same_boot
                           ? kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, out.detail)
                           : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
+      } else if (o.state == OwnershipState::unassigned) {
+        out.cleanup = remove_unrecorded_cgroup(rec.execution_id, options, out.detail);
       }
       if (same_boot && options.marker_sweep && !rec.boundary.marker_hex.empty()) {
         if (!sweep_marker(rec.boundary.marker_hex, options, pid_ns, rec.ownership.start_time_ticks,

@@ -1224,6 +1224,7 @@ Result<void> staged_ownership_check(Ownership const& staged) {
 
 Result<void> Registry::record_staged(std::string_view execution_id, Ownership const& staged,
                                      BoundaryInfo const& boundary) {
+  failpoint("before_staged");
   CUSTOS_TRYV(staged_ownership_check(staged));
   // Always immediate: the barrier is released only after this returned.
   if (auto wr = modify(options_.ownership_durability, WriteMode::now, execution_id, "record_staged",
@@ -1236,6 +1237,7 @@ Result<void> Registry::record_staged(std::string_view execution_id, Ownership co
 
 void Registry::record_staged_async(std::string execution_id, Ownership staged,
                                    BoundaryInfo boundary, std::function<void(Result<void>)> done) {
+  failpoint("before_staged");
   if (auto checked = staged_ownership_check(staged); !checked) return done(std::move(checked));
   (void)modify(options_.ownership_durability, WriteMode::deferred, execution_id, "record_staged",
                staged_change(std::move(staged), std::move(boundary)), true,

@@ -228,5 +228,51 @@ TEST(RecoveryControl, KeptRunningExecutionThatEndsOnItsOwnGetsItsTerminalRecord)
   EXPECT_EQ(json::serialize(again->at("result").at("terminal")), json::serialize(t));
 }
 
+// The daemon is SIGKILLed inside exec.start after the launch created the execution's cgroup and
+// its child (at the barrier) but before the staged write that records them. The record names no
+// cgroup yet, so the restarted daemon finds it by the execution's id under its subtree: the
+// record ends absent_without_terminal and the cgroup is gone (before, it stayed forever).
+TEST(RecoveryControl, ACgroupCreatedBeforeTheStagedWriteIsRemovedAtTheNextStart) {
+  if (!registry::kFailpointsCompiled) GTEST_SKIP() << "failpoints are compiled in dev builds only";
+  DaemonOptions o;
+  o.env = {"CUSTOS_FAILPOINT=before_staged"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+  auto cgroups_below = [&] {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (auto const& e : fs::directory_iterator(d.cgroup(), ec)) {
+      if (e.is_directory()) out.push_back(e.path().filename().string());
+    }
+    return out;
+  };
+  std::string const ran = (d.tmp() / "ran").string();
+  {
+    auto c = d.client();
+    auto r =
+        c.call(1, "exec.start", start_params({"/bin/sh", "-c", "touch '" + ran + "'"}), 5000ms);
+    ASSERT_FALSE(r && r->contains("result")) << "exec.start answered: " << json::serialize(*r);
+  }
+  auto status = d.wait_exit(30s);
+  ASSERT_TRUE(status);
+  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
+  auto const left = cgroups_below();
+  ASSERT_EQ(left.size(), 1U) << "the crash should leave the execution's cgroup";
+
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  EXPECT_TRUE(cgroups_below().empty()) << "left: " << left[0];
+  EXPECT_FALSE(fs::exists(ran)) << "the target ran although its ownership was never recorded";
+  auto c = d.client();
+  auto g = c.call(2, "exec.get", {{"execution_id", left[0]}});
+  ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+  auto const& r = g->at("result").as_object();
+  EXPECT_EQ(r.at("phase").as_string(), "terminal") << json::serialize(r);
+  auto const& t = r.at("terminal").as_object();
+  EXPECT_EQ(t.at("recovery").as_string(), "absent_without_terminal") << json::serialize(t);
+  EXPECT_EQ(t.at("classification").as_string(), "recovery_indeterminate") << json::serialize(t);
+}
+
 }  // namespace
 }  // namespace custos::e2e

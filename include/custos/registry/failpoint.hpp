@@ -8,6 +8,8 @@
 //
 // Points and where they are hit (docs/durability.md):
 //   after_claim      registry, after the one-use claim transaction committed
+//   before_staged    registry, at the start of record_staged: the launch created the cgroup and
+//                    the child (at its barrier), the record does not name them yet
 //   after_staged     registry, after the staged pidfs ownership committed (child at its barrier)
 //   after_committed  registry, after ownership moved to committed (barrier about to be released)
 //   while_running    registry, after the phase `running` committed

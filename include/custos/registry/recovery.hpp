@@ -5,7 +5,8 @@
 // before any call is accepted. For each non-terminal, non-quarantined record
 // (docs/registry.md "Recovery"):
 //   0. ownership unassigned: no program ever ran (the barrier protects it) ->
-//   absent_without_terminal.
+//   absent_without_terminal, and the cgroup its launch may have created before the staged
+//   write (RecoveryOptions::execution_cgroup_parent) is removed.
 //      legacy_unverified: refused for any process action               -> indeterminate.
 //   1. stored boot id != current boot id: no pid lookup at all          -> absent_without_terminal,
 //      and the record's cgroup directory, if any, is removed.
@@ -67,6 +68,13 @@ struct RecoveryOptions {
   bool marker_sweep = true;
   // /proc root for the marker sweep (tests may point it elsewhere).
   std::string proc_root = "/proc";
+  // The cgroup under which the daemon creates each execution's cgroup, named by its id (the
+  // daemon's subtree); empty when it has none (marker boundary). A record whose ownership was
+  // never staged has no cgroup recorded (the boundary is written with the staged ownership),
+  // yet a crash after the launch created the cgroup and the staged child, before that write,
+  // leaves <execution_cgroup_parent>/<execution id> behind: recovery kills what is in it (at
+  // most the child at its barrier, which ran nothing) and removes it.
+  std::string execution_cgroup_parent;
 };
 
 struct RecoveredExecution {

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <poll.h>
 #include <sys/stat.h>
 #include <thread>
@@ -119,7 +120,12 @@ core::Cleanup remove_unrecorded_cgroup(std::string const& execution_id,
   }
   std::string const path = options.execution_cgroup_parent + "/" + execution_id;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return core::Cleanup::confirmed;  // never created
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return core::Cleanup::confirmed;  // never created
+    detail +=
+        "; cannot tell whether its launch left a cgroup at " + path + ": " + std::strerror(errno);
+    return core::Cleanup::unconfirmed;
+  }
   std::string why;
   core::Cleanup const c = kill_cgroup(path, options.kill_timeout, why);
   detail += "; the cgroup its launch created before the staged write was " +

@@ -220,6 +220,15 @@ class Daemon {
       spdlog::info("recovery: {} {}: {}", e.execution_id,
                    core::recovery_path_wire(e.classification), e.detail);
     }
+    for (auto const& l : report.leftover_cgroups) {
+      if (l.cleanup == core::Cleanup::confirmed) {
+        spdlog::info("recovery: the cgroup terminal execution {} left was removed{}{}",
+                     l.execution_id, l.detail.empty() ? "" : ": ", l.detail);
+      } else {
+        spdlog::warn("recovery: the cgroup terminal execution {} left could not be removed: {}",
+                     l.execution_id, l.detail);
+      }
+    }
     return ok();
   }
 
@@ -357,9 +366,16 @@ class Daemon {
       if (e.classification == core::RecoveryPath::live_owned && !e.terminal_written)
         kept.emplace_back(e.execution_id);
     }
+    json::array leftovers;
+    for (auto const& l : report.leftover_cgroups) {
+      leftovers.push_back(json::object{{"execution_id", l.execution_id},
+                                       {"cleanup", core::cleanup_wire(l.cleanup)},
+                                       {"detail", l.detail}});
+    }
     return json::object{{"quarantined", std::move(quarantined)},
                         {"orphan_claims", std::move(orphans)},
-                        {"kept_running", std::move(kept)}};
+                        {"kept_running", std::move(kept)},
+                        {"leftover_cgroups", std::move(leftovers)}};
   }
 
   // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),

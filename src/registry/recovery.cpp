@@ -1,10 +1,12 @@
 // Startup recovery: PidfsRecoveryMatch per record, terminal records, restart policy.
 #include "custos/registry/recovery.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <poll.h>
 #include <sys/stat.h>
 #include <thread>
@@ -131,6 +133,48 @@ core::Cleanup remove_unrecorded_cgroup(std::string const& execution_id,
   detail += "; the cgroup its launch created before the staged write was " +
             std::string{c == core::Cleanup::confirmed ? "removed" : "not removed"} + why;
   return c;
+}
+
+// "ex-" and 16 lowercase hex digits: the ids the daemon gives executions (and their cgroups).
+bool is_execution_cgroup_name(std::string_view name) {
+  if (name.size() != 19 || name.substr(0, 3) != "ex-") return false;
+  return std::all_of(name.begin() + 3, name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The cgroups under the subtree whose execution was terminal before this recovery. Its teardown
+// wrote the terminal record after a failed rmdir (cleanup unconfirmed: the tree did not empty in
+// time); everything inside still belongs to that execution and nobody else acts on it, so it is
+// killed and removed now. Quarantined or unknown ids are left alone (an untrusted or absent
+// record authorizes nothing), and so are the records this recovery handled itself.
+Result<void> remove_leftover_cgroups(Registry& registry, RecoveryOptions const& options,
+                                     RecoveryReport& report) {
+  if (options.execution_cgroup_parent.empty()) return ok();
+  std::error_code ec;
+  std::filesystem::directory_iterator it(options.execution_cgroup_parent, ec);
+  if (ec) return ok();  // no subtree yet: nothing was ever created under it
+  std::vector<std::string> names;
+  for (auto const& entry : it) {
+    std::error_code dec;
+    if (!entry.is_directory(dec)) continue;
+    std::string name = entry.path().filename().string();
+    if (is_execution_cgroup_name(name)) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  for (std::string const& name : names) {
+    bool const handled =
+        std::any_of(report.executions.begin(), report.executions.end(),
+                    [&](RecoveredExecution const& e) { return e.execution_id == name; });
+    if (handled) continue;
+    auto rec = registry.get(name);
+    if (!rec || rec->phase != core::Phase::terminal) continue;
+    LeftoverCgroup left{name, core::Cleanup::unconfirmed, {}};
+    left.cleanup = kill_cgroup(options.execution_cgroup_parent + "/" + name, options.kill_timeout,
+                               left.detail);
+    if (!left.detail.empty() && left.detail.starts_with("; ")) left.detail.erase(0, 2);
+    report.leftover_cgroups.push_back(std::move(left));
+  }
+  return ok();
 }
 
 // Final marker sweep: SIGKILL to every process carrying the execution's marker, each re-checked
@@ -327,6 +371,7 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
     }
     report.executions.push_back(std::move(out));
   }
+  CUSTOS_TRYV(remove_leftover_cgroups(registry, options, report));
   return report;
 }
 

@@ -1561,7 +1561,8 @@ void Supervisor::close_and_record() {
       kernel_enforced_ ? core::Containment::kernel_enforced : core::Containment::escapable};
   record.escalation = core::EscalationReport{graceful_sent_, forced_};
   if (cgroup_) {
-    // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for recovery.
+    // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for the next
+    // start's recovery, which kills what is left in it (RecoveryReport::leftover_cgroups).
     (void)cgroup_->remove();
   }
   // A closed execution stays in the terminal history (views, output, waits) but acts on nothing

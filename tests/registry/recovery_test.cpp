@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <fcntl.h>
+#include <filesystem>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "custos/registry/ownership.hpp"
+#include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/spawn.hpp"
@@ -244,6 +247,114 @@ TEST(RegistryRecovery, QuarantinedAndTerminalRecordsAreNotTouched) {
   ASSERT_EQ(report->quarantined.size(), 1u);
   EXPECT_EQ(report->pidfd_opens, 0u);
   EXPECT_TRUE(child.pidfd().alive());  // an untrusted record never authorizes a signal
+}
+
+// A test's own cgroup beneath the v2 mount, standing in for the daemon's subtree; whatever is
+// left in it is killed and removed at the end.
+class TestSubtree {
+ public:
+  TestSubtree() {
+    auto mount = sys::find_cgroup2_mount();
+    if (!mount) return;
+    static int n = 0;
+    std::string const path = mount->path + "/custos-test-recovery-" + std::to_string(::getpid()) +
+                             "-" + std::to_string(n++);
+    if (::mkdir(path.c_str(), 0755) == 0) path_ = path;
+  }
+  ~TestSubtree() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    for (auto const& e : std::filesystem::directory_iterator(path_, ec)) {
+      if (!e.is_directory()) continue;
+      if (auto dir = sys::CgroupDir::open(e.path().string()); dir) {
+        (void)dir->kill();
+        (void)dir->wait_empty(std::chrono::seconds(5));
+        (void)dir->remove();
+      }
+    }
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    (void)::rmdir(path_.c_str());
+  }
+  TestSubtree(TestSubtree const&) = delete;
+  TestSubtree& operator=(TestSubtree const&) = delete;
+  [[nodiscard]] std::string const& path() const { return path_; }
+  // <subtree>/<name>, created.
+  [[nodiscard]] std::string child(std::string const& name) const {
+    std::string const p = path_ + "/" + name;
+    EXPECT_EQ(::mkdir(p.c_str(), 0755), 0) << p << ": " << errno;
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+// A sleeper started inside the cgroup at `path`.
+sys::RunningChild sleeper_in(std::string const& path) {
+  sys::UniqueFd cg{::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  EXPECT_TRUE(cg.valid()) << path;
+  sys::SpawnSpec spec;
+  spec.executable = "/bin/sleep";
+  spec.argv = {"sleep", "1000"};
+  spec.cgroup_fd = cg.get();
+  auto staged = sys::spawn_staged(spec);
+  EXPECT_TRUE(staged) << staged.error().message();
+  auto running = std::move(*staged).release();
+  EXPECT_TRUE(running) << running.error().message();
+  return std::move(*running);
+}
+
+// An execution whose teardown could not empty its cgroup wrote its terminal record with the
+// cleanup unconfirmed and left the cgroup (the rmdir failed). The next start kills what is left
+// in it and removes it. Cgroups of ids the registry does not know, of quarantined records, and
+// names that are not execution ids are left alone.
+TEST(RegistryRecovery, ATerminalExecutionsLeftoverCgroupIsKilledAndRemovedAtTheNextStart) {
+  TestSubtree sub;
+  if (sub.path().empty()) GTEST_SKIP() << "cgroup v2 is not writable here";
+  TempDir t;
+  std::string const done = "ex-00000000000000a1";
+  std::string const unknown = "ex-00000000000000a2";
+  std::string const untrusted = "ex-00000000000000a3";
+  {
+    auto reg = Registry::open(t.state());
+    ASSERT_TRUE(reg);
+    for (auto const& id : {done, untrusted}) {
+      CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution(id, "act-" + id)));
+      CUSTOS_ASSERT_OK((*reg)->record_phase(id, core::Phase::starting));
+      CUSTOS_ASSERT_OK((*reg)->record_terminal(id, fake_terminal("spawn_failed")));
+    }
+  }
+  raw_exec(t.db(), "UPDATE executions SET backend='x' WHERE execution_id='" + untrusted + "'");
+  auto left = sleeper_in(sub.child(done));
+  auto stranger = sleeper_in(sub.child(unknown));
+  auto quarantined = sleeper_in(sub.child(untrusted));
+  std::string const other = sub.child("not-an-execution");
+
+  auto reg = Registry::open(t.state());
+  ASSERT_TRUE(reg);
+  RecoveryOptions opts;
+  opts.execution_cgroup_parent = sub.path();
+  auto report = recover(**reg, opts);
+  ASSERT_TRUE(report) << report.error().message();
+  EXPECT_TRUE(report->executions.empty());
+  ASSERT_EQ(report->leftover_cgroups.size(), 1U);
+  EXPECT_EQ(report->leftover_cgroups[0].execution_id, done);
+  EXPECT_EQ(report->leftover_cgroups[0].cleanup, core::Cleanup::confirmed)
+      << report->leftover_cgroups[0].detail;
+  EXPECT_FALSE(left.pidfd().alive());
+  EXPECT_FALSE(std::filesystem::exists(sub.path() + "/" + done));
+  // Untouched: an unknown id, a quarantined record, another name.
+  EXPECT_TRUE(stranger.pidfd().alive());
+  EXPECT_TRUE(quarantined.pidfd().alive());
+  EXPECT_TRUE(std::filesystem::exists(sub.path() + "/" + unknown));
+  EXPECT_TRUE(std::filesystem::exists(sub.path() + "/" + untrusted));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  // The terminal record stays exactly as it was written.
+  auto rec = (*reg)->get(done);
+  ASSERT_TRUE(rec) << rec.error().message();
+  ASSERT_TRUE(rec->terminal);
+  EXPECT_EQ(rec->terminal->classification, "spawn_failed");
 }
 
 }  // namespace

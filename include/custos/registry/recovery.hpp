@@ -73,7 +73,8 @@ struct RecoveryOptions {
   // never staged has no cgroup recorded (the boundary is written with the staged ownership),
   // yet a crash after the launch created the cgroup and the staged child, before that write,
   // leaves <execution_cgroup_parent>/<execution id> behind: recovery kills what is in it (at
-  // most the child at its barrier, which ran nothing) and removes it.
+  // most the child at its barrier, which ran nothing) and removes it. Also the cgroups that
+  // executions terminal before this recovery left there (RecoveryReport::leftover_cgroups).
   std::string execution_cgroup_parent;
 };
 
@@ -88,13 +89,26 @@ struct RecoveredExecution {
   std::optional<core::ExitStatus> exit;  // live_owned after apply_restart_policy, when known
 };
 
+// A cgroup left under the daemon's subtree by an execution that was already terminal before this
+// recovery: its teardown could not empty it before the terminal record was written (cleanup
+// unconfirmed: a process that would not die within kill_after_ms), and nothing retried since.
+struct LeftoverCgroup {
+  std::string execution_id;
+  core::Cleanup cleanup = core::Cleanup::unconfirmed;  // confirmed: killed (if needed) and removed
+  std::string detail;
+};
+
 struct RecoveryReport {
   std::string boot_id;
   std::size_t already_terminal = 0;            // records that were terminal before recovery
   std::vector<RecoveredExecution> executions;  // every non-terminal record, in id order
   std::vector<Claim> orphan_claims;            // kept, reported (never re-usable)
   std::vector<QuarantinedRecord> quarantined;  // kept, reported, never acted on
-  std::uint32_t pidfd_opens = 0;               // total pidfd_open calls (tests: fences)
+  // Cgroups of executions terminal before this recovery, found under execution_cgroup_parent
+  // and killed and removed (never those of quarantined or unknown ids, never those of this
+  // recovery's own records, which the steps above handled).
+  std::vector<LeftoverCgroup> leftover_cgroups;
+  std::uint32_t pidfd_opens = 0;  // total pidfd_open calls (tests: fences)
 
   [[nodiscard]] std::size_t count(core::RecoveryPath p) const noexcept;
 };

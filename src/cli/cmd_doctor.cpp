@@ -61,9 +61,12 @@ void print_registry(json::object const& reg) {
   auto const* q = list("quarantined");
   auto const* o = list("orphan_claims");
   auto const* k = list("kept_running");
-  fmt::print("\nregistry: {} quarantined record(s), {} orphan claim(s), {} kept running\n",
-             q != nullptr ? q->size() : 0, o != nullptr ? o->size() : 0,
-             k != nullptr ? k->size() : 0);
+  auto const* l = list("leftover_cgroups");
+  fmt::print(
+      "\nregistry: {} quarantined record(s), {} orphan claim(s), {} kept running, {} leftover "
+      "cgroup(s) of terminal executions cleaned at start\n",
+      q != nullptr ? q->size() : 0, o != nullptr ? o->size() : 0, k != nullptr ? k->size() : 0,
+      l != nullptr ? l->size() : 0);
   if (q != nullptr) {
     for (auto const& r : *q) {
       if (!r.is_object()) continue;
@@ -83,6 +86,16 @@ void print_registry(json::object const& reg) {
   if (k != nullptr) {
     for (auto const& r : *k) {
       if (r.is_string()) fmt::print("  kept running, unsupervised: {}\n", r.get_string().c_str());
+    }
+  }
+  if (l != nullptr) {
+    for (auto const& r : *l) {
+      if (!r.is_object()) continue;
+      auto const& x = r.get_object();
+      // An unconfirmed one still holds processes that would not die: they need a look.
+      fmt::print("  leftover cgroup of {}: {}{}{}\n", str_field(x, "execution_id"),
+                 str_field(x, "cleanup") == "confirmed" ? "removed" : "NOT removed",
+                 str_field(x, "detail").empty() ? "" : ", ", str_field(x, "detail"));
     }
   }
 }

@@ -3,6 +3,7 @@
 // exec.cancel then kills the whole tree through the execution's cgroup and recovered pidfd and
 // writes exactly one terminal record that says how it was reached (recovery live_owned).
 #include <cstdio>
+#include <fcntl.h>
 #include <fstream>
 #include <set>
 #include <string>
@@ -272,6 +273,75 @@ TEST(RecoveryControl, ACgroupCreatedBeforeTheStagedWriteIsRemovedAtTheNextStart)
   auto const& t = r.at("terminal").as_object();
   EXPECT_EQ(t.at("recovery").as_string(), "absent_without_terminal") << json::serialize(t);
   EXPECT_EQ(t.at("classification").as_string(), "recovery_indeterminate") << json::serialize(t);
+}
+
+// What a teardown that could not empty its cgroup leaves: a terminal record, and the execution's
+// cgroup under the subtree with a process still in it (here the test puts one there while the
+// daemon is down). The next start kills it, removes the cgroup, and says so in host.info and
+// `custos doctor`; the terminal record is not rewritten.
+TEST(RecoveryControl, ALeftoverCgroupOfATerminalExecutionIsCleanedAtTheNextStart) {
+  Daemon d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  if (d.cgroup().empty()) GTEST_SKIP() << "needs the cgroup v2 boundary";
+  std::string id;
+  json::value terminal;
+  {
+    auto c = d.client();
+    auto r = c.call(1, "exec.start", start_params({"/bin/true"}));
+    ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
+    id = std::string{r->at("result").at("execution_id").as_string()};
+    auto w = c.call(2, "exec.wait", {{"execution_id", id}, {"timeout_ms", 10000}}, 15000ms);
+    ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "");
+    terminal = w->at("result");
+  }
+  ASSERT_TRUE(d.signal(SIGTERM));
+  ASSERT_TRUE(d.wait_exit(30s));
+
+  // The daemon removed the subtree it had created; a teardown that failed would have left both.
+  if (!fs::exists(d.cgroup())) {
+    ASSERT_EQ(::mkdir(d.cgroup().c_str(), 0755), 0) << errno;
+  }
+  fs::path const cg = fs::path{d.cgroup()} / id;
+  ASSERT_EQ(::mkdir(cg.c_str(), 0755), 0) << errno;
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  pid_t const pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Into the cgroup first, then the long sleep.
+    std::ofstream procs(cg / "cgroup.procs");
+    procs << ::getpid() << std::flush;
+    if (!procs) ::_exit(3);
+    (void)::write(ready[1], "x", 1);
+    ::execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+    ::_exit(4);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the stand-in did not enter the cgroup";
+  ::close(ready[0]);
+  int const fd = pidfd_open(pid);
+  ASSERT_GE(fd, 0);
+
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the process left in the cgroup survived the restart";
+  ::close(fd);
+  (void)::waitpid(pid, nullptr, 0);
+  EXPECT_FALSE(fs::exists(cg));
+  auto c = d.client();
+  auto h = c.call(3, "host.info");
+  ASSERT_TRUE(h && h->contains("result"));
+  auto const& left = h->at("result").at("registry").at("leftover_cgroups").as_array();
+  ASSERT_EQ(left.size(), 1U) << json::serialize(left);
+  EXPECT_EQ(left[0].at("execution_id").as_string(), id);
+  EXPECT_EQ(left[0].at("cleanup").as_string(), "confirmed") << json::serialize(left);
+  auto w = c.call(4, "exec.wait", {{"execution_id", id}, {"timeout_ms", 1000}});
+  ASSERT_TRUE(w && w->contains("result"));
+  EXPECT_EQ(json::serialize(w->at("result")), json::serialize(terminal));
+  auto doc = run_cli({"--socket", d.socket().native(), "doctor"});
+  EXPECT_NE(doc.out.find("leftover cgroup of " + id + ": removed"), std::string::npos) << doc.out;
 }
 
 }  // namespace

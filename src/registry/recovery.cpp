@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <thread>
 
+#include "custos/core/ids.hpp"
 #include "custos/registry/ownership.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
@@ -116,10 +117,8 @@ core::Cleanup remove_stale_cgroup(std::string const& path, std::string& detail) 
 core::Cleanup remove_unrecorded_cgroup(std::string const& execution_id,
                                        RecoveryOptions const& options, std::string& detail) {
   if (options.execution_cgroup_parent.empty()) return core::Cleanup::confirmed;
-  if (execution_id.empty() || execution_id == "." || execution_id == ".." ||
-      execution_id.find('/') != std::string::npos) {
-    return core::Cleanup::confirmed;  // not a name the daemon would have given a cgroup
-  }
+  // Not a name the daemon would have given a cgroup (and no path component: no '/', no "..").
+  if (!core::is_valid_id(execution_id)) return core::Cleanup::confirmed;
   std::string const path = options.execution_cgroup_parent + "/" + execution_id;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -147,12 +146,12 @@ bool is_execution_cgroup_name(std::string_view name) {
 // time); everything inside still belongs to that execution and nobody else acts on it, so it is
 // killed and removed now. Quarantined or unknown ids are left alone (an untrusted or absent
 // record authorizes nothing), and so are the records this recovery handled itself.
-Result<void> remove_leftover_cgroups(Registry& registry, RecoveryOptions const& options,
-                                     RecoveryReport& report) {
-  if (options.execution_cgroup_parent.empty()) return ok();
+void remove_leftover_cgroups(Registry& registry, RecoveryOptions const& options,
+                             RecoveryReport& report) {
+  if (options.execution_cgroup_parent.empty()) return;
   std::error_code ec;
   std::filesystem::directory_iterator it(options.execution_cgroup_parent, ec);
-  if (ec) return ok();  // no subtree yet: nothing was ever created under it
+  if (ec) return;  // no subtree yet: nothing was ever created under it
   std::vector<std::string> names;
   for (auto const& entry : it) {
     std::error_code dec;
@@ -171,10 +170,9 @@ Result<void> remove_leftover_cgroups(Registry& registry, RecoveryOptions const& 
     LeftoverCgroup left{name, core::Cleanup::unconfirmed, {}};
     left.cleanup = kill_cgroup(options.execution_cgroup_parent + "/" + name, options.kill_timeout,
                                left.detail);
-    if (!left.detail.empty() && left.detail.starts_with("; ")) left.detail.erase(0, 2);
+    if (left.detail.starts_with("; ")) left.detail.erase(0, 2);
     report.leftover_cgroups.push_back(std::move(left));
   }
-  return ok();
 }
 
 // Final marker sweep: SIGKILL to every process carrying the execution's marker, each re-checked
@@ -371,7 +369,7 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
     }
     report.executions.push_back(std::move(out));
   }
-  CUSTOS_TRYV(remove_leftover_cgroups(registry, options, report));
+  remove_leftover_cgroups(registry, options, report);
   return report;
 }
 

@@ -24,6 +24,7 @@
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
 
+#include "../tests/support/gateway_start.hpp"
 #include "../tests/support/launch_permit_minter.hpp"
 #include "bench.hpp"
 #include "launch_request.hpp"
@@ -53,7 +54,7 @@ class GatewayHarness {
       return;
     }
     reg_ = std::move(*reg);
-    inner_ = std::make_unique<sup::RegistrySink>(*reg_);
+    inner_ = std::make_unique<sup::RegistrySink>(*reg_, io_);
     db_ = std::make_unique<gateway::RegistryDatabase>(*reg_);
     store_ = std::make_unique<gateway::AuthorityStore>(*db_);
     gw_ = std::make_unique<gateway::ExecutionGateway>(
@@ -96,7 +97,7 @@ class GatewayHarness {
     c.grant_id = "g-bench";
     c.lease_id = lease_id_;
     gateway::Caller caller{r.caller.uid, r.caller.gid, {}, false};
-    return gw_->start(caller, std::move(r), c);
+    return gateway::start_and_wait(*gw_, io_, caller, std::move(r), c);
   }
 
   bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout) {

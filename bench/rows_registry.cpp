@@ -49,27 +49,12 @@ using Clock = std::chrono::steady_clock;
 class TimedSink final : public sup::OwnershipSink {
  public:
   explicit TimedSink(sup::OwnershipSink& inner) noexcept : inner_(&inner) {}
-  Result<> record_authorized(std::string const& id, core::ExecutionIdentity const& identity,
-                             core::ExecutionPlan const& plan, std::string const& digest) override {
-    return timed(authorized_us_,
-                 [&] { return inner_->record_authorized(id, identity, plan, digest); });
-  }
   void record_authorized_async(std::string const& id, core::ExecutionIdentity const& identity,
                                core::ExecutionPlan const& plan, std::string const& digest,
                                std::function<void(Result<>)> done) override {
     auto const t0 = Clock::now();
     inner_->record_authorized_async(id, identity, plan, digest, std::move(done));
     authorized_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-  }
-  Result<> record_staged(std::string const& id, sys::PidfsIdentity const& identity,
-                         sup::Boundary boundary, std::string const& cgroup_path,
-                         std::string const& marker) override {
-    return timed(other_us_, [&] {
-      return inner_->record_staged(id, identity, boundary, cgroup_path, marker);
-    });
-  }
-  Result<> record_committed(std::string const& id) override {
-    return timed(other_us_, [&] { return inner_->record_committed(id); });
   }
   void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity,
                            sup::Boundary boundary, std::string const& cgroup_path,
@@ -93,14 +78,7 @@ class TimedSink final : public sup::OwnershipSink {
                          core::StreamAccounting const& accounting) override {
     return timed(other_us_, [&] { return inner_->record_output(id, stream, accounting); });
   }
-  Result<> record_terminal(std::string const& id, core::TerminalRecord const& record) override {
-    return timed(other_us_, [&] { return inner_->record_terminal(id, record); });
-  }
-  // The waits and the daemon's non-blocking forms go through too (the time of the blocking
-  // wait counts; the asynchronous forms spend none on the loop but their queueing).
-  Result<> make_durable(std::string const& id) override {
-    return timed(other_us_, [&] { return inner_->make_durable(id); });
-  }
+  // The asynchronous forms spend no time on the loop but their queueing.
   void when_durable(std::string const& id, std::function<void(Result<>)> done) override {
     inner_->when_durable(id, std::move(done));
   }
@@ -145,18 +123,10 @@ class HandoffSink final : public sup::OwnershipSink {
   HandoffSink(HandoffSink const&) = delete;
   HandoffSink& operator=(HandoffSink const&) = delete;
 
-  Result<> record_authorized(std::string const&, core::ExecutionIdentity const&,
-                             core::ExecutionPlan const&, std::string const&) override {
-    return ok();
-  }
   void record_authorized_async(std::string const&, core::ExecutionIdentity const&,
                                core::ExecutionPlan const&, std::string const&,
                                std::function<void(Result<>)> done) override {
     hand(std::move(done));
-  }
-  Result<> record_staged(std::string const&, sys::PidfsIdentity const&, sup::Boundary,
-                         std::string const&, std::string const&) override {
-    return ok();
   }
   void record_staged_async(std::string const&, sys::PidfsIdentity const&, sup::Boundary,
                            std::string const&, std::string const&,
@@ -168,7 +138,6 @@ class HandoffSink final : public sup::OwnershipSink {
     // usual case): at once, on the loop.
     done(ok());
   }
-  Result<> record_committed(std::string const&) override { return ok(); }
   void record_committed_async(std::string const&, std::function<void(Result<>)> done) override {
     hand(std::move(done));
   }
@@ -176,9 +145,6 @@ class HandoffSink final : public sup::OwnershipSink {
   Result<> record_trigger(std::string const&, core::Trigger) override { return ok(); }
   Result<> record_output(std::string const&, sup::StreamId,
                          core::StreamAccounting const&) override {
-    return ok();
-  }
-  Result<> record_terminal(std::string const&, core::TerminalRecord const&) override {
     return ok();
   }
   void record_terminal_async(std::string const&, core::TerminalRecord const&,
@@ -240,7 +206,7 @@ class Launcher {
         error_ = "registry: " + reg.error().message();
       } else {
         registry_ = std::move(*reg);
-        sink_ = std::make_unique<sup::RegistrySink>(*registry_, &io_);
+        sink_ = std::make_unique<sup::RegistrySink>(*registry_, io_);
         timed_ = std::make_unique<TimedSink>(*sink_);
       }
     }

@@ -18,7 +18,7 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::array<std::string_view, 2> kBoundaryNames = {"cgroup", "marker"};
+constexpr std::array<std::string_view, 3> kBoundaryNames = {"cgroup", "marker", "reference"};
 constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
 
 using detail::lookup;
@@ -37,7 +37,7 @@ constexpr RecordKind kKindSpawnError = 0x0106;
 
 namespace tag {
 constexpr Tag classification = 1, recovery = 2, exit = 3, trigger = 4, escalation = 5, output = 6,
-              resources = 7, tree = 8, spawn_error = 9;
+              resources = 7, tree = 8, spawn_error = 9, observations = 10;
 }  // namespace tag
 
 Error malformed(std::string what) {
@@ -169,6 +169,10 @@ Result<> validate(TerminalRecord const& rec) {
   };
   if (!rec.exit.valid()) return inconsistent("invalid exit status");
   CUSTOS_TRYV(check(rec.output));
+  for (auto const& [name, value] : rec.observations) {
+    if (name.empty() || name.find('=') != std::string::npos)
+      return inconsistent("an observation name is non-empty, without '='");
+  }
   if (rec.recovery == RecoveryPath::already_terminal) {
     return inconsistent("already_terminal describes a recovery pass, not how a record was reached");
   }
@@ -255,6 +259,11 @@ Result<std::vector<std::uint8_t>> canonical_bytes(TerminalRecord const& rec) {
           .i64(2, rec.spawn_error->sys_errno)
           .string(3, rec.spawn_error->detail);
     });
+  }
+  if (!rec.observations.empty()) {
+    w.begin_list(tag::observations, FieldType::string);
+    for (auto const& [name, value] : rec.observations) w.element_string(name + "=" + value);
+    w.end_list();
   }
   return std::move(w).finish();
 }
@@ -350,6 +359,15 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
     CUSTOS_TRYV(s.finish());
     rec.spawn_error = std::move(f);
   }
+  if (r.has(tag::observations)) {
+    for (auto const& item : CUSTOS_TRY(r.string_list(tag::observations))) {
+      auto const eq = item.find('=');
+      if (eq == std::string::npos || eq == 0) return malformed("observation without a name");
+      if (!rec.observations.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
+        return malformed("observation listed twice: " + item.substr(0, eq));
+    }
+    if (rec.observations.empty()) return malformed("an empty observation list is written absent");
+  }
   CUSTOS_TRYV(r.finish());
   if (auto v = validate(rec); !v)
     return malformed("terminal record is inconsistent: " + v.error().message());
@@ -402,6 +420,11 @@ Result<json::value> to_json(TerminalRecord const& rec) {
   } else {
     o["spawn_error"] = nullptr;
   }
+  if (!rec.observations.empty()) {
+    json::object obs;
+    for (auto const& [name, value] : rec.observations) obs[name] = value;
+    o["observations"] = std::move(obs);
+  }
   o["digest"] = digest;
   return json::value(std::move(o));
 }
@@ -410,7 +433,7 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
   auto const* o = CUSTOS_TRY(as_object(v, ""));
   CUSTOS_TRYV(check_keys(*o, "",
                          {"classification", "recovery", "exit", "trigger", "escalation", "output",
-                          "resources", "tree", "spawn_error", "digest"},
+                          "resources", "tree", "spawn_error", "observations", "digest"},
                          {"classification", "recovery", "exit", "trigger", "escalation", "output",
                           "resources", "tree", "spawn_error"}));
   TerminalRecord rec;
@@ -495,6 +518,15 @@ Result<TerminalRecord> terminal_from_json(json::value const& v) {
     f.sys_errno = CUSTOS_TRY(as_i32(s->at("errno"), "/spawn_error/errno"));
     f.detail = std::string{CUSTOS_TRY(as_string(s->at("detail"), "/spawn_error/detail"))};
     rec.spawn_error = std::move(f);
+  }
+  if (auto const* obs = o->if_contains("observations")) {
+    auto const* m = CUSTOS_TRY(as_object(*obs, "/observations"));
+    for (auto const& [name, value] : *m) {
+      std::string const ptr = "/observations/" + std::string{name};
+      if (name.empty() || name.find('=') != std::string_view::npos)
+        return jerr(Errc::plan_invalid_value, ptr, "an observation name is non-empty, without '='");
+      rec.observations.emplace(std::string{name}, std::string{CUSTOS_TRY(as_string(value, ptr))});
+    }
   }
   if (auto c = validate(rec); !c) return c.error();
   if (o->contains("digest")) {

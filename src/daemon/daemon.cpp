@@ -168,7 +168,7 @@ class Daemon {
     registry_ = CUSTOS_TRY(registry::Registry::open(config_.state_dir));
     // With the loop, writes that gate nothing are committed once per loop turn for every
     // execution (docs/durability.md).
-    sink_ = std::make_unique<supervisor::RegistrySink>(*registry_, &io_);
+    sink_ = std::make_unique<supervisor::RegistrySink>(*registry_, io_);
     // The gateway's authority tables are the registry's (schema v4), on its connection.
     authority_db_ = std::make_unique<gateway::RegistryDatabase>(*registry_);
     authority_ = std::make_unique<gateway::AuthorityStore>(*authority_db_);

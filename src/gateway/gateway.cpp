@@ -60,17 +60,11 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
  public:
   explicit Sink(ExecutionGateway& g) noexcept : g_(&g) {}
 
-  Result<> record_authorized(std::string const& execution_id,
-                             core::ExecutionIdentity const& identity,
-                             core::ExecutionPlan const& plan,
-                             std::string const& plan_digest) override {
-    return g_->on_record_authorized(execution_id, identity, plan, plan_digest);
-  }
-  Result<> record_staged(std::string const& execution_id, sys::PidfsIdentity const& identity,
-                         supervisor::Boundary boundary, std::string const& cgroup_path,
-                         std::string const& marker_value) override {
-    if (inner() == nullptr) return ok();
-    return inner()->record_staged(execution_id, identity, boundary, cgroup_path, marker_value);
+  void record_authorized_async(std::string const& execution_id,
+                               core::ExecutionIdentity const& identity,
+                               core::ExecutionPlan const& plan, std::string const& plan_digest,
+                               std::function<void(Result<>)> done) override {
+    done(g_->on_record_authorized(execution_id, identity, plan, plan_digest));
   }
   void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
                            supervisor::Boundary boundary, std::string const& cgroup_path,
@@ -79,10 +73,6 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     if (inner() == nullptr) return done(ok());
     inner()->record_staged_async(execution_id, identity, boundary, cgroup_path, marker_value,
                                  std::move(done));
-  }
-  Result<> record_committed(std::string const& execution_id) override {
-    if (inner() == nullptr) return ok();
-    return inner()->record_committed(execution_id);
   }
   void record_committed_async(std::string const& execution_id,
                               std::function<void(Result<>)> done) override {
@@ -102,31 +92,15 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     if (inner() == nullptr) return ok();
     return inner()->record_output(execution_id, stream, accounting);
   }
-  Result<> make_durable(std::string const& execution_id) override {
-    // The authorizing transaction (claim, authority, record) commits with group durability:
-    // the registry's fsync of it is awaited here, before the barrier release and before any
-    // launch outcome is reported. The inner sink awaits the same registry, for this execution's
-    // claim only; the store's own wait after it is then already satisfied.
-    if (inner() != nullptr) {
-      CUSTOS_TRYV(inner()->make_durable(execution_id));
-    } else if (g_->options_.registry != nullptr) {
-      CUSTOS_TRYV(g_->options_.registry->await_durable(execution_id));
-    }
-    return g_->store_->await_durable(execution_id);
-  }
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override {
-    if (inner() == nullptr) return done(make_durable(execution_id));
+    if (inner() == nullptr) {
+      // No registry sink (a gateway over a store alone): the store's own commit is awaited.
+      return done(g_->store_->await_durable(execution_id));
+    }
     // The authorizing transaction (authority writes, claim, record) committed in the inner
     // sink's registry before this launch began, so the inner wait covers it. A second wait here
     // would wait for the group commits made since (other starts), not for this one.
     inner()->when_durable(execution_id, std::move(done));
-  }
-  Result<> record_terminal(std::string const& execution_id,
-                           core::TerminalRecord const& record) override {
-    bool const with_terminal = queue_settlement(execution_id, record);
-    Result<> r = ok();
-    if (inner() != nullptr) r = inner()->record_terminal(execution_id, record);
-    return after_terminal(execution_id, record, with_terminal, std::move(r));
   }
   void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
                              std::function<void(Result<>)> done) override {
@@ -262,20 +236,6 @@ Result<std::unique_ptr<ExecutionGateway::Pending>> ExecutionGateway::prepare(
   return p;
 }
 
-Result<supervisor::StartResult> ExecutionGateway::start(Caller const& caller,
-                                                        supervisor::LaunchRequest request,
-                                                        AuthorityClaim const& claim) {
-  if (armed_) return Error{Errc::internal, "gateway start re-entered"};
-  if (draining_) return Error{Errc::daemon_shutting_down, "the daemon is shutting down"};
-  auto p = CUSTOS_TRY(prepare(caller, std::move(request), claim));
-  AuthorityUse const use = CUSTOS_TRY(store_->authorize(p->req));
-  armed_ = Armed{use, p->req.plan_digest, false};
-  auto r = manager_->start(std::move(p->request), PermitMinter::mint(use, p->req.plan_digest));
-  bool const recorded = armed_->recorded;
-  armed_.reset();
-  return after_launch(use, recorded, std::move(r));
-}
-
 void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchRequest request,
                                    AuthorityClaim const& claim, StartDone done) {
   if (draining_) return done(Error{Errc::daemon_shutting_down, "the daemon is shutting down"});
@@ -288,7 +248,7 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
                Principal{PrincipalKind::uid, caller.uid}.to_string(), std::nullopt});
   // An idle daemon (this is the only start in flight and nothing runs) has no one for the loop
   // to serve meanwhile: the loop makes the authorizing transaction itself, saving the two
-  // cross-thread hand-offs, as the blocking start() does. The registry is then free too (no
+  // cross-thread hand-offs. The registry is then free too (no
   // execution is writing), so the loop does not wait for another transaction.
   if (inflight_.size() == 1 && manager_->live_count() == 0 && !slow_authorizer_) {
     authorize(*pending);
@@ -425,7 +385,7 @@ Result<void> ExecutionGateway::on_record_authorized(std::string const& execution
                                                     core::ExecutionIdentity const& identity,
                                                     core::ExecutionPlan const& plan,
                                                     std::string const& plan_digest) {
-  // A permit minted anywhere but in start() above (a test minter) launches nothing here.
+  // A permit minted anywhere but in launch_async() above (a test minter) launches nothing here.
   if (!armed_ || armed_->recorded || armed_->use.execution_id != execution_id) {
     return Error{Errc::auth_denied,
                  "executions start only through the gateway (no authorized launch for " +

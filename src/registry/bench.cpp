@@ -136,7 +136,7 @@ Result<void> one_execution(Registry& reg, Request const& req, std::size_t i,
   CUSTOS_TRYV(reg.record_authorized(ex, claim));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::starting, deferred));
   CUSTOS_TRYV(
-      reg.record_staged(id, bench_owner(i), {BoundaryKind::marker, "", std::string(32, 'b')}));
+      reg.record_staged(id, bench_owner(i), {core::Boundary::marker, "", std::string(32, 'b')}));
   CUSTOS_TRYV(reg.await_durable());
   CUSTOS_TRYV(reg.record_committed(id, deferred));
   CUSTOS_TRYV(reg.record_phase(id, core::Phase::running));

@@ -40,7 +40,7 @@ Ownership staged_ownership(sys::PidfsIdentity const& id) {
 BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_path,
                            std::string const& marker_hex) {
   BoundaryInfo b;
-  b.kind = boundary == core::Boundary::cgroup ? BoundaryKind::cgroup : BoundaryKind::marker;
+  b.kind = boundary;
   b.cgroup_path = cgroup_path;
   b.marker_hex = marker_hex;
   return b;

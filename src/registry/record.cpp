@@ -59,21 +59,12 @@ void write_stream(core::CanonicalWriter& w, core::Tag tag, StreamProgress const&
 }  // namespace
 
 std::string_view boundary_kind_wire(BoundaryKind k) noexcept {
-  switch (k) {
-    case BoundaryKind::none:
-      return "none";
-    case BoundaryKind::cgroup:
-      return "cgroup";
-    case BoundaryKind::marker:
-      return "marker";
-  }
-  return "none";
+  return k ? core::boundary_wire(*k) : std::string_view{"none"};
 }
 
 std::optional<BoundaryKind> boundary_kind_from_wire(std::string_view w) noexcept {
-  for (auto k : {BoundaryKind::none, BoundaryKind::cgroup, BoundaryKind::marker}) {
-    if (boundary_kind_wire(k) == w) return k;
-  }
+  if (w == "none") return BoundaryKind{};
+  if (auto b = core::boundary_from_wire(w)) return BoundaryKind{*b};
   return std::nullopt;
 }
 
@@ -116,7 +107,7 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
   w.bytes(kTagPlanCanonical, rec.plan_canonical);
   w.string(kTagPlanDigest, rec.plan_digest);
   w.string(kTagBackend, rec.backend);
-  if (rec.boundary.kind != BoundaryKind::none) {
+  if (rec.boundary.kind) {
     w.string(kTagBoundaryKind, boundary_kind_wire(rec.boundary.kind));
   }
   if (!rec.boundary.cgroup_path.empty()) w.string(kTagCgroupPath, rec.boundary.cgroup_path);
@@ -242,7 +233,7 @@ Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
     case core::Phase::terminal:
       break;
   }
-  if (rec.boundary.kind == BoundaryKind::cgroup &&
+  if (rec.boundary.kind == core::Boundary::cgroup &&
       (rec.boundary.cgroup_path.empty() || rec.boundary.cgroup_path.front() != '/')) {
     return corrupt(rec, "cgroup boundary without an absolute cgroup path");
   }

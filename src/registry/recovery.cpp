@@ -219,8 +219,7 @@ core::TerminalRecord base_terminal(ExecutionRecord const& rec, core::RecoveryPat
   };
   t.output[core::Stream::stdout_stream] = incomplete(rec.out.accounting);
   t.output[core::Stream::stderr_stream] = incomplete(rec.err.accounting);
-  t.tree.boundary =
-      rec.boundary.kind == BoundaryKind::cgroup ? core::Boundary::cgroup : core::Boundary::marker;
+  t.tree.boundary = rec.boundary.kind.value_or(core::Boundary::marker);
   t.tree.cleanup = cleanup;
   // After a restart nothing is known about nsdelegate/uid at launch time: claim the weaker one.
   t.tree.containment = core::Containment::escapable;
@@ -342,7 +341,7 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
       // The process is gone; what may remain is its tree. Clean it with exact ownership only:
       // the execution's own cgroup, and (same boot) its marker.
       out.cleanup = core::Cleanup::confirmed;
-      if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
+      if (rec.boundary.kind == core::Boundary::cgroup && !rec.boundary.cgroup_path.empty()) {
         out.cleanup = same_boot
                           ? kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, out.detail)
                           : remove_stale_cgroup(rec.boundary.cgroup_path, out.detail);
@@ -359,7 +358,7 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
     } else if (out.classification == core::RecoveryPath::indeterminate) {
       // Nothing is signalled. Report whether the execution's cgroup still holds processes.
       out.cleanup = core::Cleanup::unconfirmed;
-      if (rec.boundary.kind == BoundaryKind::cgroup) {
+      if (rec.boundary.kind == core::Boundary::cgroup) {
         if (auto dir = sys::CgroupDir::open(rec.boundary.cgroup_path); dir) {
           auto pop = dir->populated();
           out.detail += pop ? (*pop ? "; its cgroup is populated" : "; its cgroup is empty") : "";
@@ -407,7 +406,7 @@ Result<void> finish_live(Registry& registry, RecoveredExecution& e, RecoveryOpti
   // through the recovered pidfd (it may have left the cgroup), then the marker sweep.
   bool confirmed = true;
   bool killed_tree = false;
-  if (rec.boundary.kind == BoundaryKind::cgroup && !rec.boundary.cgroup_path.empty()) {
+  if (rec.boundary.kind == core::Boundary::cgroup && !rec.boundary.cgroup_path.empty()) {
     if (kill_cgroup(rec.boundary.cgroup_path, options.kill_timeout, e.detail, &killed_tree) !=
         core::Cleanup::confirmed) {
       confirmed = false;

@@ -8,14 +8,13 @@
 #include <filesystem>
 #include <signal.h>
 #include <string_view>
-#include <sys/inotify.h>
 #include <system_error>
 #include <unistd.h>
 
+#include "custos/backend/plan_view.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/subreaper.hpp"
 
-#include "plan_view.hpp"
 #include "supervisor.hpp"
 
 namespace custos::supervisor {
@@ -59,20 +58,18 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
     config_.state_dir = std::filesystem::temp_directory_path(ec) /
                         ("custos-supervisor-" + std::to_string(::getpid()));
   }
-  if (auto m = sys::find_cgroup2_mount()) {
-    // value() after the check rather than operator->: GCC 12 at -O2 cannot see that the latter
-    // is non-null there and fails the release build (-Wnull-dereference, -Werror).
-    auto const& mount = m.value();
-    cgroup_mount_ = mount.path;
-    if (config_.detect_nsdelegate) config_.nsdelegate = mount.nsdelegate;
-  }
-  nsdelegate_ = config_.nsdelegate;
   if (!config_.inherit_source) config_.inherit_source = environment_snapshot();
-  if (!config_.cgroup_subtree.empty() && config_.boundary != BoundaryPreference::marker) {
-    // Not writable or absent: every execution falls back to the marker boundary (and its
-    // record says so); the daemon logs the reason at startup.
-    if (auto dir = sys::CgroupDir::open(config_.cgroup_subtree)) subtree_ = std::move(*dir);
-  }
+  backend::NativeConfig native;
+  native.cgroup_subtree = config_.cgroup_subtree;
+  native.boundary = config_.boundary;
+  native.detect_nsdelegate = config_.detect_nsdelegate;
+  native.nsdelegate = config_.nsdelegate;
+  native.marker_sweep_rounds = config_.marker_sweep_rounds;
+  native.disk_walk_max_entries = config_.disk_walk_max_entries;
+  auto n = std::make_unique<backend::NativeBackend>(io_, std::move(native));
+  native_ = n.get();
+  config_.nsdelegate = native_->config().nsdelegate;
+  backends_.push_back(std::move(n));
   schedule_reap();
 }
 
@@ -82,9 +79,28 @@ ExecutionManager::~ExecutionManager() {
   shutdown_timer_.cancel();
   for (auto& [id, sup] : executions_) sup->detach();
   answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
-  // A scan still running posts its completion to io_; the detached supervisor ignores it. Join
-  // here so no worker outlives the state it reads.
-  workers_.join();
+  // The backends join their workers when destroyed, after the executions (declaration order).
+}
+
+ManagerStats const& ExecutionManager::stats() const {
+  auto const sweeper = native_->sweeper_stats();
+  stats_.final_sweep_requests = sweeper.requests;
+  stats_.final_sweeps = sweeper.sweeps;
+  return stats_;
+}
+
+backend::Backend* ExecutionManager::backend_for(core::BackendKind kind) const noexcept {
+  for (auto const& b : backends_) {
+    if (b->kind() == kind) return b.get();
+  }
+  return nullptr;
+}
+
+std::vector<backend::Descriptor> ExecutionManager::backends() const {
+  std::vector<backend::Descriptor> out;
+  out.reserve(backends_.size());
+  for (auto const& b : backends_) out.push_back(b->descriptor());
+  return out;
 }
 
 std::size_t ExecutionManager::live_count() const noexcept {
@@ -99,28 +115,40 @@ std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_
 }
 
 bool ExecutionManager::is_direct_child(std::int32_t pid) const {
-  // Called per candidate on every reap (SIGCHLD): an index, not a scan of every execution.
-  auto it = roots_.find(pid);
-  if (it == roots_.end()) return false;
-  auto sup = find(it->second);
-  return sup && sup->is_root_pid(pid);
+  for (auto const& b : backends_) {
+    if (b->is_root(pid)) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> ExecutionManager::owner_of(std::int32_t pid) const {
+  for (auto const& b : backends_) {
+    if (auto owner = b->owner_of(pid)) return owner;
+  }
+  return std::nullopt;
 }
 
 Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
-  if (request.plan.backend.kind != core::BackendKind::native) {
-    return Error(Errc::sys_unsupported,
-                 std::string{"backend "} + std::string{core::to_string(request.plan.backend.kind)} +
-                     " is not served by the native supervisor");
+  auto const kind = request.plan.backend.kind;
+  auto const* b = backend_for(kind);
+  if (b == nullptr) {
+    return Error(Errc::sys_unsupported, std::string{"backend "} +
+                                            std::string{core::to_string(kind)} +
+                                            " is not served by this daemon");
   }
-  if (config_.boundary == BoundaryPreference::cgroup && !subtree_) {
-    return Error(Errc::cgroup_unavailable, "boundary=cgroup but no writable cgroup subtree");
-  }
-  return ok();
+  auto const a = b->admit(request.plan);
+  if (a.admitted) return ok();
+  if (std::find(a.missing.begin(), a.missing.end(), "boundary.cgroup") != a.missing.end())
+    return Error(Errc::cgroup_unavailable, a.detail);
+  std::string missing;
+  for (auto const& m : a.missing) missing += (missing.empty() ? "" : ",") + m;
+  return Error(Errc::sandbox_unsupported,
+               "missing: " + missing + (a.detail.empty() ? "" : "; " + a.detail));
 }
 
-Result<ExecutionManager::Prepared> ExecutionManager::prepare_start(LaunchRequest request,
-                                                                   LaunchPermit permit) {
+Result<std::shared_ptr<Supervisor>> ExecutionManager::prepare_start(LaunchRequest request,
+                                                                    LaunchPermit permit) {
   CUSTOS_TRYV(admit(request));
   if (!permit.valid()) return Error(Errc::auth_denied, "launch permit is empty (already spent)");
   auto const& plan = request.plan;
@@ -130,11 +158,7 @@ Result<ExecutionManager::Prepared> ExecutionManager::prepare_start(LaunchRequest
       (plan.user->uid != request.caller.uid || plan.user->gid != request.caller.gid)) {
     return Error(Errc::auth_user, "a non-root caller may only run as itself");
   }
-  BoundaryPreference const pref = config_.boundary;
-  Boundary const boundary =
-      pref != BoundaryPreference::marker && subtree_ ? Boundary::cgroup : Boundary::marker;
-
-  auto digest = compute_plan_digest(request.identity, request.plan);
+  auto digest = backend::compute_plan_digest(request.identity, request.plan);
   if (!digest) return digest.error();
   // The permit authorizes one claim and one plan: anything else is not what was consumed.
   if (*digest != permit.plan_digest()) {
@@ -151,58 +175,34 @@ Result<ExecutionManager::Prepared> ExecutionManager::prepare_start(LaunchRequest
   LaunchPermit const spent = std::move(permit);
   std::string const& id = spent.execution_id();
 
-  PlanView view = view_plan(request.plan);
+  auto* b = backend_for(request.plan.backend.kind);
+  PlanView view = backend::view_plan(request.plan);
   auto sup = std::make_shared<Supervisor>(*this, id, std::move(request), std::move(view),
-                                          std::move(*digest));
-  std::size_t const live = live_count();
+                                          std::move(*digest), b->create(id));
   executions_.emplace(id, sup);
-  return Prepared{std::move(sup), boundary, live};
-}
-
-void ExecutionManager::note_child(Supervisor const& sup, std::int32_t pid) {
-  if (!sup.cgroup_rel().empty()) cgroup_owner_[sup.cgroup_rel()] = sup.id();
-  if (pid > 0 && !sup.terminal()) roots_[pid] = sup.id();
-}
-
-void ExecutionManager::note_started(Supervisor const& sup, StartResult const& started) {
-  note_child(sup, started.pid);
-  ++stats_.started;
-  if (sup.terminal() && started.pid == 0) ++stats_.spawn_failed;
-}
-
-Result<StartResult> ExecutionManager::start(LaunchRequest request, LaunchPermit permit) {
-  auto p = CUSTOS_TRY(prepare_start(std::move(request), std::move(permit)));
-  auto res = p.sup->launch(p.boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_,
-                           p.live);
-  if (!res) {
-    executions_.erase(p.sup->id());
-    return res.error();
-  }
-  note_started(*p.sup, *res);
-  return res;
+  return sup;
 }
 
 void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, StartDone done) {
   auto p = prepare_start(std::move(request), std::move(permit));
   if (!p) return done(p.error());
-  std::shared_ptr<Supervisor> const sup = p->sup;
-  // The supervisor notes its staged root itself (note_child) once it exists.
-  sup->launch_async(p->boundary, subtree_ ? &*subtree_ : nullptr, cgroup_mount_, nsdelegate_,
-                    p->live,
-                    [this, weak = std::weak_ptr<bool>(alive_), sup,
+  std::shared_ptr<Supervisor> const sup = *p;
+  std::size_t const live = live_count() - 1;  // before this one
+  sup->launch(live, [this, weak = std::weak_ptr<bool>(alive_), sup,
                      done = std::move(done)](Result<StartResult> res) {
-                      auto a = weak.lock();
-                      if (!a || !*a) return;  // the manager is gone
-                      if (!res) {
-                        // Refused before anything ran (its claim, with a sink that writes it
-                        // off the loop): a wait registered meanwhile learns why, as its caller.
-                        executions_.erase(sup->id());
-                        answer_waits(sup->id(), res.error());
-                        return done(res.error());
-                      }
-                      note_started(*sup, *res);
-                      done(std::move(res));
-                    });
+    auto a = weak.lock();
+    if (!a || !*a) return;  // the manager is gone
+    if (!res) {
+      // Refused before anything ran (its claim, with a sink that writes it
+      // off the loop): a wait registered meanwhile learns why, as its caller.
+      executions_.erase(sup->id());
+      answer_waits(sup->id(), res.error());
+      return done(res.error());
+    }
+    ++stats_.started;
+    if (sup->terminal() && res->pid == 0) ++stats_.spawn_failed;
+    done(std::move(res));
+  });
 }
 
 Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {
@@ -360,7 +360,6 @@ void ExecutionManager::on_terminal(std::string const& execution_id) {
       answer_waits(execution_id, Error(Errc::internal, execution_id + ": terminal without record"));
     }
   }
-  std::erase_if(roots_, [&](auto const& kv) { return kv.second == execution_id; });
   terminal_order_.push_back(execution_id);
   // Keep a bounded history of terminal executions for get/wait/output; the oldest go first,
   // with their spool files (the registry keeps the durable record).
@@ -369,69 +368,12 @@ void ExecutionManager::on_terminal(std::string const& execution_id) {
     terminal_order_.erase(terminal_order_.begin());
     if (auto it = executions_.find(old); it != executions_.end()) {
       it->second->discard_spool();
-      cgroup_owner_.erase(it->second->cgroup_rel());
       // Erase later: the supervisor being closed may be the one evicted, still on the stack.
       boost::asio::post(io_, [weak = std::weak_ptr<bool>(alive_), this, old]() {
         if (auto a = weak.lock(); a && *a && executions_.erase(old) > 0) --terminal_in_map_;
       });
     }
   }
-}
-
-int ExecutionManager::watch_cgroup_events(std::string const& events_path,
-                                          std::weak_ptr<Supervisor> supervisor) {
-  if (!inotify_) {
-    int const fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd < 0) return -1;
-    inotify_.emplace(io_, fd);
-  }
-  int const wd = ::inotify_add_watch(inotify_->native_handle(), events_path.c_str(), IN_MODIFY);
-  if (wd < 0) return -1;
-  inotify_watches_[wd] = std::move(supervisor);
-  arm_inotify();
-  return wd;
-}
-
-void ExecutionManager::unwatch_cgroup_events(int wd) {
-  if (inotify_watches_.erase(wd) == 0 || !inotify_) return;
-  // Fails with EINVAL when the watch is already gone (the cgroup was removed): nothing to undo.
-  (void)::inotify_rm_watch(inotify_->native_handle(), wd);
-}
-
-void ExecutionManager::arm_inotify() {
-  if (!inotify_ || inotify_waiting_) return;
-  inotify_waiting_ = true;
-  inotify_->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                       [weak = std::weak_ptr<bool>(alive_), this](boost::system::error_code ec) {
-                         auto a = weak.lock();
-                         if (!a || !*a) return;
-                         inotify_waiting_ = false;
-                         if (!ec) on_inotify();
-                       });
-}
-
-void ExecutionManager::on_inotify() {
-  // Collect first, notify after: a notified supervisor may unwatch (erase from the map).
-  std::vector<std::shared_ptr<Supervisor>> changed;
-  alignas(inotify_event) char buf[4096];
-  for (;;) {
-    ssize_t const n = ::read(inotify_->native_handle(), buf, sizeof buf);
-    if (n <= 0) break;
-    for (ssize_t off = 0; off < n;) {
-      inotify_event ev{};
-      std::memcpy(&ev, buf + off, sizeof ev);
-      off += static_cast<ssize_t>(sizeof ev + ev.len);
-      auto it = inotify_watches_.find(ev.wd);
-      if (it == inotify_watches_.end()) continue;
-      if ((ev.mask & IN_IGNORED) != 0) {
-        inotify_watches_.erase(it);  // the kernel dropped the watch (cgroup removed)
-        continue;
-      }
-      if (auto sup = it->second.lock()) changed.push_back(std::move(sup));
-    }
-  }
-  if (!inotify_watches_.empty()) arm_inotify();
-  for (auto const& sup : changed) sup->on_cgroup_events();
 }
 
 void ExecutionManager::schedule_reap() {
@@ -445,21 +387,6 @@ void ExecutionManager::schedule_reap() {
   });
 }
 
-std::optional<std::string> ExecutionManager::owner_by_cgroup(std::int32_t pid) const {
-  if (cgroup_owner_.empty()) return std::nullopt;
-  auto pdir = sys::open_dir_path("/proc/" + std::to_string(pid));
-  if (!pdir) return std::nullopt;
-  auto text = sys::read_file_at(*pdir, "cgroup");
-  if (!text) return std::nullopt;
-  auto path = sys::parse_own_cgroup(*text);
-  if (!path) return std::nullopt;
-  std::string p = *path;
-  if (auto del = p.find(" (deleted)"); del != std::string::npos) p.resize(del);
-  auto owner = cgroup_owner_.find(p);
-  if (owner == cgroup_owner_.end()) return std::nullopt;
-  return owner->second;
-}
-
 void ExecutionManager::reap_orphans_now() {
   // Our own roots are waited through their pidfds (with their exit status); everything else
   // that reparented to us is collected here so no zombie accumulates. A zombie keeps its cgroup
@@ -469,7 +396,7 @@ void ExecutionManager::reap_orphans_now() {
   std::map<std::int32_t, std::string> owners;
   auto reaped = sys::reap_orphans([this](std::int32_t pid) { return is_direct_child(pid); }, 1024,
                                   [this, &owners](std::int32_t pid) {
-                                    if (auto owner = owner_by_cgroup(pid)) owners[pid] = *owner;
+                                    if (auto owner = owner_of(pid)) owners[pid] = *owner;
                                   });
   stats_.orphans_reaped += reaped.size();
   for (auto const& r : reaped) {

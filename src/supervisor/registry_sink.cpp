@@ -23,7 +23,6 @@ RegistrySink::~RegistrySink() {
 }
 
 void RegistrySink::schedule_flush(Urgency urgency) {
-  if (loop_ == nullptr) return;
   if (urgency == Urgency::lazy) return wake_commit_thread(urgency);
   // Alone, the loop commits the write itself if the registry is free.
   if (solo_ && solo_() && registry_->try_flush()) return;
@@ -85,23 +84,11 @@ Result<> RegistrySink::flush() {
   return registry_->flush();
 }
 
-Result<> RegistrySink::record_authorized(std::string const& execution_id,
-                                         core::ExecutionIdentity const& identity,
-                                         core::ExecutionPlan const& plan,
-                                         std::string const& plan_digest) {
-  auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
-  if (!ex) return ex.error();
-  // The fdatasync runs on the registry's flusher while the supervisor creates the child;
-  // make_durable() waits for it before the barrier is released.
-  return registry_->record_authorized(*ex, registry::Durability::group);
-}
-
 void RegistrySink::record_authorized_async(std::string const& execution_id,
                                            core::ExecutionIdentity const& identity,
                                            core::ExecutionPlan const& plan,
                                            std::string const& plan_digest,
                                            std::function<void(Result<>)> done) {
-  if (loop_ == nullptr) return done(record_authorized(execution_id, identity, plan, plan_digest));
   auto ex = registry::make_new_execution(execution_id, identity, plan, plan_digest);
   if (!ex) return done(ex.error());
   registry_->record_authorized_async(std::move(*ex), registry::Durability::group,
@@ -109,14 +96,8 @@ void RegistrySink::record_authorized_async(std::string const& execution_id,
   schedule_flush(Urgency::now);
 }
 
-Result<> RegistrySink::make_durable(std::string const& execution_id) {
-  // This execution's claim only: group commits made since by other launches are not waited for.
-  return registry_->await_durable(execution_id);
-}
-
 void RegistrySink::when_durable(std::string const& execution_id,
                                 std::function<void(Result<>)> done) {
-  if (loop_ == nullptr) return done(make_durable(execution_id));
   // Usually the flusher made the claim durable while the child was created and staged: the
   // launch goes on now, on the loop it is on, instead of waiting for a turn of it.
   if (auto now = registry_->durable_now(execution_id)) return done(std::move(*now));
@@ -131,22 +112,11 @@ std::function<void(Result<>)> RegistrySink::on_loop(std::function<void(Result<>)
   };
 }
 
-Result<> RegistrySink::record_staged(std::string const& execution_id,
-                                     sys::PidfsIdentity const& identity, Boundary boundary,
-                                     std::string const& cgroup_path,
-                                     std::string const& marker_value) {
-  return registry_->record_staged(execution_id, registry::staged_ownership(identity),
-                                  registry::boundary_info(boundary, cgroup_path, marker_value));
-}
-
 void RegistrySink::record_staged_async(std::string const& execution_id,
                                        sys::PidfsIdentity const& identity, Boundary boundary,
                                        std::string const& cgroup_path,
                                        std::string const& marker_value,
                                        std::function<void(Result<>)> done) {
-  if (loop_ == nullptr) {
-    return done(record_staged(execution_id, identity, boundary, cgroup_path, marker_value));
-  }
   registry_->record_staged_async(execution_id, registry::staged_ownership(identity),
                                  registry::boundary_info(boundary, cgroup_path, marker_value),
                                  on_loop(std::move(done)));
@@ -155,26 +125,11 @@ void RegistrySink::record_staged_async(std::string const& execution_id,
 
 void RegistrySink::record_committed_async(std::string const& execution_id,
                                           std::function<void(Result<>)> done) {
-  if (loop_ == nullptr) return done(record_committed(execution_id));
   // `running` is in the same change: the supervisor's record_phase(running) right after this
   // call finds it done.
   running_recorded_.insert(execution_id);
   registry_->record_running_async(execution_id, on_loop(std::move(done)));
   schedule_flush(Urgency::now);
-}
-
-Result<> RegistrySink::record_committed(std::string const& execution_id) {
-  if (loop_ == nullptr) return registry_->record_committed(execution_id);
-  // The supervisor records `running` right after this call, with nothing in between: both go
-  // into one transaction here, and a failure of either is this call's (the supervisor then
-  // stops the execution: its ownership is not durable).
-  if (auto r = registry_->record_committed(execution_id, registry::WriteMode::deferred); !r)
-    return r;
-  auto running = registry_->record_phase(execution_id, core::Phase::running);
-  if (auto refused = registry_->take_deferred_error(execution_id)) return *refused;
-  if (!running) return running;
-  running_recorded_.insert(execution_id);
-  return ok();
 }
 
 Result<> RegistrySink::record_phase(std::string const& execution_id, core::Phase phase) {
@@ -183,7 +138,7 @@ Result<> RegistrySink::record_phase(std::string const& execution_id, core::Phase
     if (running_recorded_.erase(execution_id) > 0) return ok();
     return registry_->record_phase(execution_id, phase);
   }
-  auto r = registry_->record_phase(execution_id, phase, deferrable());
+  auto r = registry_->record_phase(execution_id, phase, registry::WriteMode::deferred);
   schedule_flush(Urgency::lazy);
   return r;
 }
@@ -195,7 +150,7 @@ Result<> RegistrySink::record_trigger(std::string const& execution_id, core::Tri
 Result<> RegistrySink::record_output(std::string const& execution_id, StreamId stream,
                                      core::StreamAccounting const& accounting) {
   auto r = registry_->record_output(execution_id, registry::stream_index(stream), accounting,
-                                    deferrable());
+                                    registry::WriteMode::deferred);
   schedule_flush(Urgency::lazy);
   return r;
 }
@@ -209,18 +164,9 @@ Result<> RegistrySink::terminal_result(std::string const& execution_id, Result<>
   return ok();
 }
 
-Result<> RegistrySink::record_terminal(std::string const& execution_id,
-                                       core::TerminalRecord const& record) {
-  running_recorded_.erase(execution_id);
-  auto blob = registry::terminal_blob(record);
-  Result<> r = blob ? registry_->record_terminal(execution_id, *blob) : Result<>{blob.error()};
-  return terminal_result(execution_id, std::move(r));
-}
-
 void RegistrySink::record_terminal_async(std::string const& execution_id,
                                          core::TerminalRecord const& record,
                                          std::function<void(Result<>)> done) {
-  if (loop_ == nullptr) return done(record_terminal(execution_id, record));
   running_recorded_.erase(execution_id);
   auto blob = registry::terminal_blob(record);
   if (!blob) return done(terminal_result(execution_id, blob.error()));

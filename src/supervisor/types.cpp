@@ -2,9 +2,8 @@
 
 #include <chrono>
 
+#include "custos/backend/plan_view.hpp"
 #include "custos/core/base64.hpp"
-
-#include "plan_view.hpp"
 
 namespace custos::supervisor {
 
@@ -32,13 +31,14 @@ boost::json::object StartResult::to_json() const {
 boost::json::object ExecutionView::to_json() const {
   boost::json::object o;
   o["execution_id"] = execution_id;
-  o["identity"] = identity_json(identity);
+  o["identity"] = backend::identity_json(identity);
   o["plan_digest"] = plan_digest;
   o["phase"] = core::phase_wire(phase);
   o["boundary"] = core::boundary_wire(boundary);
   o["containment"] = kernel_enforced ? "kernel_enforced" : "escapable";
   o["pid"] = pid;
   o["executable"] = executable;
+  o["backend"] = core::to_string(backend);
   o["started_at_ms"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(started_at.time_since_epoch()).count();
   if (trigger)

@@ -261,9 +261,9 @@ TEST(Terminal, DigestCoversEveryField) {
   // Guard: this binding names every member of TerminalRecord. Adding a member breaks the build
   // here until the encoding, the JSON and the edit list above cover it.
   auto const& [classification, recovery, exit, trigger, escalation, output, resources, tree,
-               spawn_error] = base;
+               spawn_error, observations] = base;
   (void)classification, (void)recovery, (void)exit, (void)trigger, (void)escalation, (void)output;
-  (void)resources, (void)tree, (void)spawn_error;
+  (void)resources, (void)tree, (void)spawn_error, (void)observations;
 }
 
 // ---- properties ----------------------------------------------------------------------------

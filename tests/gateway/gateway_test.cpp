@@ -19,6 +19,7 @@
 #include "custos/supervisor/registry_sink.hpp"
 
 #include "supervisor/harness.hpp"
+#include "support/gateway_start.hpp"
 
 namespace custos::gateway {
 namespace {
@@ -42,7 +43,7 @@ class GatewayTest : public SupervisorTest {
     auto reg = registry::Registry::open(state_ / "registry");
     ASSERT_TRUE(reg.has_value()) << reg.error().message();
     reg_ = std::move(*reg);
-    inner_ = std::make_unique<supervisor::RegistrySink>(*reg_);
+    inner_ = std::make_unique<supervisor::RegistrySink>(*reg_, io_);
     db_ = std::make_unique<RegistryDatabase>(*reg_);
     store_ = std::make_unique<AuthorityStore>(*db_);
     gateway_ =
@@ -103,7 +104,7 @@ class GatewayTest : public SupervisorTest {
                                            supervisor::LaunchRequest* out = nullptr) {
     auto req = request(std::move(p));
     if (out != nullptr) *out = req;
-    return gateway_->start(runner(), std::move(req), c);
+    return start_and_wait(*gateway_, io_, runner(), std::move(req), c);
   }
 
   std::int64_t count(char const* table) {
@@ -118,7 +119,7 @@ class GatewayTest : public SupervisorTest {
     return n;
   }
 
-  void revoke_races_start(bool async);
+  void revoke_races_start(unsigned seed);
 
   // What start_async answered. The completion holds it too: it may run after a failed
   // assertion ended the test body, while TearDown still drives the loop.
@@ -269,7 +270,7 @@ TEST_F(GatewayTest, ReplayOfAnActionIsRefused) {
   auto first = gw_start(sh("exit 0"), claim("g1"), &req);
   ASSERT_TRUE(first.has_value()) << first.error().message();
   ASSERT_TRUE(terminal(first->execution_id));
-  auto again = gateway_->start(runner(), req, claim("g1"));
+  auto again = start_and_wait(*gateway_, io_, runner(), req, claim("g1"));
   ASSERT_FALSE(again.has_value());
   EXPECT_EQ(again.error().code, Errc::auth_replay);
   EXPECT_EQ(m.list({}).size(), 1U);
@@ -397,11 +398,11 @@ TEST_F(GatewayTest, ContinuousStdinWriterSeesNothingAfterTheRevokeReturned) {
   EXPECT_LE(last, revoked_at);
 }
 
-// Revokes and starts posted to the loop in random order; with `async`, the start is the
+// Revokes and starts posted to the loop in an order drawn from `seed`; the start is the
 // daemon's (start_async: its transaction races the revoke's on the authorizer thread).
-void GatewayTest::revoke_races_start(bool async) {
+void GatewayTest::revoke_races_start(unsigned seed) {
   gw_manager();
-  std::mt19937 rng(async ? 54321 : 12345);
+  std::mt19937 rng(seed);
   int started = 0;
   int refused = 0;
   std::vector<std::string> ids;
@@ -414,13 +415,9 @@ void GatewayTest::revoke_races_start(bool async) {
     auto& st = *answer;
     bool revoked = false;
     auto do_start = [&] {
-      if (async) {
-        gateway_->start_async(
-            runner(), request(sh("sleep 30")), claim(gid),
-            [answer](Result<supervisor::StartResult> r) { *answer = std::move(r); });
-      } else {
-        *answer = gw_start(sh("sleep 30"), claim(gid));
-      }
+      gateway_->start_async(
+          runner(), request(sh("sleep 30")), claim(gid),
+          [answer](Result<supervisor::StartResult> r) { *answer = std::move(r); });
     };
     auto do_revoke = [&] { revoked = gateway_->revoke(admin, gid).has_value(); };
     if (rng() % 2 == 0) {
@@ -452,11 +449,11 @@ void GatewayTest::revoke_races_start(bool async) {
 }
 
 TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthority) {
-  revoke_races_start(false);
+  revoke_races_start(12345);
 }
 
-TEST_F(GatewayTest, RevokeRacingAsyncStartNeverLaunchesUnderRevokedAuthority) {
-  revoke_races_start(true);
+TEST_F(GatewayTest, RevokeRacingStartNeverLaunchesUnderRevokedAuthorityOtherOrders) {
+  revoke_races_start(54321);
 }
 
 // start_async (the daemon's exec.start) on a busy daemon: the authorizing transaction runs off
@@ -772,7 +769,7 @@ TEST_F(GatewayTest, ANonRootRunnerRunsAsAUidItsGrantAllows) {
   auto p = plan({"/usr/bin/id", "-u"});
   p.user = core::UserSpec{65534, 65534, {}};
   auto req = request(p);
-  auto st = gateway_->start(caller, req, claim("g-runas"));
+  auto st = start_and_wait(*gateway_, io_, caller, req, claim("g-runas"));
   ASSERT_TRUE(st.has_value()) << st.error().message();
   auto rec = terminal(st->execution_id);
   ASSERT_TRUE(rec);
@@ -786,7 +783,7 @@ TEST_F(GatewayTest, ANonRootRunnerRunsAsAUidItsGrantAllows) {
   auto budget_before = (*store_->get_grant("g-runas"))->second;
   auto q = plan({"/usr/bin/id", "-u"});
   q.user = core::UserSpec{65533, 65533, {}};
-  auto refused = gateway_->start(caller, request(q), claim("g-runas"));
+  auto refused = start_and_wait(*gateway_, io_, caller, request(q), claim("g-runas"));
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, Errc::auth_user);
   EXPECT_EQ(count("claims"), 1);
@@ -925,7 +922,7 @@ TEST(GatewayWithoutPrivilege, AForeignPlanUserIsRefusedTypedBeforeConsumption) {
       boost::asio::io_context io;
       auto reg = registry::Registry::open(dir / "registry");
       if (!reg) ::_exit(91);
-      supervisor::RegistrySink inner(**reg);
+      supervisor::RegistrySink inner(**reg, io);
       RegistryDatabase db(**reg);
       AuthorityStore store(db);
       ExecutionGateway gw(io, store, GatewayOptions{reg->get(), &inner});
@@ -970,7 +967,8 @@ TEST(GatewayWithoutPrivilege, AForeignPlanUserIsRefusedTypedBeforeConsumption) {
       c.epoch = *store.epoch();
       c.grant_id = "g-unpriv";
       Caller const runner{kUid, kUid, {}, false};
-      auto refused = gw.start(runner, make("act-foreign", core::UserSpec{65534, 65534, {}}), c);
+      auto refused =
+          start_and_wait(gw, io, runner, make("act-foreign", core::UserSpec{65534, 65534, {}}), c);
       auto const grant = store.get_grant("g-unpriv");
       if (refused.has_value()) {
         rc = 10;
@@ -982,7 +980,7 @@ TEST(GatewayWithoutPrivilege, AForeignPlanUserIsRefusedTypedBeforeConsumption) {
         rc = 13;
       } else {
         // Its own identity is no switch at all: that runs.
-        auto own = gw.start(runner, make("act-own", std::nullopt), c);
+        auto own = start_and_wait(gw, io, runner, make("act-own", std::nullopt), c);
         if (!own) {
           rc = 14;
         } else {

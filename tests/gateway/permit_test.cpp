@@ -37,12 +37,13 @@ TEST_F(PermitTest, StartGivesTheExecutionThePermitsIdAndASpentPermitLaunchesNoth
   EXPECT_TRUE(taken.valid());
   // The moved-from permit is empty: it is the same authorization, already taken.
   EXPECT_FALSE(minted->valid());  // NOLINT(bugprone-use-after-move): that is the point
-  auto refused = manager_->start(req, std::move(*minted));  // NOLINT(bugprone-use-after-move)
+  auto refused =
+      start_with_permit(*manager_, req, std::move(*minted));  // NOLINT(bugprone-use-after-move)
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, Errc::auth_denied);
   EXPECT_TRUE(manager_->list({}).empty());
 
-  auto r = manager_->start(req, std::move(taken));
+  auto r = start_with_permit(*manager_, req, std::move(taken));
   ASSERT_TRUE(r.has_value()) << r.error().message();
   EXPECT_EQ(r->execution_id, id);
   ASSERT_TRUE(terminal(r->execution_id));
@@ -56,31 +57,32 @@ TEST_F(PermitTest, APermitForAnotherPlanClaimOrUsedIdLaunchesNothing) {
   // Another plan: the digest does not match.
   auto for_other = TestPermitMinter::for_request(other);
   ASSERT_TRUE(for_other.has_value());
-  auto r1 = manager_->start(req, std::move(*for_other));
+  auto r1 = start_with_permit(*manager_, req, std::move(*for_other));
   ASSERT_FALSE(r1.has_value());
   EXPECT_EQ(r1.error().code, Errc::auth_digest_mismatch);
 
   // The right digest but another (action, process) claim.
   auto digest = core::plan_digest(req.identity, req.plan);
   ASSERT_TRUE(digest.has_value());
-  auto r2 =
-      manager_->start(req, TestPermitMinter::mint("ex-claim-test", "act-other",
-                                                  req.identity.process_id, digest->to_string()));
+  auto r2 = start_with_permit(*manager_, req,
+                              TestPermitMinter::mint("ex-claim-test", "act-other",
+                                                     req.identity.process_id, digest->to_string()));
   ASSERT_FALSE(r2.has_value());
   EXPECT_EQ(r2.error().code, Errc::auth_denied);
-  auto r3 = manager_->start(req, TestPermitMinter::mint("ex-claim-test", req.identity.action_id,
-                                                        "proc-other", digest->to_string()));
+  auto r3 = start_with_permit(*manager_, req,
+                              TestPermitMinter::mint("ex-claim-test", req.identity.action_id,
+                                                     "proc-other", digest->to_string()));
   ASSERT_FALSE(r3.has_value());
   EXPECT_EQ(r3.error().code, Errc::auth_denied);
   EXPECT_TRUE(manager_->list({}).empty()) << "a refused permit created an execution";
 
   // A valid permit, then a second one naming the id now in use.
-  auto ok =
-      manager_->start(req, TestPermitMinter::mint("ex-reused-id", req.identity.action_id,
-                                                  req.identity.process_id, digest->to_string()));
+  auto ok = start_with_permit(*manager_, req,
+                              TestPermitMinter::mint("ex-reused-id", req.identity.action_id,
+                                                     req.identity.process_id, digest->to_string()));
   ASSERT_TRUE(ok.has_value()) << ok.error().message();
-  auto again = manager_->start(
-      other,
+  auto again = start_with_permit(
+      *manager_, other,
       TestPermitMinter::mint("ex-reused-id", other.identity.action_id, other.identity.process_id,
                              core::plan_digest(other.identity, other.plan)->to_string()));
   ASSERT_FALSE(again.has_value());

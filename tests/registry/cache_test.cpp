@@ -19,7 +19,7 @@ void expect_cache_is_file(Registry& reg, std::string const& id) {
 }
 
 BoundaryInfo marker() {
-  return {BoundaryKind::marker, "", std::string(32, 'a')};
+  return {core::Boundary::marker, "", std::string(32, 'a')};
 }
 
 TEST(RegistryCache, CachedRecordEqualsTheFileAfterEachKindOfWrite) {

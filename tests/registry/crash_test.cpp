@@ -73,7 +73,7 @@ constexpr char const* kTreeScript = "sleep 1000 & exec sleep 1000";
   spec.cgroup_fd = cg.get();
   auto staged = sys::spawn_staged(spec);
   if (!staged) ::_exit(23);
-  BoundaryInfo const b{cgroup_path.empty() ? BoundaryKind::marker : BoundaryKind::cgroup,
+  BoundaryInfo const b{cgroup_path.empty() ? core::Boundary::marker : core::Boundary::cgroup,
                        cgroup_path, marker.env_value()};
   if (!r.record_staged(kId, staged_ownership(staged->identity()), b)) ::_exit(24);
   auto running = std::move(*staged).release();

@@ -32,7 +32,7 @@ void staged_running(Registry& reg, std::string const& id) {
   CUSTOS_ASSERT_OK(reg.record_authorized(make_execution(id, "act-" + id)));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::starting, WriteMode::deferred));
   CUSTOS_ASSERT_OK(
-      reg.record_staged(id, fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+      reg.record_staged(id, fake_staged(), {core::Boundary::marker, "", std::string(32, 'a')}));
   CUSTOS_ASSERT_OK(reg.record_committed(id, WriteMode::deferred));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::running));
 }
@@ -46,8 +46,8 @@ TEST(RegistryDeferred, RideInTheNextImmediateTransactionAheadOfIt) {
   EXPECT_EQ(reg->deferred_pending(), 1u);
   // staged needs the phase starting or authorized; committed after it needs staged: both are
   // legal only because the queued writes run first, in order.
-  CUSTOS_ASSERT_OK(
-      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(reg->record_staged("ex-1", fake_staged(),
+                                      {core::Boundary::marker, "", std::string(32, 'a')}));
   EXPECT_EQ(reg->deferred_pending(), 0u);
   CUSTOS_ASSERT_OK(reg->record_committed("ex-1", WriteMode::deferred));
   CUSTOS_ASSERT_OK(reg->record_phase("ex-1", core::Phase::running));
@@ -216,8 +216,8 @@ TEST(RegistryDeferred, AsyncStagedAndRunningAreToldOnlyOnceInTheWal) {
       results.push_back(std::move(r));
     };
   };
-  reg->record_staged_async("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')},
-                           note("staged"));
+  reg->record_staged_async("ex-1", fake_staged(),
+                           {core::Boundary::marker, "", std::string(32, 'a')}, note("staged"));
   reg->record_running_async("ex-1", note("running"));
   // Not staged: refused at commit, as one change (the slot stays unassigned, phase authorized).
   reg->record_running_async("ex-2", note("refused"));
@@ -249,7 +249,7 @@ TEST(RegistryDeferred, AsyncStagedAndRunningAreToldOnlyOnceInTheWal) {
   std::optional<Result<void>> bad;
   Ownership not_staged = fake_staged();
   not_staged.state = OwnershipState::committed;
-  reg->record_staged_async("ex-2", not_staged, {BoundaryKind::marker, "", std::string(32, 'a')},
+  reg->record_staged_async("ex-2", not_staged, {core::Boundary::marker, "", std::string(32, 'a')},
                            [&](Result<void> r) { bad = std::move(r); });
   ASSERT_TRUE(bad.has_value());
   EXPECT_FALSE(bad->has_value());
@@ -289,7 +289,8 @@ TEST(RegistryDeferred, TryFlushCommitsOnlyWhenNoOtherWriterIsCommitting) {
     cv.wait(lk, [&] { return inside; });
   }
   std::optional<Result<void>> told;
-  reg->record_staged_async("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')},
+  reg->record_staged_async("ex-1", fake_staged(),
+                           {core::Boundary::marker, "", std::string(32, 'a')},
                            [&](Result<void> r) { told = std::move(r); });
   auto const t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE(reg->try_flush());

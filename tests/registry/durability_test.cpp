@@ -66,8 +66,8 @@ TEST(RegistryGroupDurability, AwaitWithNothingPendingDoesNoFsync) {
   CUSTOS_ASSERT_OK(reg->await_durable());
   // FULL and NORMAL commits leave nothing for the flusher either.
   CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
-  CUSTOS_ASSERT_OK(
-      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(reg->record_staged("ex-1", fake_staged(),
+                                      {core::Boundary::marker, "", std::string(32, 'a')}));
   EXPECT_FALSE(reg->durability_pending());
   CUSTOS_ASSERT_OK(reg->await_durable());
   EXPECT_EQ(reg->write_stats().flushes, 0u);
@@ -305,7 +305,7 @@ TEST(RegistryGroupDurability, FailedFdatasyncFailsAwaitAndRefusesLaterWrites) {
   // Every later write is refused, whatever its durability.
   CUSTOS_EXPECT_ERRC(reg->record_authorized(make_execution("ex-2", "act-2")), Errc::registry_io);
   CUSTOS_EXPECT_ERRC(
-      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}),
+      reg->record_staged("ex-1", fake_staged(), {core::Boundary::marker, "", std::string(32, 'a')}),
       Errc::registry_io);
   CUSTOS_EXPECT_ERRC(reg->consume_claim("act-3", "proc-1", "ex-3", Durability::group),
                      Errc::registry_io);
@@ -430,8 +430,8 @@ TEST(RegistryTransactDeferred, CommitsInTheNextImmediateWritesTransactionAheadOf
         "= 'ex-1'");
   });
   EXPECT_EQ(reg->deferred_pending(), 1u);
-  CUSTOS_ASSERT_OK(
-      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(reg->record_staged("ex-1", fake_staged(),
+                                      {core::Boundary::marker, "", std::string(32, 'a')}));
   EXPECT_EQ(reg->deferred_pending(), 0u);
   auto const after = reg->write_stats();
   EXPECT_EQ(after.transactions - before.transactions, 1u);
@@ -460,8 +460,8 @@ TEST(RegistryTransactDeferred, ARefusalIsKeptPerExecutionAndUndoesOnlyItself) {
     CUSTOS_TRYV(db.exec("INSERT INTO settle_test VALUES ('ex-1', 'partial')"));
     return Error{Errc::auth_budget_exhausted, "test refusal"};
   });
-  CUSTOS_ASSERT_OK(
-      reg->record_staged("ex-1", fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+  CUSTOS_ASSERT_OK(reg->record_staged("ex-1", fake_staged(),
+                                      {core::Boundary::marker, "", std::string(32, 'a')}));
   auto n = settled_rows(*reg);
   CUSTOS_ASSERT_OK(n);
   EXPECT_EQ(*n, 0);  // its savepoint was rolled back

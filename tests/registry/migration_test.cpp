@@ -62,7 +62,7 @@ ExecutionRecord v1_record(std::string const& id, core::Phase phase,
   r.plan_canonical = ex.plan_canonical;
   r.plan_digest = ex.plan_digest;
   r.backend = ex.backend;
-  r.boundary = {BoundaryKind::marker, "", std::string(32, 'c')};
+  r.boundary = {core::Boundary::marker, "", std::string(32, 'c')};
   r.phase = phase;
   if (pid) {
     r.ownership.state = OwnershipState::legacy_unverified;

@@ -127,7 +127,7 @@ TEST(RegistryRecovery, InjectedCurrentBootIdFencesTooAndRemovesStaleEmptyCgroupP
   ASSERT_TRUE(reg);
   // A stale cgroup path that does not exist any more counts as cleaned.
   fabricate_running(**reg, "ex-1", staged_ownership(stranger.identity()),
-                    {BoundaryKind::cgroup, (t.path() / "no-such-cgroup").string(), ""});
+                    {core::Boundary::cgroup, (t.path() / "no-such-cgroup").string(), ""});
   RecoveryOptions opts;
   opts.boot_id = kOtherBoot;
   auto report = recover(**reg, opts);

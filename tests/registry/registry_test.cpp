@@ -17,7 +17,7 @@ namespace {
 void full_life(Registry& reg, std::string const& id, std::string const& action) {
   CUSTOS_ASSERT_OK(reg.record_authorized(make_execution(id, action)));
   CUSTOS_ASSERT_OK(
-      reg.record_staged(id, fake_staged(), {BoundaryKind::marker, "", std::string(32, 'a')}));
+      reg.record_staged(id, fake_staged(), {core::Boundary::marker, "", std::string(32, 'a')}));
   CUSTOS_ASSERT_OK(reg.record_committed(id));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::running));
   CUSTOS_ASSERT_OK(reg.record_phase(id, core::Phase::exited));
@@ -291,7 +291,8 @@ TEST(RegistryPhases, StagedKeepsIdentityAndBoundary) {
   TempDir t;
   auto reg = open_ok(t);
   CUSTOS_ASSERT_OK(reg->record_authorized(make_execution("ex-1", "act-1")));
-  BoundaryInfo const b{BoundaryKind::cgroup, "/sys/fs/cgroup/unified/x/ex-1", std::string(32, 'f')};
+  BoundaryInfo const b{core::Boundary::cgroup, "/sys/fs/cgroup/unified/x/ex-1",
+                       std::string(32, 'f')};
   CUSTOS_ASSERT_OK(reg->record_staged("ex-1", fake_staged(77, 555), b));
   auto rec = reg->get("ex-1");
   ASSERT_TRUE(rec);

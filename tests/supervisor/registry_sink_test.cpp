@@ -30,7 +30,7 @@ class RegistrySinkTest : public SupervisorTest {
     auto reg = registry::Registry::open(state_ / "registry");
     ASSERT_TRUE(reg) << reg.error().message();
     registry_ = std::move(*reg);
-    sink_ = std::make_unique<RegistrySink>(*registry_);
+    sink_ = std::make_unique<RegistrySink>(*registry_, io_);
   }
   void TearDown() override {
     SupervisorTest::TearDown();
@@ -43,13 +43,23 @@ class RegistrySinkTest : public SupervisorTest {
                    [this](ManagerConfig& c) { c.sink = sink_.get(); });
   }
 
+  // The claim and record of `id`, written through the registry itself (a test's set-up for the
+  // sink's later writes), durable unless `durability` says group.
+  Result<> seed_authorized(std::string const& id, LaunchRequest const& req,
+                           std::string const& digest,
+                           registry::Durability durability = registry::Durability::full) {
+    auto ex = registry::make_new_execution(id, req.identity, req.plan, digest);
+    if (!ex) return ex.error();
+    return registry_->record_authorized(*ex, durability);
+  }
+
   std::unique_ptr<registry::Registry> registry_;
   std::unique_ptr<RegistrySink> sink_;
   std::unique_ptr<RegistrySink> looped_;  // the daemon's form: deferring, on this test's loop
 
   // A manager writing through looped_ (the daemon's sink).
   ExecutionManager& looped() {
-    looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+    looped_ = std::make_unique<RegistrySink>(*registry_, io_);
     return manager(BoundaryPreference::automatic,
                    [this](ManagerConfig& c) { c.sink = looped_.get(); });
   }
@@ -81,8 +91,7 @@ TEST_F(RegistrySinkTest, LaunchAndCloseAreRecordedInOrder) {
   EXPECT_EQ(stored->action_id, action);
   EXPECT_EQ(stored->ownership.state, registry::OwnershipState::committed);
   EXPECT_EQ(stored->ownership.pid, st->pid);
-  EXPECT_EQ(stored->boundary.kind,
-            have_cgroup() ? registry::BoundaryKind::cgroup : registry::BoundaryKind::marker);
+  EXPECT_EQ(stored->boundary.kind, have_cgroup() ? core::Boundary::cgroup : core::Boundary::marker);
   EXPECT_EQ(stored->boundary.marker_hex.size(), 32U);
   EXPECT_EQ(stored->out.accounting, (core::StreamAccounting{3, 3, 0, true}));
   ASSERT_TRUE(stored->terminal.has_value());
@@ -130,13 +139,12 @@ TEST_F(RegistrySinkTest, SpawnFailureIsTerminalInTheRegistry) {
 // thread: nobody has to run the loop (and the loop does not pay the transaction).
 TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
   boost::asio::io_context never_run;
-  RegistrySink deferring(*registry_, &never_run);
+  RegistrySink deferring(*registry_, never_run);
   auto req = request(sh("exit 0"));
   auto digest = core::plan_digest(req.identity, req.plan);
   ASSERT_TRUE(digest);
   std::string const id = "ex-00000000000000b1";
-  ASSERT_TRUE(deferring.record_authorized(id, req.identity, req.plan, digest->to_string()));
-  ASSERT_TRUE(deferring.make_durable(id));
+  ASSERT_TRUE(seed_authorized(id, req, digest->to_string()));
   EXPECT_FALSE(registry_->durability_pending());
   auto const queued = std::chrono::steady_clock::now();
   ASSERT_TRUE(deferring.record_phase(id, core::Phase::starting));
@@ -161,14 +169,14 @@ TEST_F(RegistrySinkTest, DeferredWritesCommitWithoutTheLoop) {
 // a write somebody waits for itself, when the registry is free: two cross-CPU hand-offs fewer.
 // The completion still comes as a handler of the loop, never from inside the call.
 TEST_F(RegistrySinkTest, AloneTheLoopCommitsTheWriteItWaitsForItself) {
-  RegistrySink sink(*registry_, &io_);
+  RegistrySink sink(*registry_, io_);
   bool solo = true;
   sink.set_solo_probe([&] { return solo; });
   auto req = request(sh("exit 0"));
   auto digest = core::plan_digest(req.identity, req.plan);
   ASSERT_TRUE(digest);
   std::string const id = "ex-00000000000000c1";
-  ASSERT_TRUE(sink.record_authorized(id, req.identity, req.plan, digest->to_string()));
+  ASSERT_TRUE(seed_authorized(id, req, digest->to_string()));
   auto boot = sys::read_boot_id();
   ASSERT_TRUE(boot) << boot.error().message();
   sys::PidfsIdentity const staged{*boot, 1, 4242, ::getpid(), 1};
@@ -194,7 +202,7 @@ TEST_F(RegistrySinkTest, AloneTheLoopCommitsTheWriteItWaitsForItself) {
 TEST_F(RegistrySinkTest, TheClaimsDurabilityIsToldAtOnceWhenItIsAlreadyOnDisk) {
   if (!registry::kFailpointsCompiled) GTEST_SKIP() << "needs a failpoint build";
   custos::testing::ScopedFailpoint const failpoint{"flusher_slow"};  // 50 ms before each fsync
-  RegistrySink sink(*registry_, &io_);
+  RegistrySink sink(*registry_, io_);
   auto req = request(sh("exit 0"));
   auto digest = core::plan_digest(req.identity, req.plan);
   ASSERT_TRUE(digest);
@@ -203,7 +211,7 @@ TEST_F(RegistrySinkTest, TheClaimsDurabilityIsToldAtOnceWhenItIsAlreadyOnDisk) {
     r.identity.action_id = action;
     auto d = core::plan_digest(r.identity, r.plan);
     ASSERT_TRUE(d);
-    ASSERT_TRUE(sink.record_authorized(id, r.identity, r.plan, d->to_string()));
+    ASSERT_TRUE(seed_authorized(id, r, d->to_string(), registry::Durability::group));
   };
   authorize("ex-00000000000000d1", "act-d1");
   ASSERT_TRUE(registry_->await_durable("ex-00000000000000d1"));
@@ -225,7 +233,7 @@ TEST_F(RegistrySinkTest, TheClaimsDurabilityIsToldAtOnceWhenItIsAlreadyOnDisk) {
 // urgent writes every handler of a turn queues become one transaction. Nothing is committed
 // while the turn still runs; each write is told through the loop once it is in the WAL.
 TEST_F(RegistrySinkTest, UnderLoadATurnsUrgentWritesAreOneTransaction) {
-  RegistrySink sink(*registry_, &io_);  // no solo probe: always under load
+  RegistrySink sink(*registry_, io_);  // no solo probe: always under load
   auto boot = sys::read_boot_id();
   ASSERT_TRUE(boot) << boot.error().message();
   std::vector<std::string> ids;
@@ -234,9 +242,8 @@ TEST_F(RegistrySinkTest, UnderLoadATurnsUrgentWritesAreOneTransaction) {
     auto digest = core::plan_digest(req.identity, req.plan);
     ASSERT_TRUE(digest);
     ids.push_back("ex-00000000000000d" + std::to_string(i));
-    ASSERT_TRUE(sink.record_authorized(ids.back(), req.identity, req.plan, digest->to_string()));
+    ASSERT_TRUE(seed_authorized(ids.back(), req, digest->to_string()));
   }
-  ASSERT_TRUE(sink.make_durable(ids.front()));
   std::vector<std::optional<Result<>>> told(ids.size());
   auto const before = registry_->write_stats();
   std::optional<std::size_t> pending_in_turn;
@@ -390,27 +397,17 @@ class HeldCommitSink final : public OwnershipSink {
                                std::function<void(Result<>)> done) override {
     inner_->record_authorized_async(id, identity, plan, digest, std::move(done));
   }
-  Result<> record_authorized(std::string const& id, core::ExecutionIdentity const& identity,
-                             core::ExecutionPlan const& plan, std::string const& digest) override {
-    return inner_->record_authorized(id, identity, plan, digest);
-  }
-  Result<> record_staged(std::string const& id, sys::PidfsIdentity const& identity, Boundary b,
-                         std::string const& cgroup, std::string const& marker) override {
-    return inner_->record_staged(id, identity, b, cgroup, marker);
-  }
   void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity, Boundary b,
                            std::string const& cgroup, std::string const& marker,
                            std::function<void(Result<>)> done) override {
     inner_->record_staged_async(id, identity, b, cgroup, marker, std::move(done));
   }
-  Result<> make_durable(std::string const& id) override { return inner_->make_durable(id); }
   void when_durable(std::string const& id, std::function<void(Result<>)> done) override {
     if (!hold_durable_) return inner_->when_durable(id, std::move(done));
     inner_->when_durable(id, [this, done = std::move(done)](Result<> r) mutable {
       held_durable_.emplace_back(std::move(done), std::move(r));
     });
   }
-  Result<> record_committed(std::string const& id) override { return inner_->record_committed(id); }
   void record_committed_async(std::string const& id, std::function<void(Result<>)> done) override {
     inner_->record_committed_async(id, [this, done = std::move(done)](Result<> r) mutable {
       held_.emplace_back(std::move(done), std::move(r));
@@ -425,9 +422,6 @@ class HeldCommitSink final : public OwnershipSink {
   Result<> record_output(std::string const& id, StreamId stream,
                          core::StreamAccounting const& acc) override {
     return inner_->record_output(id, stream, acc);
-  }
-  Result<> record_terminal(std::string const& id, core::TerminalRecord const& rec) override {
-    return inner_->record_terminal(id, rec);
   }
   void record_terminal_async(std::string const& id, core::TerminalRecord const& rec,
                              std::function<void(Result<>)> done) override {
@@ -468,7 +462,7 @@ class HeldCommitTest : public RegistrySinkTest {
     held_.reset();
   }
   ExecutionManager& held_manager(bool hold_durable = false) {
-    looped_ = std::make_unique<RegistrySink>(*registry_, &io_);
+    looped_ = std::make_unique<RegistrySink>(*registry_, io_);
     held_ = std::make_unique<HeldCommitSink>(*looped_, hold_durable);
     return manager(BoundaryPreference::automatic,
                    [this](ManagerConfig& c) { c.sink = held_.get(); });

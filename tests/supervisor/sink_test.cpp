@@ -21,19 +21,26 @@ class ScriptedSink final : public OwnershipSink {
     if (name == fail_at) return Error(Errc::registry_io, "scripted failure at " + name);
     return ok();
   }
-  Result<> record_authorized(std::string const&, core::ExecutionIdentity const&,
-                             core::ExecutionPlan const&, std::string const& digest) override {
+  // Each completion comes at once, as the OwnershipSink contract allows.
+  void record_authorized_async(std::string const&, core::ExecutionIdentity const&,
+                               core::ExecutionPlan const&, std::string const& digest,
+                               std::function<void(Result<>)> done) override {
     EXPECT_EQ(digest.rfind("sha256:", 0), 0U);
-    return step("authorized");
+    done(step("authorized"));
   }
-  Result<> record_staged(std::string const&, sys::PidfsIdentity const& id, Boundary,
-                         std::string const&, std::string const& marker) override {
+  void record_staged_async(std::string const&, sys::PidfsIdentity const& id, Boundary,
+                           std::string const&, std::string const& marker,
+                           std::function<void(Result<>)> done) override {
     EXPECT_EQ(marker.size(), 32U);
     staged = id;
-    return step("staged");
+    done(step("staged"));
   }
-  Result<> make_durable(std::string const&) override { return step("durable"); }
-  Result<> record_committed(std::string const&) override { return step("committed"); }
+  void when_durable(std::string const&, std::function<void(Result<>)> done) override {
+    done(step("durable"));
+  }
+  void record_committed_async(std::string const&, std::function<void(Result<>)> done) override {
+    done(step("committed"));
+  }
   Result<> record_phase(std::string const&, core::Phase p) override {
     return step("phase:" + std::string{core::phase_wire(p)});
   }
@@ -43,8 +50,9 @@ class ScriptedSink final : public OwnershipSink {
   Result<> record_output(std::string const&, StreamId s, core::StreamAccounting const&) override {
     return step("output:" + std::string{core::stream_wire(s)});
   }
-  Result<> record_terminal(std::string const&, core::TerminalRecord const& r) override {
-    return step("terminal:" + std::string{core::classification_wire(r.classification)});
+  void record_terminal_async(std::string const&, core::TerminalRecord const& r,
+                             std::function<void(Result<>)> done) override {
+    done(step("terminal:" + std::string{core::classification_wire(r.classification)}));
   }
 };
 

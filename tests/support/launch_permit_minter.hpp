@@ -8,6 +8,9 @@
 // It authorizes nothing: a test that wants authority checked goes through ExecutionGateway.
 #pragma once
 
+#include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "custos/core/plan_canonical.hpp"
@@ -40,16 +43,34 @@ class TestPermitMinter {
   }
 };
 
+// Starts `request` under `permit` through the daemon's launch path (start_async), running the
+// manager's loop until the launch is answered (a bound: 30 s).
+[[nodiscard]] inline Result<StartResult> start_with_permit(ExecutionManager& manager,
+                                                           LaunchRequest request,
+                                                           LaunchPermit permit) {
+  auto got = std::make_shared<std::optional<Result<StartResult>>>();
+  manager.start_async(std::move(request), std::move(permit),
+                      [got](Result<StartResult> r) { *got = std::move(r); });
+  auto& io = manager.io();
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!got->has_value() && std::chrono::steady_clock::now() < deadline) {
+    if (io.stopped()) io.restart();
+    io.run_one_for(std::chrono::milliseconds(5));
+  }
+  if (!got->has_value()) return Error(Errc::internal, "the launch was not answered in 30 s");
+  return std::move(**got);
+}
+
 // The common case of a test: start `request` under a permit minted for it.
 [[nodiscard]] inline Result<StartResult> start_with_test_permit(ExecutionManager& manager,
                                                                 LaunchRequest request,
                                                                 bool user_checked = false) {
   auto permit = TestPermitMinter::for_request(request, user_checked);
   if (!permit) return permit.error();
-  return manager.start(std::move(request), std::move(*permit));
+  return start_with_permit(manager, std::move(request), std::move(*permit));
 }
 
-// The same through the event-loop launch (ExecutionManager::start_async): `done` as there.
+// The same without waiting: `done` as in ExecutionManager::start_async.
 inline void start_async_with_test_permit(ExecutionManager& manager, LaunchRequest request,
                                          ExecutionManager::StartDone done) {
   auto permit = TestPermitMinter::for_request(request);

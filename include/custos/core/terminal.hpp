@@ -8,6 +8,7 @@
 #include <boost/json/value.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,7 +23,8 @@
 namespace custos::core {
 
 // Which ownership boundary the execution got (ARCHITECTURE.md "Ownership boundaries").
-enum class Boundary : std::uint8_t { cgroup, marker };
+// `reference`: the scripted model of the reference backend, which holds no process at all.
+enum class Boundary : std::uint8_t { cgroup, marker, reference };
 // Whether the boundary was kernel-enforced for this process (non-root, or nsdelegate) or a
 // process in the tree could have left it.
 enum class Containment : std::uint8_t { kernel_enforced, escapable };
@@ -47,6 +49,10 @@ struct EscalationReport {
   friend bool operator==(EscalationReport const&, EscalationReport const&) = default;
 };
 
+// What the backend saw of the execution, bound into the terminal record (and its digest):
+// name -> value, names without '=' (the canonical bytes list them as "name=value", in name order).
+using Observations = std::map<std::string, std::string>;
+
 struct TerminalRecord {
   Classification classification = Classification::supervisor_failed;
   RecoveryPath recovery = RecoveryPath::observed;
@@ -57,6 +63,7 @@ struct TerminalRecord {
   ResourceReport resources;
   TreeReport tree;
   std::optional<SpawnFailure> spawn_error;  // present exactly when the program never started
+  Observations observations;                // absent from JSON and bytes when empty
 
   friend bool operator==(TerminalRecord const&, TerminalRecord const&) = default;
 };

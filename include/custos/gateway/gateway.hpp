@@ -3,16 +3,16 @@
 // permit -> supervisor launch; every revocation, lease release/break and grant expiry fences
 // the executions that depend on it. docs/authority.md and docs/contracts.md state the rules.
 //
-// How the permit reaches the launch: start() validates the plan, asks the manager whether it
+// How the permit reaches the launch: start_async() validates the plan, asks the manager whether it
 // would attempt the launch (ExecutionManager::admit), runs the cross-check and the authorizing
 // transaction for a fresh execution id, and only then mints the one-use supervisor::LaunchPermit
 // (its private constructor is open to gateway::PermitMinter, defined in gateway.cpp only) and
-// passes it by value to ExecutionManager::start, which refuses any permit not minted for exactly
-// that request. The authorizing transaction also creates the execution's registry record (after
-// the claim, in the same BEGIN IMMEDIATE: claim, authority and record are durable together or
-// not at all) and commits with the registry's group durability, whose fsync the sink's
-// make_durable awaits before the barrier release. The gateway is also the manager's
-// OwnershipSink (sink() below): its record_authorized writes nothing, it only accepts the
+// passes it by value to ExecutionManager::start_async, which refuses any permit not minted for
+// exactly that request. The authorizing transaction also creates the execution's registry record
+// (after the claim, in the same BEGIN IMMEDIATE: claim, authority and record are durable together
+// or not at all) and commits with the registry's group durability, whose fsync the sink's
+// when_durable awaits before the barrier release. The gateway is also the manager's
+// OwnershipSink (sink() below): its record_authorized_async writes nothing, it only accepts the
 // execution id it just authorized with the digest it authorized and refuses every other one,
 // so a permit minted elsewhere (tests) still launches nothing in a daemon wired to the gateway.
 // At the terminal record the budget settlement is queued ahead of it and commits in its
@@ -107,18 +107,15 @@ class ExecutionGateway {
                                               std::vector<std::uint32_t> groups,
                                               bool configured_admin);
 
-  // exec.start. The request's caller credentials are replaced by `caller`'s. Errors: every
-  // auth.* of cross_check(), auth.replay, the manager's errors; a spawn failure after the
-  // authorizing transaction is NOT an error (the execution is terminal, spawn_failed, and its
-  // authority stays consumed).
-  [[nodiscard]] Result<supervisor::StartResult> start(Caller const& caller,
-                                                      supervisor::LaunchRequest request,
-                                                      AuthorityClaim const& claim);
-  // exec.start without holding the loop during the authorizing transaction: the checks run
-  // now, the transaction on the gateway's authorizer thread, the launch back on the loop, and
-  // `done` gets what start() would return (before this returns when refused at once; else as
-  // a handler of the loop). An execution whose grant or lease is revoked while its
-  // authorization is in flight is fenced as soon as it is launched, before `done` runs.
+  // exec.start, never holding the loop during the authorizing transaction: the checks run now,
+  // the transaction on the gateway's authorizer thread (on the loop itself when the daemon is
+  // idle), the launch back on the loop, and `done` gets the answer (before this returns when
+  // refused at once; else as a handler of the loop). The request's caller credentials are
+  // replaced by `caller`'s. Errors: every auth.* of cross_check(), auth.replay, the manager's
+  // errors; a spawn failure after the authorizing transaction is NOT an error (the execution is
+  // terminal, spawn_failed, and its authority stays consumed). An execution whose grant or
+  // lease is revoked while its authorization is in flight is fenced as soon as it is launched,
+  // before `done` runs.
   using StartDone = std::function<void(Result<supervisor::StartResult>)>;
   void start_async(Caller const& caller, supervisor::LaunchRequest request,
                    AuthorityClaim const& claim, StartDone done);

@@ -52,6 +52,7 @@
 #include "custos/core/cancellation.hpp"
 #include "custos/core/lifecycle.hpp"
 #include "custos/core/result.hpp"
+#include "custos/core/terminal.hpp"
 #include "custos/registry/sqlite.hpp"
 #include "custos/sys/unique_fd.hpp"
 
@@ -114,15 +115,17 @@ struct OpenOptions {
   std::size_t record_cache_entries = 4096;
 };
 
-enum class BoundaryKind : std::uint8_t { none, cgroup, marker };
+// The boundary as stored: core's enum, or none before the root exists ("none" on the wire).
+using BoundaryKind = std::optional<core::Boundary>;
 [[nodiscard]] std::string_view boundary_kind_wire(BoundaryKind k) noexcept;
+// nullopt for an unknown name; a known one gives the (possibly empty) kind.
 [[nodiscard]] std::optional<BoundaryKind> boundary_kind_from_wire(std::string_view w) noexcept;
 
 // Where the execution's process tree lives: a per-execution cgroup (absolute path of its v2
 // directory) and/or the marker carried in its environment (32 hex digits). The marker is kept
 // for every execution because the final sweep of a cgroup execution uses it too.
 struct BoundaryInfo {
-  BoundaryKind kind = BoundaryKind::none;
+  BoundaryKind kind;
   std::string cgroup_path;
   std::string marker_hex;
 

@@ -25,6 +25,7 @@
 #include <boost/asio/thread_pool.hpp>
 #pragma GCC diagnostic pop
 
+#include "custos/backend/native.hpp"
 #include "custos/core/result.hpp"
 #include "custos/supervisor/launch_permit.hpp"
 #include "custos/supervisor/ownership_sink.hpp"
@@ -50,26 +51,27 @@ class ExecutionManager {
   ExecutionManager(ExecutionManager const&) = delete;
   ExecutionManager& operator=(ExecutionManager const&) = delete;
 
-  // The refusals start() would make before it creates anything, checked without a permit:
-  // daemon_shutting_down after shutdown(), sys_unsupported for a non-native backend,
-  // cgroup_unavailable when boundary=cgroup has no subtree. The gateway calls it before its
+  // The refusals start_async() would make before it creates anything, checked without a
+  // permit: daemon_shutting_down after shutdown(); sys_unsupported for a backend this daemon
+  // does not serve; the backend's own admission (cgroup_unavailable when boundary=cgroup has no
+  // subtree, sandbox_unsupported naming every missing control). The gateway calls it before its
   // authorizing transaction, so a permit is minted only for a launch the manager will attempt
   // (everything runs on the loop thread: nothing changes between the two calls).
   [[nodiscard]] Result<> admit(LaunchRequest const& request) const;
+  // The backends this daemon serves, for host.info and doctor.
+  [[nodiscard]] std::vector<backend::Descriptor> backends() const;
 
   // Launches the plan under `permit` (launch_permit.hpp), which must be valid and minted for this
   // request: its plan digest is the request's, its claim the identity's (action_id, process_id);
-  // the execution gets the permit's execution id. A spawn failure is NOT an error here: the
-  // execution exists and is terminal with classification spawn_failed (phase terminal in the
-  // result). Errors: admit()'s; auth_denied for an empty (spent) permit or one minted for another
-  // claim or id already in use; auth_digest_mismatch for another plan; auth_user when a non-root
-  // caller names another user and the permit's minter did not check it; internal when the
-  // sink's record_authorized fails (nothing was launched).
-  [[nodiscard]] Result<StartResult> start(LaunchRequest request, LaunchPermit permit);
-  // start() for the event loop (the daemon's exec.start): the checks and the launch up to the
-  // staged record now; the waits for the claim's durability and for the child's verdict do
-  // not hold the loop (Supervisor::launch_async). `done` gets what start() would return,
-  // exactly once: before this returns when decided at once, else as a handler of the loop.
+  // the execution gets the permit's execution id. The checks run now; the claim, the launch and
+  // the waits for durability and for the root's verdict never hold the loop. `done` gets the
+  // answer exactly once: before this returns when decided at once, else as a handler of the
+  // loop. A spawn failure is NOT an error: the execution exists and is terminal with
+  // classification spawn_failed (phase terminal in the result). Errors: admit()'s; auth_denied
+  // for an empty (spent) permit or one minted for another claim or id already in use;
+  // auth_digest_mismatch for another plan; auth_user when a non-root caller names another user
+  // and the permit's minter did not check it; the sink's error when the claim could not be
+  // written (nothing was launched).
   using StartDone = std::function<void(Result<StartResult>)>;
   void start_async(LaunchRequest request, LaunchPermit permit, StartDone done);
 
@@ -127,24 +129,18 @@ class ExecutionManager {
   // config.reap_interval. The daemon may call it on SIGCHLD.
   void reap_orphans_now();
 
-  [[nodiscard]] ManagerStats const& stats() const noexcept { return stats_; }
+  [[nodiscard]] ManagerStats const& stats() const;
   [[nodiscard]] ManagerConfig const& config() const noexcept { return config_; }
+  // The loop every method and callback runs on.
+  [[nodiscard]] boost::asio::io_context& io() const noexcept { return io_; }
   // Number of executions not yet terminal.
   [[nodiscard]] std::size_t live_count() const noexcept;
 
  private:
-  // start()'s checks and the supervisor they create (registered under its id), with the
-  // boundary it launches in.
-  struct Prepared {
-    std::shared_ptr<Supervisor> sup;
-    Boundary boundary;
-    std::size_t live;
-  };
-  [[nodiscard]] Result<Prepared> prepare_start(LaunchRequest request, LaunchPermit permit);
-  // The child exists: its root `pid` and cgroup are this execution's from now on (orphan
-  // reaping); a terminal execution notes no root.
-  void note_child(Supervisor const& sup, std::int32_t pid);
-  void note_started(Supervisor const& sup, StartResult const& started);
+  // start_async()'s checks and the supervisor they create (registered under its id).
+  [[nodiscard]] Result<std::shared_ptr<Supervisor>> prepare_start(LaunchRequest request,
+                                                                  LaunchPermit permit);
+  [[nodiscard]] backend::Backend* backend_for(core::BackendKind kind) const noexcept;
   friend class Supervisor;
   void on_terminal(std::string const& execution_id);
   struct PendingWait {
@@ -158,55 +154,27 @@ class ExecutionManager {
   void schedule_reap();
   void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
+  // Orphan reaping must leave a live root to its execution.
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;
-  // One inotify instance for every execution's tree-empty wait (created on first use): closing an
-  // inotify instance waits for an SRCU grace period (milliseconds), so one per execution would
-  // cost more than the polling it replaces. Returns the watch descriptor, -1 when unavailable.
-  [[nodiscard]] int watch_cgroup_events(std::string const& events_path,
-                                        std::weak_ptr<Supervisor> supervisor);
-  void unwatch_cgroup_events(int wd);
-  void arm_inotify();
-  void on_inotify();
-  // The execution whose cgroup holds `pid` (read from /proc/<pid>/cgroup), if any.
-  [[nodiscard]] std::optional<std::string> owner_by_cgroup(std::int32_t pid) const;
+  [[nodiscard]] std::optional<std::string> owner_of(std::int32_t pid) const;
 
   boost::asio::io_context& io_;
   ManagerConfig config_;
-  ManagerStats stats_;
+  mutable ManagerStats stats_;
+  // The backends, declared before the executions that drive them (destroyed after them).
+  std::vector<std::unique_ptr<backend::Backend>> backends_;
+  backend::NativeBackend* native_ = nullptr;  // one of backends_
   std::map<std::string, std::shared_ptr<Supervisor>> executions_;
   std::size_t terminal_in_map_ = 0;  // entries of executions_ that are terminal (live_count)
   std::vector<std::string> terminal_order_;  // oldest first, for terminal_history eviction
-  std::vector<std::uint8_t> scratch_;        // shared read buffer (one loop thread)
   boost::asio::steady_timer reap_timer_;
   boost::asio::steady_timer shutdown_timer_;
-  std::optional<sys::CgroupDir> subtree_;            // where per-execution cgroups are created
-  std::string cgroup_mount_;                         // the cgroup2 mount point (for relative paths)
-  std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
-  std::map<std::int32_t, std::string> roots_;        // root pid of a live execution -> its id
   // Pending exec.wait calls, held here (not by the supervisor) so unwait() can free them.
   std::map<std::uint64_t, PendingWait> waits_;
   std::multimap<std::string, std::uint64_t> waits_by_execution_;
   std::uint64_t next_wait_id_ = 0;
-  std::optional<boost::asio::posix::stream_descriptor> inotify_;
-  std::map<int, std::weak_ptr<Supervisor>> inotify_watches_;
-  bool inotify_waiting_ = false;
-  bool nsdelegate_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_;  // guards callbacks against a destroyed manager
-  // Final marker sweeps of every execution, batched: the requests queued while one sweep runs
-  // share the next one's /proc passes, and start times stay cached between sweeps. Used from the
-  // worker only (requests are queued from the loop). Declared before workers_, which is joined
-  // first.
-  sys::MarkerSweeper sweeper_{[this] {
-    sys::MarkerSweepOptions o;
-    o.signal = SIGKILL;
-    o.max_rounds = config_.marker_sweep_rounds;
-    return o;
-  }()};
-  // Blocking scans (the final /proc marker sweep, the orphan settle wait, workspace disk walks)
-  // run here, never on the loop thread; their completions are posted back to io_. One thread:
-  // the loop keeps the other core of a small host. Declared last so it is joined first.
-  boost::asio::thread_pool workers_{1};
 };
 
 }  // namespace custos::supervisor

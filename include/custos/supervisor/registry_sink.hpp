@@ -22,9 +22,6 @@
 //   phases stopping, exited, closed; output accounting                            lazy
 //   record_terminal_async    commits everything queued before it; its completion
 //                            tells waiters, once it is in the WAL                  completion
-// The blocking forms (record_authorized, record_staged, record_committed, record_terminal) are
-// immediate, for the blocking launch.
-// Without a loop every write is immediate (one transaction each).
 //
 // One execution at a time (set_solo_probe): the hand-off to the commit thread and the
 // completion's way back are two cross-CPU wake-ups per write, most of its latency on an
@@ -58,52 +55,37 @@ class RegistrySink final : public OwnershipSink {
   // that window loses it, and recovery walks the phases it would have recorded itself.
   static constexpr std::chrono::milliseconds kLazyFlushBound{10};
 
-  // `registry` must outlive the sink (the daemon owns both). `loop`: the event loop the
-  // manager runs on; non-null turns deferral on: writes that gate nothing are queued and
-  // committed by the sink's flush thread (started with the first of them, joined by the
-  // destructor). Null: no write is deferred.
-  explicit RegistrySink(registry::Registry& registry,
-                        boost::asio::io_context* loop = nullptr) noexcept
-      : registry_(&registry), loop_(loop) {}
+  // `registry` must outlive the sink (the daemon owns both). `loop`: the event loop the manager
+  // runs on, where every completion is delivered; writes that gate nothing are queued and
+  // committed by the sink's commit thread (started with the first of them, joined by the
+  // destructor).
+  RegistrySink(registry::Registry& registry, boost::asio::io_context& loop) noexcept
+      : registry_(&registry), loop_(&loop) {}
   ~RegistrySink() override;
   RegistrySink(RegistrySink const&) = delete;
   RegistrySink& operator=(RegistrySink const&) = delete;
 
-  // consume_claim(action_id, process_id) + create the record (phase authorized), one
-  // transaction committed with Durability::group (power-loss durable once make_durable
-  // returned). A claim that was ever consumed before is registry.claim_consumed: nothing is
-  // launched.
-  [[nodiscard]] Result<> record_authorized(std::string const& execution_id,
-                                           core::ExecutionIdentity const& identity,
-                                           core::ExecutionPlan const& plan,
-                                           std::string const& plan_digest) override;
-  // With a loop: the same job queued (Registry::record_authorized_async) and committed by the
-  // commit thread, its completion posted to the loop. Without: record_authorized.
+  // consume_claim(action_id, process_id) + create the record (phase authorized), one job queued
+  // (Registry::record_authorized_async), committed with Durability::group by the commit thread,
+  // its completion posted to the loop. A claim that was ever consumed before is
+  // registry.claim_consumed: nothing is launched.
   void record_authorized_async(std::string const& execution_id,
                                core::ExecutionIdentity const& identity,
                                core::ExecutionPlan const& plan, std::string const& plan_digest,
                                std::function<void(Result<>)> done) override;
-  [[nodiscard]] Result<> record_staged(std::string const& execution_id,
-                                       sys::PidfsIdentity const& identity, Boundary boundary,
-                                       std::string const& cgroup_path,
-                                       std::string const& marker_value) override;
-  // With a loop: Registry::record_staged_async, committed by the flush thread (with whatever
-  // else is queued), its completion posted to the loop. Without: record_staged.
+  // Registry::record_staged_async, committed by the commit thread (with whatever else is
+  // queued), its completion posted to the loop.
   void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
                            Boundary boundary, std::string const& cgroup_path,
                            std::string const& marker_value,
                            std::function<void(Result<>)> done) override;
-  // Registry::await_durable(execution_id): the group commit of this execution's claim is on
-  // stable storage (not those other launches made since).
-  [[nodiscard]] Result<> make_durable(std::string const& execution_id) override;
-  // With a loop: `done` at once when the claim is durable already (the usual case: the fsync
-  // ran while the child was created); else Registry::when_durable(execution_id), its completion
-  // posted to the loop. Without a loop: make_durable.
+  // The group commit of this execution's claim on stable storage (not those other launches made
+  // since): `done` at once when it is durable already (the usual case: the fsync ran while the
+  // root was created); else Registry::when_durable(execution_id), its completion posted to the
+  // loop.
   void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) override;
-  [[nodiscard]] Result<> record_committed(std::string const& execution_id) override;
-  // With a loop: committed + running as one queued change (Registry::record_running_async),
-  // committed by the flush thread; the supervisor's record_phase(running) right after is then
-  // already done. Without: record_committed.
+  // Committed + running as one queued change (Registry::record_running_async), committed by the
+  // commit thread; the supervisor's record_phase(running) right after is then already done.
   void record_committed_async(std::string const& execution_id,
                               std::function<void(Result<>)> done) override;
   [[nodiscard]] Result<> record_phase(std::string const& execution_id, core::Phase phase) override;
@@ -111,13 +93,10 @@ class RegistrySink final : public OwnershipSink {
                                         core::Trigger trigger) override;
   [[nodiscard]] Result<> record_output(std::string const& execution_id, StreamId stream,
                                        core::StreamAccounting const& accounting) override;
-  // Also reports (as its error) the first refusal of a deferred write of this execution; the
-  // terminal record itself is written either way.
-  [[nodiscard]] Result<> record_terminal(std::string const& execution_id,
-                                         core::TerminalRecord const& record) override;
-  // With a loop: queued (Registry::record_terminal_async) and committed by the flush thread
-  // with the deferred writes before it; `done` runs on the loop once it is in the WAL, with the
-  // same result record_terminal would give. Without a loop: record_terminal, then `done`.
+  // Queued (Registry::record_terminal_async) and committed by the commit thread with the
+  // deferred writes before it; `done` runs on the loop once it is in the WAL. Its result also
+  // reports the first refusal of a deferred write of this execution; the terminal record itself
+  // is written either way.
   void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
                              std::function<void(Result<>)> done) override;
 
@@ -131,9 +110,6 @@ class RegistrySink final : public OwnershipSink {
   void set_solo_probe(std::function<bool()> probe) { solo_ = std::move(probe); }
 
  private:
-  [[nodiscard]] registry::WriteMode deferrable() const noexcept {
-    return loop_ != nullptr ? registry::WriteMode::deferred : registry::WriteMode::now;
-  }
   // `done` as a handler of the loop: a registry completion (called on whichever thread
   // committed) always answers through the loop, never from inside another write.
   [[nodiscard]] std::function<void(Result<>)> on_loop(std::function<void(Result<>)> done) const;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "custos/backend/backend.hpp"
 #include "custos/core/accounting.hpp"
 #include "custos/core/cancellation.hpp"
 #include "custos/core/identity.hpp"
@@ -44,8 +45,9 @@ struct LaunchRequest {
 // Which ownership boundary an execution got (part of its record): core's enum.
 using Boundary = core::Boundary;
 
-// How the manager chooses: `automatic` = cgroup when a writable subtree exists, else marker.
-enum class BoundaryPreference : std::uint8_t { automatic, cgroup, marker };
+// How the native backend chooses: `automatic` = cgroup when a writable subtree exists, else
+// marker.
+using BoundaryPreference = backend::BoundaryPreference;
 
 // Output streams (core's enum): stdout and stderr in pipe mode, `pty` in PTY mode.
 using StreamId = core::Stream;
@@ -84,6 +86,7 @@ struct ExecutionView {
   bool kernel_enforced = false;  // containment: cgroup boundary the process cannot leave
   std::int32_t pid = 0;
   std::string executable;
+  core::BackendKind backend = core::BackendKind::native;
   std::chrono::system_clock::time_point started_at{};
   std::optional<core::Trigger> trigger;  // the first accepted trigger
   core::OutputAccounting output;         // per stream of this execution's mode

@@ -1,6 +1,6 @@
-// PlanView: the effective values of an ExecutionPlan that the supervisor acts on, flattened into
-// plain fields with every default already applied. Keeping the mapping in one file means the
-// rest of the supervisor does not depend on how core lays out its plan.
+// PlanView: the effective values of an ExecutionPlan that the supervisor and backends act on,
+// flattened into plain fields with every default already applied. Keeping the mapping in one file
+// means the rest of the supervisor does not depend on how core lays out its plan.
 #pragma once
 
 #include <boost/json/value.hpp>
@@ -14,7 +14,7 @@
 #include "custos/core/plan.hpp"
 #include "custos/core/result.hpp"
 
-namespace custos::supervisor {
+namespace custos::backend {
 
 struct EnvEntryView {
   std::string name;
@@ -71,4 +71,4 @@ struct PlanView {
 [[nodiscard]] std::string const& session_of(core::ExecutionIdentity const& identity);
 [[nodiscard]] boost::json::value identity_json(core::ExecutionIdentity const& identity);
 
-}  // namespace custos::supervisor
+}  // namespace custos::backend

@@ -1,4 +1,4 @@
-#include "plan_view.hpp"
+#include "custos/backend/plan_view.hpp"
 
 #include <boost/json/value.hpp>
 
@@ -6,7 +6,7 @@
 #include "custos/core/plan_canonical.hpp"
 #include "custos/core/plan_json.hpp"
 
-namespace custos::supervisor {
+namespace custos::backend {
 
 PlanView view_plan(core::ExecutionPlan const& plan) {
   PlanView v;
@@ -63,4 +63,4 @@ Result<std::string> compute_plan_digest(core::ExecutionIdentity const& identity,
   return d->to_string();
 }
 
-}  // namespace custos::supervisor
+}  // namespace custos::backend

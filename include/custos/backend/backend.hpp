@@ -1,0 +1,251 @@
+// The backend seam: what the supervisor needs from whatever creates and holds an execution's
+// process tree. The supervisor owns the *policy* of an execution's life (lifecycle, events,
+// accounting, cancellation, escalation, the terminal record); a backend owns the *mechanism*
+// (how a root is created at a barrier, how its output and input travel, how its tree is
+// signalled, killed and confirmed empty). docs/backends.md says how to add one.
+//
+// Implementations: native (clone3 into a per-execution cgroup v2, pidfds, the /proc marker) and
+// reference (a deterministic scripted model of a process; no process at all, the conformance
+// oracle). Both are driven by the same supervisor code.
+//
+// Threading: every call below is made on the execution manager's event loop, and every
+// callback a backend makes (ExecutionPort, the done functions) is made on that loop too — never
+// from inside the call that started it unless the comment says "may complete at once".
+//
+// The life of one BackendExecution, in the order the supervisor drives it:
+//   acquire    the root exists, held at a barrier; its identity and boundary are reported
+//   (the supervisor records them durably: no target code may run before that)
+//   release    the barrier opens; the verdict says whether the target program started
+//   start      output, exit and tree notifications begin to flow into the ExecutionPort
+//   signal_tree / kill_tree / tree_state / watch_tree    teardown
+//   final_scan the last confirmation that nothing of the tree survived
+//   close      every handle is released; observations() describes what the backend saw
+// abort() may replace release() (nothing of the target ever runs); detach() may come at any
+// point (the daemon stops supervising without acting on the processes).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "custos/backend/plan_view.hpp"
+#include "custos/core/accounting.hpp"
+#include "custos/core/cancellation.hpp"
+#include "custos/core/identity.hpp"
+#include "custos/core/plan.hpp"
+#include "custos/core/result.hpp"
+#include "custos/core/terminal.hpp"
+#include "custos/sys/identity.hpp"
+
+namespace custos::backend {
+
+// How a backend that can give either boundary chooses: `automatic` = cgroup when it can write
+// one, else marker.
+enum class BoundaryPreference : std::uint8_t { automatic, cgroup, marker };
+
+// How well a backend enforces one control on this host (the descriptor's unit).
+enum class ControlFidelity : std::uint8_t {
+  hard,     // the kernel or the supervisor bounds it exactly, for the whole tree
+  sampled,  // observed periodically; a limit acts after the fact
+  none,     // not available here
+};
+
+struct Control {
+  std::string name;  // e.g. "boundary.cgroup", "resources.memory_bytes", "io.pty"
+  ControlFidelity fidelity = ControlFidelity::none;
+  std::string how;  // one line: the mechanism, or why it is missing
+};
+
+// What a backend is and what it can enforce on this host, in a canonical order (by name).
+struct Descriptor {
+  core::BackendKind kind = core::BackendKind::native;
+  bool available = false;
+  std::string unavailable_reason;  // set when !available
+  std::vector<Control> controls;   // sorted by name, names unique
+
+  [[nodiscard]] Control const* find(std::string_view name) const noexcept;
+};
+
+// The answer of admission: a plan this backend can run, or every control it lacks.
+struct Admission {
+  bool admitted = true;
+  std::vector<std::string> missing;  // control names, sorted; empty when admitted
+  std::string detail;                // why, for the error message
+};
+
+// Credentials of the root: the caller's unless the plan names a user.
+struct RunAs {
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  bool explicit_user = false;         // the plan named a user
+  std::vector<std::uint32_t> groups;  // supplementary groups (plan user only)
+};
+
+// Everything a backend needs to create one execution's root: one value instead of argument
+// lists repeated through every launch step.
+struct LaunchContext {
+  std::string execution_id;
+  core::ExecutionPlan const* plan = nullptr;  // the validated plan (outlives the execution)
+  PlanView const* view = nullptr;             // its effective values
+  // The environment, resolved: literal entries and inherited ones (from the daemon's snapshot),
+  // in plan order, without any backend-private entry (a backend adds its own, e.g. the marker).
+  std::vector<std::string> env;
+  RunAs run_as;
+  std::size_t live_executions = 0;  // executions live before this one (concurrency)
+};
+
+// The root exists and waits at its barrier: what the supervisor records as staged ownership.
+struct Acquired {
+  std::int32_t pid = 0;           // 0 for a backend without a host process (reference)
+  sys::PidfsIdentity identity{};  // the positive process authority (zero for reference)
+  core::Boundary boundary = core::Boundary::marker;
+  bool kernel_enforced = false;  // the tree cannot leave its boundary
+  std::string cgroup_path;       // absolute, empty without a cgroup
+  std::string cgroup_rel;        // below the cgroup2 mount, as /proc/PID/cgroup shows it
+  std::string marker_value;      // empty without a marker
+  // Limits the kernel enforces for the whole tree from birth (a cgroup controller).
+  bool memory_hard = false;
+  bool pids_hard = false;
+};
+
+// The result of a step that may fail before the target program runs: the failure names its
+// step (SpawnFailure::code), never a message to parse.
+template <class T>
+using Step = std::variant<T, core::SpawnFailure>;
+
+// Whether a backend can still tell that the tree is empty.
+enum class TreeState : std::uint8_t {
+  empty,      // seen empty (a cgroup's populated=0, a model with nothing alive)
+  populated,  // something is still there, or the state could not be read
+  unknown,    // this boundary cannot tell before the final scan (the marker)
+};
+
+// What the final confirmation found.
+struct FinalScan {
+  std::vector<std::string> unconfirmed;  // every reason the cleanup cannot be confirmed
+  std::uint32_t signalled = 0;           // processes the final sweep had to kill
+  std::optional<std::uint64_t> cpu_ms;   // whole-tree CPU, exact, where the backend knows it
+};
+
+// One sample of the tree's resources; nullopt where this backend cannot say.
+struct Usage {
+  std::optional<std::uint64_t> cpu_ms;
+  std::optional<std::uint64_t> rss_bytes;
+  std::optional<std::uint64_t> processes;
+  std::optional<std::uint64_t> open_fds;
+};
+
+// What writing stdin did.
+struct InputWrite {
+  std::size_t written = 0;
+  bool would_block = false;  // wait with await_input_writable
+  bool closed = false;       // the reader is gone (EPIPE, EIO): the input is over
+};
+
+// The execution side of the seam: implemented by the supervisor, called by the backend.
+class ExecutionPort {
+ public:
+  virtual ~ExecutionPort() = default;
+  // Bytes the tree wrote on `stream`, in order. The backend has bounded each call to the
+  // plan's chunk size.
+  virtual void on_output(core::Stream stream, std::span<std::uint8_t const> bytes) = 0;
+  // The stream ended (EOF). `complete` false: it ended on a read failure, so bytes may be lost.
+  virtual void on_stream_end(core::Stream stream, bool complete) = 0;
+  // The root ended. nullopt: it ended but its status could not be read.
+  virtual void on_root_exit(std::optional<core::ExitStatus> status) = 0;
+  // The tree may have changed (emptied) while a watch_tree() was active.
+  virtual void on_tree_change() = 0;
+  // The input channel became writable again after InputWrite::would_block.
+  virtual void on_input_writable() = 0;
+  // Every asynchronous operation a backend starts for an execution is counted here (begun
+  // before it is started, ended when its completion ran): the execution closes only once all of
+  // them ended.
+  virtual void task_begun() = 0;
+  virtual void task_ended() = 0;
+};
+
+class BackendExecution {
+ public:
+  virtual ~BackendExecution() = default;
+
+  // Creates the root held at its barrier. `done` may complete at once.
+  virtual void acquire(LaunchContext const& ctx, std::function<void(Step<Acquired>)> done) = 0;
+  // Opens the barrier once the staged ownership is durable; `done` gets the verdict: the
+  // target started (monostate), or the step that failed (the root is gone, reaped).
+  virtual void release(std::function<void(Step<std::monostate>)> done) = 0;
+  // Drops a root still held at its barrier: nothing of the target runs. Idempotent.
+  virtual void abort() = 0;
+  // The target runs: output, exit and tree notifications start flowing into `port`, which
+  // outlives this object.
+  virtual void start(ExecutionPort& port) = 0;
+
+  // Input. write_input never blocks; on would_block, await_input_writable arms one wake-up.
+  [[nodiscard]] virtual bool has_input() const noexcept = 0;
+  [[nodiscard]] virtual InputWrite write_input(std::span<std::uint8_t const> bytes) = 0;
+  virtual void await_input_writable() = 0;
+  // Ends the input (eof: the program reads end-of-file). Idempotent.
+  virtual void close_input(bool eof) = 0;
+  // exec_not_pty / sys errors; the execution is unaffected by a refusal.
+  [[nodiscard]] virtual Result<> resize(std::uint16_t rows, std::uint16_t cols) = 0;
+
+  // Sends `sig` to the root and every process of the tree, once. Returns how many got it.
+  [[nodiscard]] virtual std::uint32_t signal_tree(int sig) = 0;
+  // Kills the whole tree (SIGKILL, cgroup.kill, the marker sweep). Returns how many were hit
+  // (at least 1 when anything was there).
+  [[nodiscard]] virtual std::uint32_t kill_tree() = 0;
+  [[nodiscard]] virtual TreeState tree_state() const = 0;
+  // True once the root is known to have ended.
+  [[nodiscard]] virtual bool root_gone() const noexcept = 0;
+  // While watched, a change of the tree calls ExecutionPort::on_tree_change. Returns false when
+  // no notification is available (the supervisor then polls tree_state).
+  virtual bool watch_tree() = 0;
+  virtual void unwatch_tree() = 0;
+  // The final confirmation (a last sweep, orphans, the cgroup re-read). Asynchronous: counts
+  // as a task of the port, `done` on the loop.
+  virtual void final_scan(std::function<void(FinalScan)> done) = 0;
+
+  [[nodiscard]] virtual Usage sample() = 0;
+  // The growth of the disk the execution may write, measured off the loop; nullopt: unknown.
+  // Returns false when no measurement was started.
+  virtual bool measure_disk(std::function<void(std::optional<std::uint64_t>)> done) = 0;
+
+  // Stops reading every stream still open (a process outside the tree holds its write end past
+  // the bound): returns those streams, whose output is therefore incomplete.
+  [[nodiscard]] virtual std::vector<core::Stream> close_streams() = 0;
+  // Every handle is released (after the final scan): the boundary is removed where empty.
+  virtual void close() = 0;
+  // Stops observing without acting on anything; no callback follows.
+  virtual void detach() = 0;
+
+  // Facts the backend observed, bound into the terminal record ("backend observations").
+  [[nodiscard]] virtual core::Observations observations() const = 0;
+};
+
+// One kind of backend on this host: shared by all of its executions.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  [[nodiscard]] virtual core::BackendKind kind() const noexcept = 0;
+  [[nodiscard]] virtual Descriptor descriptor() const = 0;
+  // Before any claim is consumed: can this backend run `plan` here? No effect.
+  [[nodiscard]] virtual Admission admit(core::ExecutionPlan const& plan) const = 0;
+  // The per-execution side (nothing is created until acquire).
+  [[nodiscard]] virtual std::shared_ptr<BackendExecution> create(std::string execution_id) = 0;
+  // Host-wide upkeep the manager asks for: is `pid` the live root of one of this backend's
+  // executions (orphan reaping must leave it to the execution), and which execution's boundary
+  // holds `pid` (orphan attribution).
+  [[nodiscard]] virtual bool is_root(std::int32_t pid) const { return (void)pid, false; }
+  [[nodiscard]] virtual std::optional<std::string> owner_of(std::int32_t pid) const {
+    return (void)pid, std::nullopt;
+  }
+};
+
+}  // namespace custos::backend

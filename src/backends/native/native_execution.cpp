@@ -1,0 +1,849 @@
+#include "native_execution.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <fcntl.h>
+#include <filesystem>
+#include <signal.h>
+#include <unistd.h>
+#include <utility>
+
+#include "custos/sys/openat2.hpp"
+#include "custos/sys/rlimits.hpp"
+#include "custos/sys/sampler.hpp"
+
+namespace custos::backend {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kExitRetry{10};
+// How long unattributed orphans may take to finish dying before they count as survivors.
+constexpr milliseconds kOrphanSettle{200};
+// Reads per readiness wake-up before yielding to other executions on the loop.
+constexpr int kReadsPerWake = 16;
+// Pipe size for a stream once it fills whole chunks (the default pipe-max-size for non-root).
+constexpr int kBusyPipeBytes = 1 << 20;
+constexpr ssize_t kBusyReadBytes = 32 * 1024;
+
+// sys spawn errors name their step in the context ("step=<name>"); the failure keeps the name.
+std::string step_of(Error const& e, std::string_view fallback) {
+  auto pos = e.context.find("step=");
+  if (pos == std::string::npos) return std::string{fallback};
+  auto end = e.context.find_first_of(" ,;:)", pos + 5);
+  return e.context.substr(pos + 5, end == std::string::npos ? std::string::npos : end - pos - 5);
+}
+
+core::SpawnFailure failure(std::string step, Error const& e) {
+  return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
+}
+
+// Our ends of the stdio streams are read and written with plain read(2)/write(2), which must
+// never block the loop. Set through asio (one FIONBIO ioctl) rather than fcntl: asio then knows
+// the descriptor is non-blocking and does not issue its own ioctl at the first wait.
+void set_nonblocking(asio::posix::stream_descriptor& sd) {
+  boost::system::error_code ec;
+  (void)sd.non_blocking(true, ec);  // a failure leaves it to asio's own attempt at its first wait
+}
+
+// The 0:: entry of /proc/<pid>/cgroup, read by pid; used only as a re-check after a pidfd was
+// opened for a pid listed in cgroup.procs (the pidfd pins the process, so a match after the
+// open means the pidfd names a member).
+std::optional<std::string> cgroup_of(std::int32_t pid) {
+  auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
+  if (!dir) return std::nullopt;
+  auto text = sys::read_file_at(*dir, "cgroup");
+  if (!text) return std::nullopt;
+  auto own = sys::parse_own_cgroup(*text);
+  if (!own) return std::nullopt;
+  return *own;
+}
+
+// usage_usec of the cgroup's cpu.stat (it includes exited members).
+std::optional<std::uint64_t> cgroup_cpu_usec(sys::CgroupDir const& cg) {
+  auto text = sys::read_shown_file_at(cg.fd(), "cpu.stat");
+  if (!text) return std::nullopt;
+  std::string_view rest = *text;
+  constexpr std::string_view kKey = "usage_usec ";
+  if (!rest.starts_with(kKey)) {
+    auto const at = rest.find("\nusage_usec ");
+    if (at == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(at + 1);
+  }
+  rest.remove_prefix(kKey.size());
+  std::uint64_t v = 0;
+  auto const [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+  if (ec != std::errc{} || end == rest.data()) return std::nullopt;
+  return v;
+}
+
+std::optional<std::uint64_t> measured(sys::Measured const& m) {
+  if (m.fidelity == sys::Fidelity::unavailable) return std::nullopt;
+  return m.value;
+}
+
+}  // namespace
+
+struct NativeExecution::Launching {
+  Launching(sys::StagedChild child, asio::io_context& io) : staged(std::move(child)), timer(io) {}
+  sys::StagedChild staged;
+  sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
+  std::optional<sys::Pty> pty;
+  std::function<void(Step<std::monostate>)> done;
+  std::optional<asio::posix::stream_descriptor> channel;
+  asio::steady_timer timer;
+  bool timed_out = false;
+};
+
+NativeExecution::NativeExecution(NativeBackend& host, std::string execution_id)
+    : host_(&host),
+      host_alive_(host.alive_),
+      io_(host.io_),
+      id_(std::move(execution_id)),
+      exit_retry_timer_(io_) {
+  readers_.reserve(2);
+}
+
+NativeExecution::~NativeExecution() {
+  // A completion still queued on the loop may hold the last reference after the backend is gone.
+  if (!host_alive()) return;
+  detach();
+  if (!cgroup_rel_.empty()) host_->forget_cgroup(cgroup_rel_);
+}
+
+// ------------------------------------------------------------------------------ launch
+
+std::vector<std::string> NativeExecution::build_env(LaunchContext const& ctx) const {
+  std::vector<std::string> env;
+  env.reserve(ctx.env.size() + 1);
+  std::string const prefix = std::string{sys::Marker::env_name()} + "=";
+  for (auto const& e : ctx.env) {
+    if (e.starts_with(prefix)) continue;  // the marker is the backend's, always
+    env.push_back(e);
+  }
+  env.push_back(marker_->env_entry());
+  return env;
+}
+
+void NativeExecution::acquire(LaunchContext const& ctx, std::function<void(Step<Acquired>)> done) {
+  done(stage(ctx));
+}
+
+Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
+  PlanView const& plan = *ctx.view;
+  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
+  pty_mode_ = plan.pty;
+
+  auto marker = sys::Marker::generate();
+  if (!marker) return failure("marker", marker.error());
+  marker_ = *marker;
+
+  std::optional<sys::SpawnCredentials> creds;
+  if (ctx.run_as.uid != ::geteuid() || ctx.run_as.gid != ::getegid() || ctx.run_as.explicit_user) {
+    sys::SpawnCredentials c;
+    c.uid = ctx.run_as.uid;
+    c.gid = ctx.run_as.gid;
+    // Without a plan user the caller's supplementary groups are unknown (SO_PEERCRED has only
+    // uid/gid), so they are cleared rather than inheriting the daemon's.
+    c.groups = ctx.run_as.groups;
+    creds = std::move(c);
+  }
+
+  auto ws = sys::open_directory(plan.workspace_root);
+  if (!ws) return failure("workspace", ws.error());
+  workspace_fd_ = std::move(*ws);
+  if (plan.disk_bytes) {
+    // Disk growth is measured against the workspace as it was before the child ran.
+    if (auto d = sys::walk_disk_usage(workspace_fd_, host_->config_.disk_walk_max_entries)) {
+      disk_baseline_ = d->bytes;
+    }
+  }
+
+  Acquired acq;
+  boundary_ = core::Boundary::marker;
+  if (host_->boundary() == core::Boundary::cgroup) {
+    auto cg = sys::CgroupDir::create(*host_->subtree_, id_);
+    if (cg) {
+      cgroup_ = std::move(*cg);
+      boundary_ = core::Boundary::cgroup;
+      auto const& mount = host_->cgroup_mount_;
+      if (cgroup_->path().size() > mount.size() &&
+          cgroup_->path().compare(0, mount.size(), mount) == 0) {
+        cgroup_rel_ = cgroup_->path().substr(mount.size());
+      }
+      // Kernel limits where this host has the controllers; elsewhere the sampler enforces them
+      // (fidelity sampled) — sys.unsupported here is expected, not an error.
+      if (plan.memory_bytes)
+        acq.memory_hard = cgroup_->set_memory_max(*plan.memory_bytes).has_value();
+      if (plan.processes) acq.pids_hard = cgroup_->set_pids_max(*plan.processes).has_value();
+    } else if (host_->config_.boundary == BoundaryPreference::cgroup) {
+      return failure("cgroup", cg.error());
+    }
+  }
+  kernel_enforced_ =
+      boundary_ == core::Boundary::cgroup && (ctx.run_as.uid != 0 || host_->config_.nsdelegate);
+
+  // stdio: three pipes, or one terminal.
+  sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
+  std::optional<sys::Pty> pty;
+  if (plan.pty) {
+    auto p = sys::Pty::open(plan.rows, plan.cols);
+    if (!p) return failure("pty", p.error());
+    pty = std::move(*p);
+  } else {
+    auto in = sys::make_pipe();
+    if (!in) return failure("pipe", in.error());
+    auto out = sys::make_pipe();
+    if (!out) return failure("pipe", out.error());
+    auto err = sys::make_pipe();
+    if (!err) return failure("pipe", err.error());
+    child_in = std::move(in->first);
+    our_in = std::move(in->second);
+    our_out = std::move(out->first);
+    child_out = std::move(out->second);
+    our_err = std::move(err->first);
+    child_err = std::move(err->second);
+  }
+
+  sys::SpawnSpec spec;
+  spec.executable = plan.executable;
+  spec.argv = plan.argv;
+  spec.envp = build_env(ctx);
+  if (pty) {
+    spec.pty_slave_fd = pty->slave().get();
+    spec.controlling_tty = true;
+  } else {
+    spec.stdin_fd = child_in.get();
+    spec.stdout_fd = child_out.get();
+    spec.stderr_fd = child_err.get();
+  }
+  spec.workspace_root_fd = workspace_fd_.get();
+  spec.cwd = plan.cwd;
+  if (plan.open_files) {
+    spec.rlimits.push_back(sys::Rlimit{RLIMIT_NOFILE, *plan.open_files, *plan.open_files});
+  }
+  if (cgroup_) {
+    spec.cgroup_fd = cgroup_->fd().get();
+    spec.new_cgroup_namespace = true;
+  }
+  spec.credentials = std::move(creds);
+  spec.new_session = true;
+  // One wait on the child (in release) instead of two: the child sets itself up while the staged
+  // ownership is recorded. The barrier still holds the target until release, so the record
+  // precedes any of its code; a setup failure (credentials, limits, tty) becomes spawn_failed
+  // with its step from the verdict, as an execve failure does, after the staged record.
+  spec.wait_for_setup = false;
+
+  auto staged = sys::spawn_staged(spec);
+  if (!staged) {
+    if (cgroup_) (void)cgroup_->remove();
+    return failure(step_of(staged.error(), "clone3"), staged.error());
+  }
+  root_pid_ = staged->pid();
+  root_start_ticks_ = staged->identity().start_time_ticks;
+  acq.pid = root_pid_;
+  acq.identity = staged->identity();
+  acq.boundary = boundary_;
+  acq.kernel_enforced = kernel_enforced_;
+  acq.cgroup_path = cgroup_ ? cgroup_->path() : std::string{};
+  acq.cgroup_rel = cgroup_rel_;
+  acq.marker_value = marker_->env_value();
+
+  launching_ = std::make_unique<Launching>(std::move(*staged), io_);
+  launching_->child_in = std::move(child_in);
+  launching_->child_out = std::move(child_out);
+  launching_->child_err = std::move(child_err);
+  launching_->our_in = std::move(our_in);
+  launching_->our_out = std::move(our_out);
+  launching_->our_err = std::move(our_err);
+  launching_->pty = std::move(pty);
+  // Staged: the root and its cgroup are this execution's from now on (orphan reaping leaves the
+  // root to the launch, and attributes what dies in the cgroup here).
+  host_->note_root(root_pid_, this);
+  if (!cgroup_rel_.empty()) host_->note_cgroup(cgroup_rel_, id_);
+  return acq;
+}
+
+void NativeExecution::release(std::function<void(Step<std::monostate>)> done) {
+  Launching& l = *launching_;
+  l.done = std::move(done);
+  auto fail = [this](core::SpawnFailure f) {
+    auto d = std::move(launching_->done);
+    abort();
+    d(std::move(f));
+  };
+  // The watch first: until the go byte is sent, a failure here still kills a child that ran
+  // nothing of the target.
+  auto watch = l.staged.watch_channel();
+  if (!watch) return fail(failure("barrier", watch.error()));
+  try {
+    l.channel.emplace(io_, watch->get());
+    (void)watch->release();  // the descriptor object owns it now
+  } catch (std::exception const& ex) {
+    return fail(failure("barrier",
+                        Error(Errc::sys_error, std::string{"watching the child: "} + ex.what())));
+  }
+  l.staged.send_go();
+  // A child that neither execs nor reports within the spawn bound is killed (dropping the
+  // StagedChild) and the launch is spawn_failed.
+  l.timer.expires_after(l.staged.timeout());
+  l.timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->detached_ || !self->launching_ || !self->launching_->channel) return;
+    self->launching_->timed_out = true;
+    self->launching_->channel->cancel();
+  });
+  await_verdict();
+}
+
+void NativeExecution::await_verdict() {
+  launching_->channel->async_wait(asio::posix::descriptor_base::wait_read,
+                                  [self = shared_from_this()](boost::system::error_code) {
+                                    if (self->detached_ || !self->launching_) return;
+                                    self->on_verdict();
+                                  });
+}
+
+void NativeExecution::on_verdict() {
+  Launching& l = *launching_;
+  auto verdict = l.staged.poll_verdict();
+  if (verdict && !*verdict) {
+    // The "ready" report only, or nothing yet: wait on, unless the bound has passed.
+    if (!l.timed_out) return await_verdict();
+    return finish_release(Error(
+        Errc::spawn_failed, "step=execve: the child did not finish its setup in time", ETIMEDOUT));
+  }
+  // The channel could not be read: the child is killed and reaped (dropping the StagedChild)
+  // before the failure is reported, so the cleanup it reports is true.
+  if (!verdict) return finish_release(verdict.error());
+  l.timer.cancel();
+  l.channel.reset();
+  finish_release(std::move(l.staged).finish());
+}
+
+void NativeExecution::finish_release(Result<sys::RunningChild> running) {
+  // The launch's descriptors close when this returns (ours of the child's ends must go, or EOF
+  // would never come).
+  std::unique_ptr<Launching> const l = std::move(launching_);
+  auto done = std::move(l->done);
+  if (!running) {
+    host_->forget_root(root_pid_, this);
+    root_reaped_ = true;
+    if (cgroup_) (void)cgroup_->remove();
+    return done(failure(step_of(running.error(), "execve"), running.error()));
+  }
+  root_ = std::move(*running).take_pidfd();
+  sys::UniqueFd our_in = std::move(l->our_in);
+  sys::UniqueFd our_out = std::move(l->our_out);
+  sys::UniqueFd our_err = std::move(l->our_err);
+  l->child_in.reset();
+  l->child_out.reset();
+  l->child_err.reset();
+  if (l->pty) {
+    auto master_read = l->pty->master().dup();
+    auto master_write = l->pty->master().dup();
+    if (master_read && master_write) {
+      our_out = std::move(*master_read);
+      our_in = std::move(*master_write);
+    }
+    pty_ = std::move(l->pty);
+    pty_->close_slave();
+  }
+  if (our_out.valid()) {
+    readers_.push_back(Reader{});
+    readers_.back().stream = pty_mode_ ? core::Stream::pty : core::Stream::stdout_stream;
+    set_nonblocking(readers_.back().sd.emplace(io_, our_out.release()));
+  }
+  if (our_err.valid()) {
+    readers_.push_back(Reader{});
+    readers_.back().stream = core::Stream::stderr_stream;
+    set_nonblocking(readers_.back().sd.emplace(io_, our_err.release()));
+  }
+  if (our_in.valid()) set_nonblocking(input_.emplace(io_, our_in.release()));
+  done(std::monostate{});
+}
+
+void NativeExecution::abort() {
+  if (!launching_) return;
+  launching_.reset();  // kills the child still at its barrier and reaps it
+  host_->forget_root(root_pid_, this);
+  root_reaped_ = true;
+  if (cgroup_) (void)cgroup_->remove();
+}
+
+void NativeExecution::start(ExecutionPort& port) {
+  port_ = &port;
+  for (std::size_t i = 0; i < readers_.size(); ++i) arm_reader(i);
+  if (root_) {
+    if (auto dup = root_->fd().dup()) {
+      exit_sd_.emplace(io_, dup->release());
+      arm_exit_observer();
+    }
+    // Without readiness the exit is still found by the teardown's polling (root_gone).
+  }
+}
+
+// ------------------------------------------------------------------------------ output
+
+void NativeExecution::arm_reader(std::size_t i) {
+  Reader& r = readers_[i];
+  if (!r.sd || r.waiting || !live()) return;
+  r.waiting = true;
+  port_->task_begun();
+  r.sd->async_wait(asio::posix::descriptor_base::wait_read,
+                   [self = shared_from_this(), i](boost::system::error_code ec) {
+                     self->readers_[i].waiting = false;
+                     if (!self->live()) return;
+                     if (!ec) self->on_readable(i);
+                     self->port_->task_ended();
+                   });
+}
+
+void NativeExecution::on_readable(std::size_t i) {
+  Reader& r = readers_[i];
+  if (!r.sd) return;
+  auto& buf = host_->scratch_;
+  // One shared buffer for every execution (single loop thread): an idle execution owns none.
+  if (buf.size() < chunk_bytes_) buf.resize(chunk_bytes_);
+  int const fd = r.sd->native_handle();
+  for (int k = 0; k < kReadsPerWake; ++k) {
+    ssize_t const n = ::read(fd, buf.data(), chunk_bytes_);
+    if (n >= kBusyReadBytes && !r.pipe_grown) {
+      // A stream that delivers half a default pipe per read is busy: a larger pipe lets the
+      // writer run ahead while we spool, and each wake-up then drains up to kReadsPerWake
+      // chunks. Done only once data flows, so an idle execution keeps the default pipe. A PTY
+      // or a refusal (pipe-max-size, the user's pipe quota) keeps its size.
+      r.pipe_grown = true;
+      if (r.stream != core::Stream::pty) (void)::fcntl(fd, F_SETPIPE_SZ, kBusyPipeBytes);
+    }
+    if (n > 0) {
+      port_->on_output(r.stream,
+                       std::span<std::uint8_t const>(buf.data(), static_cast<std::size_t>(n)));
+      if (!r.sd || !live()) return;  // closed meanwhile (close_streams)
+      continue;
+    }
+    if (n == 0) return end_reader(i, true);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) break;
+    // EIO on a PTY master: every slave end is closed, which is the terminal's EOF. Anything else
+    // is a read failure: what was not read is lost, so the stream cannot be complete.
+    return end_reader(i, errno == EIO && r.stream == core::Stream::pty);
+  }
+  arm_reader(i);
+}
+
+void NativeExecution::end_reader(std::size_t i, bool complete) {
+  Reader& r = readers_[i];
+  r.sd.reset();
+  port_->on_stream_end(r.stream, complete);
+}
+
+std::vector<core::Stream> NativeExecution::close_streams() {
+  std::vector<core::Stream> open;
+  for (auto& r : readers_) {
+    if (!r.sd) continue;
+    open.push_back(r.stream);
+    r.sd.reset();  // cancels its wait
+  }
+  return open;
+}
+
+// ------------------------------------------------------------------------------ input
+
+InputWrite NativeExecution::write_input(std::span<std::uint8_t const> bytes) {
+  InputWrite w;
+  if (!input_) {
+    w.closed = true;
+    return w;
+  }
+  int const fd = input_->native_handle();
+  while (w.written < bytes.size()) {
+    ssize_t const n = ::write(fd, bytes.data() + w.written, bytes.size() - w.written);
+    if (n > 0) {
+      w.written += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      w.would_block = true;
+      return w;
+    }
+    w.closed = true;  // EPIPE (SIGPIPE is ignored by the daemon), EIO
+    return w;
+  }
+  return w;
+}
+
+void NativeExecution::await_input_writable() {
+  if (!input_ || input_waiting_ || !live()) return;
+  // Non-blocking: a terminal or pipe nobody reads only leaves this wait pending, and teardown
+  // cancels it (close_input), so it can never hold the close.
+  input_waiting_ = true;
+  port_->task_begun();
+  input_->async_wait(asio::posix::descriptor_base::wait_write,
+                     [self = shared_from_this()](boost::system::error_code ec) {
+                       self->input_waiting_ = false;
+                       if (!self->live()) return;
+                       if (!ec) self->port_->on_input_writable();
+                       self->port_->task_ended();
+                     });
+}
+
+void NativeExecution::close_input(bool eof) {
+  if (!input_) return;
+  if (eof && pty_mode_) {
+    // A terminal has no write-end close: EOF is the VEOF character (^D), which the line
+    // discipline turns into a zero-length read in canonical mode.
+    std::uint8_t const veof = 0x04;
+    (void)::write(input_->native_handle(), &veof, 1);
+  }
+  input_.reset();  // cancels a pending write wait
+}
+
+Result<> NativeExecution::resize(std::uint16_t rows, std::uint16_t cols) {
+  if (!pty_) return Error(Errc::exec_not_running, id_);
+  return pty_->resize(rows, cols);
+}
+
+// ------------------------------------------------------------------------------ exit
+
+void NativeExecution::arm_exit_observer() {
+  if (!exit_sd_ || !live()) return;
+  port_->task_begun();
+  exit_sd_->async_wait(asio::posix::descriptor_base::wait_read,
+                       [self = shared_from_this()](boost::system::error_code ec) {
+                         if (!self->live()) return;
+                         if (!ec) self->on_exit_ready();
+                         self->port_->task_ended();
+                       });
+}
+
+void NativeExecution::on_exit_ready() {
+  if (root_reaped_ || !root_) return;
+  auto st = root_->try_wait();
+  std::optional<core::ExitStatus> status;
+  if (st && *st) {
+    status = core::ExitStatus{(*st)->code, (*st)->signal};
+  } else if (st) {
+    // Ready but not waitable: the root exited while another process ptraces it, and the kernel
+    // reports it to the tracer first. Look again shortly instead of spinning on readiness.
+    port_->task_begun();
+    exit_retry_timer_.expires_after(kExitRetry);
+    exit_retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!self->live()) return;
+      if (!ec) self->on_exit_ready();
+      self->port_->task_ended();
+    });
+    return;
+  } else if (auto info = root_->get_exit_info(); info && *info) {
+    // Someone else reaped it (orphan reaping skips our roots); the kernel still tells how.
+    status = core::ExitStatus{(*info)->code, (*info)->signal};
+  }
+  exit_sd_.reset();
+  root_reaped_ = true;
+  host_->forget_root(root_pid_, this);
+  port_->on_root_exit(status);
+}
+
+bool NativeExecution::is_root_pid(std::int32_t pid) const noexcept {
+  // While a launch awaits its verdict the child is the StagedChild's to reap.
+  return pid == root_pid_ && !root_reaped_ && (root_.has_value() || launching_ != nullptr);
+}
+
+bool NativeExecution::root_gone() const noexcept {
+  return root_reaped_ || !root_ || !root_->alive();
+}
+
+// ------------------------------------------------------------------------------ teardown
+
+std::uint32_t NativeExecution::signal_tree(int sig) {
+  std::uint32_t n = 0;
+  if (root_ && !root_reaped_) {
+    if (auto d = root_->send_signal(sig); d && *d) ++n;
+  }
+  if (cgroup_) {
+    if (auto procs = cgroup_->procs()) {
+      for (auto pid : procs.value()) {
+        if (pid == root_pid_) continue;
+        auto fd = sys::Pidfd::open(pid);
+        if (!fd) continue;  // exited meanwhile
+        // Re-check membership after the pidfd pins the process: the pid read from cgroup.procs
+        // could have been recycled by a process outside the tree in between.
+        if (cgroup_rel_.empty() || cgroup_of(pid) != cgroup_rel_) continue;
+        if (auto d = fd.value().send_signal(sig); d && *d) ++n;
+      }
+    }
+  } else if (marker_) {
+    // A graceful signal does not end processes: one pass, no re-signalling.
+    if (auto r = sys::marker_sweep(*marker_, sweep_options(sig, 1))) n += r->signalled;
+  }
+  return n;
+}
+
+std::uint32_t NativeExecution::kill_tree() {
+  bool something = false;
+  if (root_ && !root_reaped_) {
+    if (auto d = root_->send_signal(SIGKILL); d && *d) something = true;
+  }
+  if (cgroup_ && tree_state() != TreeState::empty) {
+    something = true;
+    (void)cgroup_->kill();
+  }
+  std::uint32_t swept = 0;
+  if (boundary_ == core::Boundary::marker && marker_) {
+    auto o = sweep_options(SIGKILL, host_->config_.marker_sweep_rounds);
+    if (auto r = sys::marker_sweep(*marker_, o)) swept = r->signalled;
+  }
+  return swept + (something ? 1U : 0U);
+}
+
+TreeState NativeExecution::tree_state() const {
+  if (!cgroup_) return TreeState::unknown;  // marker boundary: only the final sweep can tell
+  auto p = cgroup_->populated();
+  // Unreadable counts as populated: never claim empty without seeing it.
+  return p && !*p ? TreeState::empty : TreeState::populated;
+}
+
+bool NativeExecution::watch_tree() {
+  if (!cgroup_ || !live()) return false;
+  if (events_wd_ < 0) events_wd_ = host_->watch_events(cgroup_->path() + "/cgroup.events", this);
+  return events_wd_ >= 0;
+}
+
+void NativeExecution::unwatch_tree() {
+  if (events_wd_ < 0) return;
+  host_->unwatch_events(events_wd_);
+  events_wd_ = -1;
+}
+
+void NativeExecution::on_events_changed() {
+  if (live() && events_wd_ >= 0) port_->on_tree_change();
+}
+
+sys::MarkerSweepOptions NativeExecution::sweep_options(int sig, std::uint32_t rounds) const {
+  sys::MarkerSweepOptions o;
+  o.signal = sig;
+  o.max_rounds = rounds;
+  // Nothing that started before the root can descend from it: skipped before being read.
+  if (root_start_ticks_ > 0) o.not_before_ticks = root_start_ticks_;
+  return o;
+}
+
+void NativeExecution::collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const {
+  // Children of this process (the subreaper) that no live execution owns as its root: with the
+  // marker boundary they may be descendants of this execution that scrubbed their marker. They
+  // cannot be attributed, so they are not signalled — but the cleanup cannot be confirmed.
+  looked = false;
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/task", ec);
+  if (ec) return;  // cannot look: cannot confirm
+  looked = true;
+  for (auto const& t : it) {
+    auto dir = sys::open_dir_path(t.path().string());
+    if (!dir) continue;
+    auto children = sys::read_file_at(*dir, "children");
+    if (!children) continue;
+    std::string_view rest = *children;
+    while (!rest.empty()) {
+      auto sp = rest.find(' ');
+      auto tok = rest.substr(0, sp);
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+      std::int32_t pid = 0;
+      if (std::from_chars(tok.data(), tok.data() + tok.size(), pid).ec != std::errc{} || pid <= 0) {
+        continue;
+      }
+      if (host_->is_root(pid)) continue;
+      // Inside another execution's cgroup: that execution's, not an escapee of this one.
+      if (host_->owner_of(pid)) continue;
+      // A zombie or an exiting process reads as not alive through its pidfd.
+      if (auto fd = sys::Pidfd::open(pid); fd && fd->alive()) out.push_back(std::move(*fd));
+    }
+  }
+}
+
+void NativeExecution::final_scan(std::function<void(FinalScan)> done) {
+  // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
+  // left the cgroup (root without nsdelegate) but kept its environment. It reads every process
+  // that started after the root (older ones are skipped by start time before any environ read),
+  // a fraction of a millisecond per /proc pass: on the worker thread, through the backend's
+  // MarkerSweeper, so teardowns ending at the same time share their passes.
+  auto orphans = std::make_shared<std::vector<sys::Pidfd>>();
+  bool looked = true;
+  bool const check_orphans = boundary_ == core::Boundary::marker;
+  if (check_orphans) collect_orphan_candidates(*orphans, looked);
+  port_->task_begun();
+  // Runs on the worker (or inline, below) with the sweep's result (none without a marker).
+  auto finish = [self = shared_from_this(), orphans, looked, check_orphans, done = std::move(done)](
+                    std::optional<Result<sys::MarkerSweepResult>> sweep) mutable {
+    bool orphans_alive = false;
+    if (check_orphans) {
+      // Processes still in the middle of dying from the kill get a short bounded moment.
+      auto const until = Clock::now() + kOrphanSettle;
+      while (!orphans->empty()) {
+        std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
+        if (orphans->empty() || Clock::now() >= until) break;
+        ::usleep(2000);  // the worker's own time: the loop is not blocked
+      }
+      orphans_alive = !looked || !orphans->empty();
+    }
+    auto s = std::make_shared<std::optional<Result<sys::MarkerSweepResult>>>(std::move(sweep));
+    asio::post(self->io_, [self, s, orphans_alive, done = std::move(done)]() mutable {
+      if (!self->live()) return;
+      FinalScan scan;
+      if (*s) {
+        auto const& sw = **s;
+        if (!sw) {
+          scan.unconfirmed.push_back("marker sweep failed: " + sw.error().message());
+        } else {
+          auto const& swr = sw.value();  // not operator->: GCC 12 -O2 warning
+          if (!swr.confirmed) {
+            std::string pids;
+            for (auto pid : swr.unreadable_pids) pids += " " + std::to_string(pid);
+            scan.unconfirmed.push_back(
+                "marker sweep unconfirmed: " + std::to_string(swr.remaining) + " marked left, " +
+                std::to_string(swr.unreadable) + " unreadable" +
+                (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
+          }
+          scan.signalled = swr.signalled;
+          self->final_signalled_ += swr.signalled;
+        }
+      }
+      if (self->cgroup_) {
+        // Only cpu.stat: the full stats() would read six more files here for nothing.
+        if (auto usec = cgroup_cpu_usec(*self->cgroup_)) scan.cpu_ms = *usec / 1000;
+        if (self->tree_state() != TreeState::empty)
+          scan.unconfirmed.push_back("cgroup still populated after kill_after_ms");
+      }
+      if (!self->root_gone())
+        scan.unconfirmed.push_back("root process still alive after kill_after_ms");
+      if (orphans_alive) {
+        scan.unconfirmed.push_back(
+            "unattributed live orphans reparented to the daemon (a process may have dropped its "
+            "marker)");
+      }
+      done(std::move(scan));
+      self->port_->task_ended();
+    });
+  };
+  if (!marker_) {
+    asio::post(host_->workers_, [finish = std::move(finish)]() mutable { finish(std::nullopt); });
+    return;
+  }
+  auto const opts = sweep_options(SIGKILL, host_->config_.marker_sweep_rounds);
+  auto shared_finish = std::make_shared<decltype(finish)>(std::move(finish));
+  sys::MarkerSweeper::Request req{
+      sys::MarkerSweepTarget{*marker_, opts.not_before_ticks},
+      [shared_finish](Result<sys::MarkerSweepResult> r) { (*shared_finish)(std::move(r)); }};
+  // A run already scheduled (or running) serves this request too; otherwise schedule one.
+  if (!host_->sweeper_.enqueue(std::move(req))) return;
+  // When no other root is live there is nothing else on the loop for the sweep to
+  // hold up, and the two hand-offs to and from the worker (a cross-CPU wake-up each, ~30 us on
+  // a small VM) would be most of its cost over a ~0.15 ms pass: run it here. Only for a cgroup
+  // boundary: the marker boundary's completion may wait up to kOrphanSettle for orphans to
+  // die, which belongs on the worker.
+  if (!check_orphans && host_->roots_.empty()) {
+    host_->sweeper_.run_pending();
+    return;
+  }
+  asio::post(host_->workers_, [host = host_]() { host->sweeper_.run_pending(); });
+}
+
+// ------------------------------------------------------------------------------ resources
+
+Usage NativeExecution::sample() {
+  Usage u;
+  std::vector<pid_t> pids;
+  if (!root_reaped_ && root_pid_ > 0) pids.push_back(root_pid_);
+  if (!cgroup_ && pids.empty()) return u;
+  if (auto t = sys::sample_tree(cgroup_ ? &*cgroup_ : nullptr, pids)) {
+    u.cpu_ms = measured(t->cpu_ms);
+    u.rss_bytes = measured(t->rss_bytes);
+    u.processes = measured(t->processes);
+    u.open_fds = measured(t->open_fds);
+  }
+  return u;
+}
+
+bool NativeExecution::measure_disk(std::function<void(std::optional<std::uint64_t>)> done) {
+  if (!workspace_fd_.valid() || disk_walk_running_ || !live()) return false;
+  // The walk may visit up to disk_walk_max_entries entries: far too slow for the loop. The
+  // worker gets its own dup of the workspace fd, so closing ours at close cannot race it.
+  auto fd = workspace_fd_.dup();
+  if (!fd) return false;
+  disk_walk_running_ = true;
+  port_->task_begun();
+  auto root = std::make_shared<sys::UniqueFd>(std::move(*fd));
+  std::uint64_t const max_entries = host_->config_.disk_walk_max_entries;
+  asio::post(host_->workers_, [self = shared_from_this(), root, max_entries,
+                               done = std::move(done)]() mutable {
+    auto d = std::make_shared<Result<sys::DiskUsage>>(sys::walk_disk_usage(*root, max_entries));
+    asio::post(self->io_, [self, d, done = std::move(done)]() {
+      self->disk_walk_running_ = false;
+      if (!self->live()) return;
+      std::optional<std::uint64_t> growth;
+      if (*d) {
+        auto const bytes = d->value().bytes;
+        if (!self->disk_baseline_) {
+          self->disk_baseline_ = bytes;
+        } else {
+          growth = bytes > *self->disk_baseline_ ? bytes - *self->disk_baseline_ : 0;
+        }
+      }
+      done(growth);
+      self->port_->task_ended();
+    });
+  });
+  return true;
+}
+
+// ------------------------------------------------------------------------------ close
+
+void NativeExecution::close() {
+  // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for the next
+  // start's recovery, which kills what is left in it.
+  if (cgroup_) (void)cgroup_->remove();
+  // A closed execution stays in the terminal history but acts on nothing any more: its
+  // descriptors go now (4,096 history entries must not pin 8,192 descriptors).
+  unwatch_tree();
+  host_->forget_root(root_pid_, this);
+  cgroup_.reset();
+  root_.reset();
+  pty_.reset();
+  workspace_fd_.reset();
+  readers_.clear();
+  input_.reset();
+  exit_sd_.reset();
+}
+
+void NativeExecution::detach() {
+  if (detached_) return;
+  detached_ = true;
+  port_ = nullptr;
+  // A launch still awaiting its verdict is abandoned: its child is killed and reaped (its staged
+  // record is recovery's), so its cgroup is empty and goes too.
+  if (launching_) abort();
+  exit_retry_timer_.cancel();
+  for (auto& r : readers_) r.sd.reset();
+  input_.reset();
+  exit_sd_.reset();
+  if (host_alive()) {
+    unwatch_tree();
+    host_->forget_root(root_pid_, this);
+  }
+  // The process, its cgroup and the pidfd's process are left as they are: the registry's
+  // ownership records let the next daemon start recover them.
+}
+
+core::Observations NativeExecution::observations() const {
+  core::Observations o;
+  o["launch"] = "clone3";
+  if (!cgroup_rel_.empty()) o["cgroup"] = cgroup_rel_;
+  if (final_signalled_ > 0) o["final_sweep_killed"] = std::to_string(final_signalled_);
+  return o;
+}
+
+}  // namespace custos::backend

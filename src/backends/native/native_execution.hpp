@@ -1,0 +1,139 @@
+// One native execution: its root from clone3 to its last handle (private to the native backend).
+//
+// Concurrency: everything runs on the daemon's single loop thread. Every asynchronous operation
+// started here (reader waits, the stdin wait, the exit observer, the exit retry, a worker scan)
+// is counted with ExecutionPort::task_begun/task_ended, so the supervisor closes the execution
+// only once each of them completed. Blocking scans (the final marker sweep with its orphan
+// settle wait, disk walks) run on the backend's worker thread with copies of what they need and
+// post their result back to the loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "custos/backend/native.hpp"
+#include "custos/sys/cgroup.hpp"
+#include "custos/sys/pidfd.hpp"
+#include "custos/sys/procfs.hpp"
+#include "custos/sys/pty.hpp"
+#include "custos/sys/spawn.hpp"
+#include "custos/sys/unique_fd.hpp"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#include <boost/asio/steady_timer.hpp>
+#pragma GCC diagnostic pop
+
+namespace custos::backend {
+
+class NativeExecution final : public BackendExecution,
+                              public std::enable_shared_from_this<NativeExecution> {
+ public:
+  NativeExecution(NativeBackend& host, std::string execution_id);
+  ~NativeExecution() override;
+  NativeExecution(NativeExecution const&) = delete;
+  NativeExecution& operator=(NativeExecution const&) = delete;
+
+  void acquire(LaunchContext const& ctx, std::function<void(Step<Acquired>)> done) override;
+  void release(std::function<void(Step<std::monostate>)> done) override;
+  void abort() override;
+  void start(ExecutionPort& port) override;
+
+  [[nodiscard]] bool has_input() const noexcept override { return input_.has_value(); }
+  [[nodiscard]] InputWrite write_input(std::span<std::uint8_t const> bytes) override;
+  void await_input_writable() override;
+  void close_input(bool eof) override;
+  [[nodiscard]] Result<> resize(std::uint16_t rows, std::uint16_t cols) override;
+
+  [[nodiscard]] std::uint32_t signal_tree(int sig) override;
+  [[nodiscard]] std::uint32_t kill_tree() override;
+  [[nodiscard]] TreeState tree_state() const override;
+  [[nodiscard]] bool root_gone() const noexcept override;
+  bool watch_tree() override;
+  void unwatch_tree() override;
+  void final_scan(std::function<void(FinalScan)> done) override;
+
+  [[nodiscard]] Usage sample() override;
+  bool measure_disk(std::function<void(std::optional<std::uint64_t>)> done) override;
+
+  [[nodiscard]] std::vector<core::Stream> close_streams() override;
+  void close() override;
+  void detach() override;
+  [[nodiscard]] core::Observations observations() const override;
+
+  // The backend's indexes: true while `pid` is this execution's unreaped root (the orphan
+  // reaper must leave it to the pidfd waiter, or to the launch's StagedChild).
+  [[nodiscard]] bool is_root_pid(std::int32_t pid) const noexcept;
+  [[nodiscard]] std::string const& id() const noexcept { return id_; }
+  // The backend's inotify saw this execution's cgroup.events change.
+  void on_events_changed();
+
+ private:
+  struct Reader {
+    core::Stream stream = core::Stream::stdout_stream;
+    std::optional<boost::asio::posix::stream_descriptor> sd;
+    bool waiting = false;
+    bool pipe_grown = false;  // F_SETPIPE_SZ done (or not applicable): see on_readable
+  };
+  // The launch between acquire and the verdict: the child at its barrier and both ends of its
+  // stdio.
+  struct Launching;
+
+  [[nodiscard]] std::vector<std::string> build_env(LaunchContext const& ctx) const;
+  [[nodiscard]] Step<Acquired> stage(LaunchContext const& ctx);
+  void await_verdict();
+  void on_verdict();
+  void finish_release(Result<sys::RunningChild> running);
+  void arm_reader(std::size_t index);
+  void on_readable(std::size_t index);
+  void end_reader(std::size_t index, bool complete);
+  void arm_exit_observer();
+  void on_exit_ready();
+  [[nodiscard]] sys::MarkerSweepOptions sweep_options(int sig, std::uint32_t rounds) const;
+  // Children of the daemon (the subreaper) no live execution owns: with the marker boundary they
+  // may be descendants that scrubbed their marker. `looked` false: could not list them.
+  void collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const;
+  [[nodiscard]] bool live() const noexcept { return port_ != nullptr && !detached_; }
+  [[nodiscard]] bool host_alive() const noexcept {
+    auto a = host_alive_.lock();
+    return a && *a;
+  }
+
+  NativeBackend* host_;
+  std::weak_ptr<bool> host_alive_;  // the backend outlives every live execution, not every handler
+  boost::asio::io_context& io_;
+  std::string id_;
+  ExecutionPort* port_ = nullptr;
+  bool detached_ = false;
+
+  core::Boundary boundary_ = core::Boundary::marker;
+  bool kernel_enforced_ = false;
+  std::optional<sys::Marker> marker_;
+  std::optional<sys::CgroupDir> cgroup_;
+  std::string cgroup_rel_;
+  std::optional<sys::Pidfd> root_;
+  std::int32_t root_pid_ = 0;
+  std::uint64_t root_start_ticks_ = 0;
+  bool root_reaped_ = false;
+  std::size_t chunk_bytes_ = 65536;
+  bool pty_mode_ = false;
+  sys::UniqueFd workspace_fd_;
+  std::optional<sys::Pty> pty_;  // kept for resize; I/O goes through dups of the master
+  std::unique_ptr<Launching> launching_;
+
+  std::vector<Reader> readers_;
+  std::optional<boost::asio::posix::stream_descriptor> input_;
+  bool input_waiting_ = false;
+  std::optional<boost::asio::posix::stream_descriptor> exit_sd_;
+  boost::asio::steady_timer exit_retry_timer_;  // exit ready but not yet waitable (ptrace)
+  int events_wd_ = -1;  // cgroup.events watch in the backend's inotify, -1: none
+  bool disk_walk_running_ = false;
+  std::optional<std::uint64_t> disk_baseline_;
+  std::uint64_t final_signalled_ = 0;
+};
+
+}  // namespace custos::backend

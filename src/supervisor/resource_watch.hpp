@@ -1,0 +1,68 @@
+// Resource watching of one execution: the wall-clock deadline, the periodic sampler and the
+// disk measurement, the peaks they saw, and the limits they enforce (a limit crossed offers the
+// resource_limit trigger). Also builds the terminal record's resource report.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#include <boost/asio/steady_timer.hpp>
+#pragma GCC diagnostic pop
+
+#include "custos/backend/backend.hpp"
+#include "custos/core/resources.hpp"
+
+namespace custos::supervisor {
+
+class Supervisor;
+
+class ResourceWatch {
+ public:
+  ResourceWatch(Supervisor& owner, boost::asio::io_context& io);
+
+  // The launch began (wall time counts from here); `concurrency` includes this execution.
+  void launch_began(std::size_t concurrency);
+  // The root exists with these kernel-enforced limits.
+  void acquired(bool memory_hard, bool pids_hard);
+  // The target runs: the deadline and the sampler are armed.
+  void start();
+  void root_exited();
+  // The whole-tree CPU the backend measured exactly at the end.
+  void final_cpu(std::uint64_t cpu_ms);
+  void cancel_timers();
+  [[nodiscard]] core::ResourceReport report(bool ran, std::uint64_t output_observed) const;
+  [[nodiscard]] std::size_t concurrency() const noexcept { return concurrency_; }
+  [[nodiscard]] std::chrono::system_clock::time_point started_wall() const noexcept {
+    return started_wall_;
+  }
+
+ private:
+  void arm_deadline();
+  void arm_sampler();
+  void sample();
+  void on_disk(std::optional<std::uint64_t> growth);
+  void over_limit(std::string const& dim, std::uint64_t value);
+
+  Supervisor* owner_;
+  boost::asio::steady_timer deadline_;
+  boost::asio::steady_timer sampler_;
+  std::chrono::steady_clock::time_point started_{};
+  std::chrono::system_clock::time_point started_wall_{};
+  std::optional<std::chrono::steady_clock::time_point> exited_at_;
+  std::chrono::steady_clock::time_point last_disk_sample_{};
+  std::size_t concurrency_ = 0;
+  bool memory_hard_ = false;
+  bool pids_hard_ = false;
+  bool stopped_ = false;
+  // Peaks.
+  std::optional<std::uint64_t> cpu_ms_;
+  std::optional<std::uint64_t> rss_peak_;
+  std::optional<std::uint64_t> procs_peak_;
+  std::optional<std::uint64_t> fds_peak_;
+  std::optional<std::uint64_t> disk_growth_peak_;
+};
+
+}  // namespace custos::supervisor

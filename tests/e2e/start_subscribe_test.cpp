@@ -283,6 +283,29 @@ TEST_F(StartSubscribe, UnsubscribeStopsTheEventsNotTheExecution) {
   EXPECT_FALSE(c.read_line(300ms));
 }
 
+// The slot is the connection's from the moment the start is accepted (sub-1 on a fresh
+// connection); a client that gives it up before the start is answered (both lines are read at
+// once, and the answer waits for the claim's durable commit) gets `subscription: null`, and no
+// event of the execution follows; the execution is not affected.
+TEST_F(StartSubscribe, SlotGivenUpBeforeTheAnswerMeansNullAndNoEvents) {
+  auto c = daemon_.client();
+  ASSERT_TRUE(c.send_raw(
+      request_line(1, "exec.start", subscribed(start_params({"/bin/sh", "-c", "echo x; exit 2"}))) +
+      "\n" + request_line(2, "exec.unsubscribe", {{"subscription", "sub-1"}}) + "\n"));
+  auto u = c.response(2);
+  ASSERT_TRUE(u && u->contains("result")) << (u ? json::serialize(*u) : "no answer");
+  auto r = c.response(1);
+  ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "no answer");
+  EXPECT_TRUE(r->at("result").at("subscription").is_null()) << json::serialize(*r);
+  EXPECT_FALSE(r->at("result").as_object().contains("replay_from"));
+  std::string const id{r->at("result").at("execution_id").as_string()};
+  auto w = c.call(3, "exec.wait", {{"execution_id", id}}, 20000ms);
+  ASSERT_TRUE(w && w->contains("result"));
+  EXPECT_EQ(w->at("result").at("exit").at("code").as_int64(), 2);
+  EXPECT_TRUE(c.events.empty()) << json::serialize(c.events.front());
+  EXPECT_FALSE(c.read_line(300ms));
+}
+
 TEST_F(StartSubscribe, RefusedInsideABatchAndAsANotificationWithNoEffect) {
   std::string const session = "s-batch-" + unique_suffix();
   auto with_session = [&](json::object p) {

@@ -51,7 +51,7 @@ BACKEND_KEYS = {"plan", "script", "unsupported", "expect"}
 EXPECT_KEYS = {"start", "events", "output", "terminal", "spool"}
 ACTION_VERBS = {"wait_event", "wait_output", "sleep_ms", "input", "cancel", "resize", "revoke",
                 "release_lease", "kill_daemon", "stop_daemon", "restart_daemon", "get", "wait",
-                "start_again", "check"}
+                "start_again", "check", "touch"}
 ACTION_KEYS = ACTION_VERBS | {"expect", "error", "backends", "eof", "timeout_ms"}
 CHECKS = {"single_record", "quiet_after_terminal", "pids_gone"}
 
@@ -187,7 +187,7 @@ class Daemon:
         base = cgroup_v2_base()
         self.cgroup = None
         if base is not None:
-            self.cgroup = os.path.join(base, f"custos-conf-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            self.cgroup = os.path.join(base, f"custos-test-conf-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         self.proc = None
         self.starts = 0
 
@@ -612,6 +612,7 @@ class Run:
         self.notes = []
         self.timeout = case.get("timeout_ms", 15000) / 1000.0 * runner.timeout_scale
         self.env["workspace_id"] = self.identity()["workspace_id"]
+        self.env["tag"] = self.tag
 
     # -- request -------------------------------------------------------------------------
 
@@ -891,6 +892,12 @@ class Run:
             self.daemon.kill9()
             self.daemon_killed = True
             self.sub.wait_for(lambda: self.sub.closed, 10, f"{where}: the connection to close")
+            return
+        if verb == "touch":
+            # A file the program waits for: a synchronisation point that needs no daemon.
+            path = os.path.join(self.runner.workspace, arg)
+            with open(path, "w"):
+                pass
             return
         if verb == "stop_daemon":
             self.daemon.stop()

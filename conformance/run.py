@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,9 +102,10 @@ class Connection:
 
     def close(self):
         try:
-            self.sock.close()
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv
         except OSError:
             pass
+        self.sock.close()
 
     def send(self, message):
         self.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
@@ -202,8 +204,10 @@ class Daemon:
         env[INHERITED_NAME] = INHERITED_VALUE
         env.pop("CUSTOS_CONF_ABSENT", None)
         with open(os.path.join(self.tmp, "daemon.stderr"), "ab") as err:
+            # A session of its own: a Ctrl-C (or `timeout`) aimed at the runner's process group
+            # must not stop the daemon under a running case; the runner stops it itself.
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                         env=env, close_fds=True)
+                                         env=env, close_fds=True, start_new_session=True)
         self.starts += 1
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -609,7 +613,6 @@ class Run:
         self.sub = None
         self.start_result = None
         self.terminal = None
-        self.notes = []
         self.timeout = case.get("timeout_ms", 15000) / 1000.0 * runner.timeout_scale
         self.env["workspace_id"] = self.identity()["workspace_id"]
         self.env["tag"] = self.tag
@@ -672,15 +675,13 @@ class Run:
                 if "grant" in step:
                     spec = substitute(copy.deepcopy(step["grant"]), self.env)
                     spec["id"] = f"g-conf-{self.tag}-{step['as']}"
-                    r = c.call("authority.grant", spec)
-                    self.env[f"grant:{step['as']}"] = r["grant"].get("id", spec["id"]) \
-                        if isinstance(r.get("grant"), dict) else spec["id"]
+                    c.call("authority.grant", spec)
+                    self.env[f"grant:{step['as']}"] = spec["id"]
                 elif "lease" in step:
                     ident = self.identity()
                     r = c.call("lease.acquire", {"workspace_id": ident["workspace_id"],
                                                  "holder_session": ident["session_id"]})
                     self.env[f"lease:{step['as']}"] = r["lease_id"]
-                    self.env[f"lease_epoch:{step['as']}"] = r["epoch"]
                 else:
                     raise CaseError(f"{self.case['name']}: unknown setup step {step}")
         finally:
@@ -727,7 +728,6 @@ class Run:
                 self.classify_refusal(e, rej["error"])
                 if e.code != rej["error"]:
                     raise Failure(f"rejected[{i}]: expected error {rej['error']}, got {e}")
-                self.notes.append(f"rejected[{i}]: {e.code}")
             else:
                 raise Failure(f"rejected[{i}]: expected error {rej['error']}, but the start was "
                               f"accepted: {json.dumps(r)}")
@@ -770,9 +770,9 @@ class Run:
 
     def await_terminal(self):
         if self.daemon_killed:
-            # The subscription died with the daemon: the terminal result comes from the
-            # restarted daemon's exec.wait.
-            # A recovered execution may still be running (adopted or kept): poll its record.
+            # The subscription died with the daemon: the terminal result is the restarted
+            # daemon's record. A recovered execution may still be running (adopted or kept
+            # running), so the record is polled until it is terminal.
             deadline = time.monotonic() + self.timeout
             c = self.daemon.connect()
             try:
@@ -828,11 +828,10 @@ class Run:
                 raise Failure(f"exec.get disagrees with the terminal event: phase "
                               f"{rec.get('phase')}, terminal {json.dumps(rec.get('terminal'))}")
             waited = c.call("exec.wait", {"execution_id": self.execution_id, "timeout_ms": 1000})
-            waited = waited.get("terminal", waited) if "classification" not in waited else waited
             if waited != self.terminal:
                 raise Failure(f"exec.wait disagrees with the terminal event: {json.dumps(waited)}")
-            # The spool holds exactly the retained bytes, and the events carried a prefix of them.
-            # (Not after a restart: this build keeps no spool across a daemon restart.)
+            # The spool holds exactly the retained bytes, and it agrees with what the events
+            # carried. (Not after a restart: this build keeps no spool across a daemon restart.)
             self.spool = {}
             if not (self.daemon_killed or self.daemon_stopped):
                 for stream, acc in (self.terminal.get("output") or {}).items():
@@ -986,11 +985,9 @@ class Run:
                 raise Failure(f"{where}: events after the terminal one: "
                               f"{[e.get('kind') for e in later]}")
         elif name == "pids_gone":
-            stream = action.get("stream", "stdout") if isinstance(action.get("stream"), str) \
-                else "stdout"
-            pids = [int(p) for p in re.findall(rb"\d+", self.sub.output(stream))]
+            pids = [int(p) for p in re.findall(rb"\d+", self.sub.output("stdout"))]
             if not pids:
-                raise Failure(f"{where}: no pids on {stream}")
+                raise Failure(f"{where}: no pids on stdout")
             alive = []
             for pid in pids:
                 try:
@@ -1066,8 +1063,12 @@ class Runner:
             status, detail = "unsupported", str(e)
         except Failure as e:
             status, detail = "failed", str(e)
-        except (RpcError, ConnectionError, OSError, TimeoutError, RuntimeError) as e:
+        except CaseError:
+            raise
+        except Exception as e:  # noqa: BLE001 - anything else is this run's failure, shown
             status, detail = "failed", f"{type(e).__name__}: {e}"
+            if self.args.verbose:
+                traceback.print_exc()
         finally:
             run.close()
             if not self.daemon.alive():
@@ -1094,9 +1095,13 @@ class Runner:
         pairs = [(c, b) for c in cases for b in backends]
         shared = [p for p in pairs if not needs_exclusive(p[0])]
         alone = [p for p in pairs if needs_exclusive(p[0])]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.args.jobs)
+        try:
             for f in [pool.submit(self.run_one, c, b) for c, b in shared]:
                 f.result()
+        finally:
+            # On an interrupt or a case error, runs not yet begun are dropped, not waited for.
+            pool.shutdown(wait=True, cancel_futures=True)
         for c, b in alone:
             self.run_one(c, b)
 
@@ -1113,7 +1118,8 @@ def main():
                          "authority epoch always run alone)")
     ap.add_argument("--timeout-scale", type=float, default=1.0,
                     help="multiply every case's timeout (slow machines)")
-    ap.add_argument("--daemon-arg", action="append", help="extra argument for `custos daemon`")
+    ap.add_argument("--daemon-arg", action="append", metavar="ARG",
+                    help="extra argument for `custos daemon` (repeatable; --daemon-arg=--flag)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("-v", "--verbose", action="store_true", help="print events of failed runs")
     args = ap.parse_args()

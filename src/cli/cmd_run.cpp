@@ -1,12 +1,15 @@
 // custos run: one command as an owned execution, streamed live.
 //
-// Builds the plan from the flags, exec.start, exec.subscribe from seq 1, then one poll loop over
-// the daemon socket, our stdin and a signalfd: output events go to our stdout/stderr, stdin goes
+// Builds the plan from the flags, then one request for the whole run: exec.start with
+// `subscribe: true`, whose answer is followed on the same connection by every exec.event of the
+// execution from seq 1, terminal last (docs/api.md). Then one poll loop over the daemon socket,
+// our stdin and a signalfd: output events go to our stdout/stderr, stdin goes
 // to exec.input (EOF included), SIGWINCH becomes exec.resize (--pty), SIGINT/SIGTERM/SIGHUP
 // become exec.cancel (in --pty mode Ctrl-C is a byte for the child's terminal instead, as it
 // would be in any terminal). The exit code is the child's (docs/cli.md).
 #include <fmt/core.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 #include <poll.h>
 #include <random>
 #include <signal.h>
+#include <span>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -284,18 +288,21 @@ class Runner {
       }
     }
 
+    // Events may be dropped for a slow reader, but never the terminal one (slow-subscriber
+    // policy, docs/api.md), and dropped output is read back from the spool by offset: the
+    // stream alone carries the run to its end, no exec.wait is needed.
+    (*params)["subscribe"] = true;
     auto started = client_->call("exec.start", std::move(*params));
     if (!started) return report(started.error());
     if (!started->is_object()) return report(Error{Errc::internal, "exec.start: not an object"});
     id_ = str_field(started->get_object(), "execution_id");
-    auto sub = client_->call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}});
-    if (!sub) return report(sub.error());
-
-    // Replies are never dropped, events may be (slow subscriber policy): the answer to this
-    // wait ends the run even if the terminal event itself was dropped.
-    auto waiting = client_->send("exec.wait", {{"execution_id", id_}});
-    if (!waiting) return report(waiting.error());
-    wait_id_ = *waiting;
+    if (auto const* sub = started->get_object().if_contains("subscription");
+        sub == nullptr || !sub->is_string()) {
+      // The daemon could not attach the events to the answer (docs/api.md): the run goes on,
+      // and its events are asked for separately.
+      auto again = client_->call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}});
+      if (!again) return report(again.error());
+    }
 
     if (f_.pty) raw_.enter(STDIN_FILENO);
     return loop();
@@ -382,17 +389,6 @@ class Runner {
         auto const* idv = m.if_contains("id");
         std::uint64_t rid = 0;
         if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
-        if (rid == wait_id_) {
-          if (auto const* err = m.if_contains("error"); err != nullptr && err->is_object()) {
-            return finish_error(rpc::error_from_object(err->get_object()));
-          }
-          if (auto* res = m.if_contains("result"); res != nullptr) {
-            terminal = *res;
-            drain_spools();
-            break;
-          }
-          continue;
-        }
         if (input_inflight && rid == *input_inflight) {
           input_inflight.reset();
           if (auto const* err = m.if_contains("error"); err != nullptr) {
@@ -447,13 +443,33 @@ class Runner {
     }
   }
 
-  void drain_spools() {
-    if (f_.pty) {
-      fill_from_spool("pty", std::nullopt);
-      return;
+  // After the terminal event: the bytes its events did not carry (dropped for a slow reader,
+  // beyond the plan's event budget, evicted before the start was answered) are read from the
+  // spool. A stream whose observed count (the terminal record's accounting) we have written in
+  // full needs no call, so an ordinary run costs its one request.
+  void drain_spools(json::value const& terminal) {
+    static constexpr std::array<char const*, 1> kPty{"pty"};
+    static constexpr std::array<char const*, 2> kPipes{"stdout", "stderr"};
+    std::span<char const* const> const streams =
+        f_.pty ? std::span<char const* const>{kPty} : std::span<char const* const>{kPipes};
+    for (char const* stream : streams) {
+      if (auto observed = observed_bytes(terminal, stream);
+          observed && written_[stream] >= *observed)
+        continue;
+      fill_from_spool(stream, std::nullopt);
     }
-    fill_from_spool("stdout", std::nullopt);
-    fill_from_spool("stderr", std::nullopt);
+  }
+
+  static std::optional<std::uint64_t> observed_bytes(json::value const& terminal,
+                                                     std::string const& stream) {
+    if (!terminal.is_object()) return std::nullopt;
+    auto const* output = terminal.get_object().if_contains("output");
+    if (output == nullptr || !output->is_object()) return std::nullopt;
+    auto const* acc = output->get_object().if_contains(stream);
+    if (acc == nullptr || !acc->is_object()) return std::nullopt;
+    auto const* n = acc->get_object().if_contains("observed");
+    if (n == nullptr || !n->is_number()) return std::nullopt;
+    return n->to_number<std::uint64_t>();
   }
 
   // Returns true when the terminal event arrived (output is complete by then: events are
@@ -487,7 +503,7 @@ class Runner {
         auto r = client_->call("exec.wait", {{"execution_id", id_}});
         if (r) terminal = *r;
       }
-      drain_spools();
+      drain_spools(*terminal);
       return true;
     }
     return false;
@@ -505,7 +521,6 @@ class Runner {
   RawTerminal raw_;
   SignalFd signals_;
   std::map<std::string, std::uint64_t> written_;  // bytes written per stream
-  std::uint64_t wait_id_ = 0;
   std::size_t inflight_len_ = 0;
   bool inflight_eof_ = false;
 };

@@ -10,11 +10,15 @@ namespace custos::rpc {
 namespace json = boost::json;
 
 void Dispatcher::add(std::string name, Access access, Handler handler) {
-  methods_.insert_or_assign(std::move(name), Entry{access, std::move(handler), {}});
+  methods_.insert_or_assign(std::move(name), Entry{access, std::move(handler), {}, {}});
 }
 
 void Dispatcher::add_text(std::string name, Access access, TextHandler handler) {
-  methods_.insert_or_assign(std::move(name), Entry{access, {}, std::move(handler)});
+  methods_.insert_or_assign(std::move(name), Entry{access, {}, std::move(handler), {}});
+}
+
+void Dispatcher::add_call(std::string name, Access access, CallHandler handler) {
+  methods_.insert_or_assign(std::move(name), Entry{access, {}, {}, std::move(handler)});
 }
 
 std::vector<std::string> Dispatcher::method_names() const {
@@ -59,7 +63,7 @@ struct BatchState {
 }  // namespace
 
 void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value const& msg,
-                            std::function<void(std::string)> done) {
+                            std::function<void(std::string)> done, bool in_batch) {
   json::value const null_id;
   auto refuse = [&](json::value const& id, Error const& e) {
     ++stats_.errors;
@@ -174,7 +178,11 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
     }
   };
   try {
-    it->second.handler(session, p, reply);
+    if (it->second.call) {
+      it->second.call(session, p, CallInfo{in_batch, is_notification}, reply);
+    } else {
+      it->second.handler(session, p, reply);
+    }
   } catch (std::exception const& ex) {
     // The catch-all at the RPC boundary (STYLE.md): a handler bug must never crash the daemon.
     reply(Error{Errc::internal, std::string{"handler failed: "} + ex.what()});
@@ -211,7 +219,7 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   json::value msg = std::move(*parsed);
   if (!msg.is_array()) {
     admitted(1);
-    handle_one(session, msg, std::move(emit));
+    handle_one(session, msg, std::move(emit), false);
     return;
   }
   auto& batch = msg.get_array();
@@ -238,20 +246,23 @@ void Dispatcher::handle_line(std::shared_ptr<Session> const& session, std::strin
   state->pending = batch.size();
   state->emit = std::move(emit);
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    handle_one(session, batch[i], [state, i](std::string response) {
-      state->slots[i] = std::move(response);
-      if (--state->pending != 0) return;
-      std::string out;
-      for (auto const& slot : state->slots) {
-        if (slot.empty()) continue;
-        out += out.empty() ? "[" : ",";
-        out += slot;
-      }
-      state->slots.clear();
-      // A batch of notifications only owes nothing (JSON-RPC 2.0 §6).
-      if (!out.empty()) out += "]";
-      state->emit(std::move(out));
-    });
+    handle_one(
+        session, batch[i],
+        [state, i](std::string response) {
+          state->slots[i] = std::move(response);
+          if (--state->pending != 0) return;
+          std::string out;
+          for (auto const& slot : state->slots) {
+            if (slot.empty()) continue;
+            out += out.empty() ? "[" : ",";
+            out += slot;
+          }
+          state->slots.clear();
+          // A batch of notifications only owes nothing (JSON-RPC 2.0 §6).
+          if (!out.empty()) out += "]";
+          state->emit(std::move(out));
+        },
+        true);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,7 +20,8 @@ class Registry;
 }
 namespace custos::supervisor {
 class ExecutionManager;
-}
+struct Event;
+}  // namespace custos::supervisor
 
 namespace custos::rpc::detail {
 
@@ -36,5 +39,66 @@ inline constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 void list_executions(supervisor::ExecutionManager& manager, registry::Registry* registry,
                      boost::json::object const& params, std::set<std::string> const* only,
                      Reply reply);
+
+// exec.start's and exec.check's `subscribe`: absent or null = false; anything but a boolean is
+// rpc.invalid_params with a /subscribe diagnostic. It is read apart from the identity, plan and
+// authority, so it never reaches the plan, its canonical bytes or its digest.
+[[nodiscard]] Result<bool> subscribe_flag(boost::json::object const& params);
+
+// One subscription of a connection to one execution's events: exec.subscribe, and exec.start
+// with `subscribe: true`. Events go out as exec.event notifications under the slow-subscriber
+// policy (docs/api.md): an event the connection cannot queue is dropped and counted, and the
+// next one delivered carries `dropped`; the terminal event is always queued and ends the
+// subscription. The slot belongs to the connection (Session::add_subscription): closing the
+// connection or exec.unsubscribe removes it, and with it the manager's sink; the execution is
+// not affected. Everything runs on the loop thread.
+class EventSubscription : public std::enable_shared_from_this<EventSubscription> {
+ public:
+  // Takes a subscription slot on `session` before anything else happens, so that a start whose
+  // answer will carry it cannot be refused the slot after its process exists. Nothing is
+  // delivered before attach(). Errors: rpc.subscription_limit; rpc.unavailable once closed.
+  [[nodiscard]] static Result<std::shared_ptr<EventSubscription>> reserve(
+      supervisor::ExecutionManager& manager, std::shared_ptr<Session> const& session);
+
+  EventSubscription(supervisor::ExecutionManager& manager, std::weak_ptr<Session> session);
+  EventSubscription(EventSubscription const&) = delete;
+  EventSubscription& operator=(EventSubscription const&) = delete;
+
+  // Subscribes to the execution's retained events with seq >= from_seq (all retained when
+  // nullopt), then to its live ones; returns the first seq replayed (larger than from_seq when
+  // older events were no longer retained). With `hold`, the replayed events are kept here, not
+  // queued, until release_held(): the caller answers its call in between, so that the answer
+  // precedes every event on the wire (no live event can come in between: one loop thread).
+  // Errors (the slot is given back): exec.not_found; rpc.overloaded when the connection went
+  // away during the replay; rpc.subscription_not_found when the slot was already removed.
+  [[nodiscard]] Result<std::uint64_t> attach(std::string const& execution_id,
+                                             std::optional<std::uint64_t> from_seq, bool hold);
+  // Queues the events attach(hold = true) kept, in order, and stops holding.
+  void release_held();
+  // Gives the slot back (exec.start refused): no-op once removed.
+  void cancel();
+
+  [[nodiscard]] std::string const& id() const noexcept { return id_; }
+  // False once the slot was removed (unsubscribed, ended by the terminal event, or the
+  // connection closed).
+  [[nodiscard]] bool active() const noexcept { return !removed_; }
+
+ private:
+  // The manager's sink: false stops the manager delivering to it.
+  bool on_event(supervisor::Event const& ev);
+  void deliver(supervisor::Event const& ev);
+  void on_removed();
+
+  supervisor::ExecutionManager& manager_;
+  std::weak_ptr<Session> session_;
+  std::string id_;
+  std::string execution_id_;
+  std::optional<std::uint64_t> handle_id_;  // the manager's subscription, once attached
+  std::vector<supervisor::Event> held_;
+  std::uint64_t dropped_ = 0;  // events lost since the last delivered one
+  bool holding_ = false;
+  bool ended_ = false;    // the terminal event went out
+  bool removed_ = false;  // the connection no longer has the slot
+};
 
 }  // namespace custos::rpc::detail

@@ -83,8 +83,10 @@ struct Parsed {
 // identity + plan (strict, every diagnostic at once), authority shape. No environment values
 // are accepted: `inherit: true` entries take the daemon's own values (an `inherited_env` sent by
 // a caller is an unknown parameter), so authority to inherit a name cannot inject a value.
+// `subscribe` is checked as exec.start checks it and then ignored: a dry run streams nothing,
+// and the flag is no part of the plan or its digest.
 Result<Parsed> parse_launch(json::object const& p) {
-  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority"}));
+  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority", "subscribe"}));
   auto const* id = p.if_contains("identity");
   auto const* plan = p.if_contains("plan");
   std::vector<Diagnostic> diags;
@@ -114,6 +116,9 @@ Result<Parsed> parse_launch(json::object const& p) {
       a != nullptr && !a->is_object() && !a->is_null()) {
     diags.push_back({Errc::plan_wrong_type, "/authority", "authority must be an object"});
   }
+  if (auto f = detail::subscribe_flag(p); !f) {
+    for (auto& d : f.error().diagnostics) diags.push_back(std::move(d));
+  }
   if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
   return out;
 }
@@ -131,15 +136,6 @@ std::string_view backend_wire(core::BackendKind k) {
   }
   return "native";
 }
-
-// Per-subscription state shared by the sink and the removal callback.
-struct SubState {
-  std::optional<supervisor::SubscriptionHandle> handle;
-  std::uint64_t dropped = 0;  // events lost since the last delivered one
-  std::uint64_t dropped_total = 0;
-  bool ended = false;  // the terminal event went out (or the session closed)
-  bool removed = false;
-};
 
 // The durable record of an execution the manager does not hold, in the shape of exec.get:
 // identity decoded from the stored canonical plan, accounting from the stored stream progress,
@@ -418,51 +414,14 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           auto from = optional_u64(p, "from_seq");
           if (!from) return reply(from.error());
           if (auto exists = m.get(*id); !exists) return reply(exists.error());
-
-          auto state = std::make_shared<SubState>();
-          auto sub_id = s->add_subscription([&m, state] {
-            state->removed = true;
-            if (state->handle) m.unsubscribe(*state->handle);
-          });
-          if (!sub_id) return reply(sub_id.error());
-          std::weak_ptr<Session> weak = s;
-          std::string const sid = *sub_id;
-          // Slow-subscriber policy (docs/api.md): an event the connection cannot queue is dropped
-          // and counted; the next delivered event carries `dropped` (and the seq gap shows it).
-          // The terminal event is always queued (notify_final), so that "next delivered event"
-          // exists even for a subscriber that read nothing until the end.
-          auto sink = [weak, state, sid](supervisor::Event const& ev) -> bool {
-            auto session = weak.lock();
-            if (!session || session->closed() || state->removed) return false;
-            json::object params = ev.to_json();
-            params["subscription"] = sid;
-            if (state->dropped != 0) params["dropped"] = state->dropped;
-            bool const queued = ev.kind == "terminal"
-                                    ? session->notify_final("exec.event", std::move(params))
-                                    : session->notify("exec.event", std::move(params));
-            if (queued) {
-              state->dropped = 0;
-            } else {
-              ++state->dropped;
-              ++state->dropped_total;
-            }
-            if (ev.kind == "terminal") {
-              // A subscription ends with its execution's terminal event (docs/api.md).
-              state->ended = true;
-              if (state->handle) (void)session->remove_subscription(sid);
-            }
-            return true;
-          };
-          auto handle = m.subscribe(*id, *from, std::move(sink));
-          if (!handle) {
-            (void)s->remove_subscription(sid);
-            return reply(handle.error());
-          }
-          state->handle = *handle;
-          // The terminal event was already among the replayed ones: nothing more will come.
-          if (state->ended && !state->removed) (void)s->remove_subscription(sid);
+          auto sub = detail::EventSubscription::reserve(m, s);
+          if (!sub) return reply(sub.error());
+          // Replayed events are queued as they are replayed, before this answer (docs/api.md);
+          // exec.start with `subscribe` is the call whose answer comes first.
+          auto replay_from = (*sub)->attach(*id, *from, false);
+          if (!replay_from) return reply(replay_from.error());
           reply(json::value(
-              json::object{{"subscription", sid}, {"replay_from", handle->replay_from}}));
+              json::object{{"subscription", (*sub)->id()}, {"replay_from", *replay_from}}));
         });
 
   d.add("exec.unsubscribe", Access::admin,

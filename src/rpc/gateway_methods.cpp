@@ -62,12 +62,14 @@ json::array strings(std::vector<std::string> const& v) {
 struct Launch {
   supervisor::LaunchRequest request;
   gateway::AuthorityClaim claim;
+  bool subscribe = false;  // stream the execution's events after the answer (not in the plan)
 };
 
-// identity + plan (strict, every diagnostic at once) + authority. No environment values: an
-// `inherited_env` is an unknown parameter; `inherit: true` takes the daemon's own values.
+// identity + plan (strict, every diagnostic at once) + authority + subscribe. No environment
+// values: an `inherited_env` is an unknown parameter; `inherit: true` takes the daemon's own
+// values.
 Result<Launch> parse_launch(json::object const& p) {
-  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority"}));
+  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority", "subscribe"}));
   std::vector<Diagnostic> diags;
   Launch out;
   auto collect = [&](Error const& e, char const* ptr) {
@@ -98,6 +100,10 @@ Result<Launch> parse_launch(json::object const& p) {
     out.claim = std::move(*c);
   else
     collect(c.error(), "/authority");
+  if (auto f = detail::subscribe_flag(p))
+    out.subscribe = *f;
+  else
+    collect(f.error(), "/subscribe");
   if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
   return out;
 }
@@ -130,32 +136,87 @@ void owner_or_admin(Dispatcher& d, gateway::ExecutionGateway& gw, std::string co
         });
 }
 
+// exec.start with `subscribe: true` answers first and then streams the execution's events
+// from seq 1 on the same connection. Refused (before any effect) where an answer cannot precede
+// the events: inside a batch (the answer waits for the batch's other entries) and as a
+// notification (no answer at all).
+Result<void> may_subscribe(CallInfo const& call) {
+  char const* why = nullptr;
+  if (call.in_batch)
+    why =
+        "subscribe: true needs a request of its own, not a batch entry (the batch's answer "
+        "would follow the execution's events)";
+  else if (call.notification)
+    why = "subscribe: true needs an id (a notification gets no answer to precede the events)";
+  if (why == nullptr) return ok();
+  Error e{Errc::rpc_invalid_params, why};
+  e.diagnostics.push_back(Diagnostic{Errc::rpc_invalid_params, "/subscribe", why});
+  return e;
+}
+
+// The answer to a start with `subscribe`: the events are attached first, holding their replay,
+// so that the answer can say whether they follow (`subscription`, or null when they could not
+// be attached); then the answer is queued, then the held replay, then live events (one loop
+// thread: nothing of the execution can come in between). The replay starts at seq 1 unless the
+// execution's event log had already evicted older events (`replay_from` says where it starts).
+void answer_subscribed(std::shared_ptr<detail::EventSubscription> const& sub,
+                       supervisor::StartResult const& started, Reply const& reply) {
+  json::object result = started.to_json();
+  Result<std::uint64_t> from =
+      Error{Errc::rpc_subscription_not_found, "the connection gave the subscription up"};
+  if (sub->active()) from = sub->attach(started.execution_id, 1, true);
+  if (from) {
+    result["subscription"] = sub->id();
+    result["replay_from"] = *from;
+  } else {
+    result["subscription"] = nullptr;
+  }
+  reply(json::value(std::move(result)));
+  sub->release_held();
+}
+
 }  // namespace
 
 void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
-  d.add("exec.start", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          auto caller = caller_of(d, gw, s);
-          if (!caller) return reply(caller.error());
-          // A caller with no authority at all learns nothing about its plan: without a grant
-          // only admins may start (their implicit authority), whatever the plan says.
-          auto const* a = p.if_contains("authority");
-          bool const names_grant = a != nullptr && a->is_object() &&
-                                   a->get_object().contains("grant_id") &&
-                                   a->get_object().at("grant_id").is_string();
-          if (!caller->admin && !names_grant) {
-            return reply(Error{Errc::auth_denied,
-                               "exec.start: no grant named; only admins start without one"});
-          }
-          auto launch = parse_launch(p);
-          if (!launch) return reply(launch.error());
-          launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
-          gw.start_async(*caller, std::move(launch->request), launch->claim,
-                         [reply](Result<supervisor::StartResult> r) {
-                           if (!r) return reply(r.error());
-                           reply(json::value(r->to_json()));
-                         });
-        });
+  d.add_call("exec.start", Access::any,
+             [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p,
+                       CallInfo const& call, Reply reply) {
+               auto caller = caller_of(d, gw, s);
+               if (!caller) return reply(caller.error());
+               // A caller with no authority at all learns nothing about its plan: without a grant
+               // only admins may start (their implicit authority), whatever the plan says.
+               auto const* a = p.if_contains("authority");
+               bool const names_grant = a != nullptr && a->is_object() &&
+                                        a->get_object().contains("grant_id") &&
+                                        a->get_object().at("grant_id").is_string();
+               if (!caller->admin && !names_grant) {
+                 return reply(Error{Errc::auth_denied,
+                                    "exec.start: no grant named; only admins start without one"});
+               }
+               auto launch = parse_launch(p);
+               if (!launch) return reply(launch.error());
+               std::shared_ptr<detail::EventSubscription> sub;
+               if (launch->subscribe) {
+                 if (auto may = may_subscribe(call); !may) return reply(may.error());
+                 if (gw.manager() == nullptr)
+                   return reply(Error{Errc::internal, "gateway has no execution manager"});
+                 // The slot is taken before the start: once a process exists, its start can no
+                 // longer be refused for want of one.
+                 auto reserved = detail::EventSubscription::reserve(*gw.manager(), s);
+                 if (!reserved) return reply(reserved.error());
+                 sub = std::move(*reserved);
+               }
+               launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
+               gw.start_async(*caller, std::move(launch->request), launch->claim,
+                              [reply, sub](Result<supervisor::StartResult> r) {
+                                if (!r) {
+                                  if (sub) sub->cancel();
+                                  return reply(r.error());
+                                }
+                                if (sub) return answer_subscribed(sub, *r, reply);
+                                reply(json::value(r->to_json()));
+                              });
+             });
 
   for (char const* name :
        {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {

@@ -219,5 +219,49 @@ TEST_F(DispatcherRules, DuplicateMemberIsParseErrorWithPointer) {
             "/params/a");
 }
 
+// add_call handlers learn how they were called (exec.start with `subscribe` refuses batches and
+// notifications on it), and outside a batch their Reply has emitted the response line before it
+// returns, so anything they send afterwards follows the answer.
+TEST_F(DispatcherRules, CallHandlerSeesBatchAndNotificationAndEmitsBeforeReplyReturns) {
+  std::vector<CallInfo> seen;
+  std::vector<std::string> out;
+  std::vector<std::size_t> emitted_when_replied;
+  d_.add_call(
+      "open.call", Access::any,
+      [&](std::shared_ptr<Session> const&, json::object const&, CallInfo const& call, Reply r) {
+        seen.push_back(call);
+        r(json::value(json::object{}));
+        emitted_when_replied.push_back(out.size());
+      });
+  EXPECT_EQ(d_.find("open.call"), nullptr);
+  EXPECT_TRUE(d_.has("open.call"));
+  auto line = [&](std::string const& l) {
+    d_.handle_line(admin_, l, [&](std::string r) { out.push_back(std::move(r)); });
+  };
+  line(R"({"jsonrpc":"2.0","method":"open.call","id":1})");
+  line(R"({"jsonrpc":"2.0","method":"open.call"})");
+  line(R"([{"jsonrpc":"2.0","method":"open.call","id":2},{"jsonrpc":"2.0","method":"open.call"}])");
+  ASSERT_EQ(seen.size(), 4U);
+  EXPECT_FALSE(seen[0].in_batch);
+  EXPECT_FALSE(seen[0].notification);
+  EXPECT_FALSE(seen[1].in_batch);
+  EXPECT_TRUE(seen[1].notification);
+  EXPECT_TRUE(seen[2].in_batch);
+  EXPECT_FALSE(seen[2].notification);
+  EXPECT_TRUE(seen[3].in_batch);
+  EXPECT_TRUE(seen[3].notification);
+  // A single call's line (and a notification's empty one) was emitted inside the Reply; a batch
+  // entry's only once the whole batch was done.
+  ASSERT_EQ(emitted_when_replied.size(), 4U);
+  EXPECT_EQ(emitted_when_replied[0], 1U);
+  EXPECT_EQ(emitted_when_replied[1], 2U);
+  EXPECT_EQ(emitted_when_replied[2], 2U);
+  EXPECT_EQ(emitted_when_replied[3], 3U);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(json::parse(out[0]).at("id").as_int64(), 1);
+  EXPECT_EQ(out[1], "");
+  EXPECT_EQ(json::parse(out[2]).as_array().size(), 1U);
+}
+
 }  // namespace
 }  // namespace custos::rpc

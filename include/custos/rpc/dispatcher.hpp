@@ -52,6 +52,20 @@ class Session {
 using Reply = std::function<void(Result<boost::json::value>)>;
 using Handler =
     std::function<void(std::shared_ptr<Session> const&, boost::json::object const& params, Reply)>;
+// How a call reached its handler, for the few methods whose answer is followed by more on the
+// same connection (exec.start with `subscribe`).
+struct CallInfo {
+  // One entry of a batch: its answer leaves with the batch's other answers once all of them are
+  // done, so whatever the handler queues on the session meanwhile would precede it on the wire.
+  bool in_batch = false;
+  // No id: nothing is answered at all.
+  bool notification = false;
+};
+// A handler that is told how it was called. Outside a batch, its Reply hands the response line to
+// the transport's `emit` before returning (see handle_line), so what the handler queues on the
+// session after replying follows the answer on the wire.
+using CallHandler = std::function<void(std::shared_ptr<Session> const&,
+                                       boost::json::object const& params, CallInfo const&, Reply)>;
 // A method whose result is ready-made JSON text (host.info: built once at start-up). The
 // dispatcher splices the text into the response line as it is, instead of copying and
 // re-encoding a JSON tree on every call. Completes synchronously; the text is shared, never
@@ -75,9 +89,13 @@ class Dispatcher {
   // Registers `name` with a result that is already serialized JSON (TextHandler). Replaces a
   // previous registration of the same name, like add().
   void add_text(std::string name, Access access, TextHandler handler);
+  // Registers `name` with a handler that receives the CallInfo. Replaces a previous registration
+  // of the same name, like add().
+  void add_call(std::string name, Access access, CallHandler handler);
   [[nodiscard]] std::vector<std::string> method_names() const;
   [[nodiscard]] bool has(std::string_view name) const;
-  // The handler registered for `name` with add(), or null (also for add_text methods). Lets a
+  // The handler registered for `name` with add(), or null (also for add_text and add_call
+  // methods). Lets a
   // later registration wrap an earlier one (the gateway re-registers exec.* with its own access
   // check in front).
   [[nodiscard]] Handler const* find(std::string_view name) const;
@@ -86,7 +104,9 @@ class Dispatcher {
 
   // Handles one framed line. `emit` is called exactly once, when every call of the message has
   // completed: with the serialized response line (without '\n'), or with an empty string when
-  // nothing is owed (notifications only). Completion may be synchronous or later.
+  // nothing is owed (notifications only). Completion may be synchronous or later; for a line
+  // that is not a batch, `emit` runs inside the handler's Reply call (a transport that queues the
+  // line in `emit` therefore has it queued before anything the handler sends afterwards).
   void handle_line(std::shared_ptr<Session> const& session, std::string_view line,
                    std::function<void(std::string)> emit);
   // As above; `admitted(n)` is called synchronously, before any call runs, with the number of
@@ -106,11 +126,12 @@ class Dispatcher {
     Access access;
     Handler handler;   // set by add()
     TextHandler text;  // set by add_text()
+    CallHandler call;  // set by add_call()
   };
   // Runs one request object; `done` gets the serialized response, or an empty string for a
-  // notification.
+  // notification. `in_batch`: the object is one entry of a batch.
   void handle_one(std::shared_ptr<Session> const& session, boost::json::value const& msg,
-                  std::function<void(std::string)> done);
+                  std::function<void(std::string)> done, bool in_batch);
 
   AuthPolicy auth_;
   std::map<std::string, Entry, std::less<>> methods_;

@@ -742,9 +742,6 @@ class Run:
     def start(self, identity):
         self.identity_used = identity
         params = self.params(identity)
-        fallback = os.environ.get("CUSTOS_CONF_SUBSCRIBE_FALLBACK") == "1"  # TEMPORARY (dev)
-        if fallback:
-            params.pop("subscribe")
         conn = self.daemon.connect(timeout=self.timeout)
         self.conn = conn
         rid = conn.request("exec.start", params)
@@ -760,13 +757,11 @@ class Run:
             raise Failure(f"{len(self.sub.early)} exec.event(s) arrived before the exec.start "
                           f"answer (kinds {[e.get('kind') for e in self.sub.early]})")
         self.start_result = answer["result"]
-        for key in ("execution_id", "plan_digest", "phase"):
+        for key in ("execution_id", "plan_digest", "phase", "subscription"):
             if key not in self.start_result:
                 raise Failure(f"the exec.start answer has no `{key}`: {json.dumps(answer)}")
         self.execution_id = self.start_result["execution_id"]
         self.env["execution_id"] = self.execution_id
-        if fallback:
-            conn.request("exec.subscribe", {"execution_id": self.execution_id, "from_seq": 1})
 
     def await_terminal(self):
         if self.daemon_killed:
@@ -806,6 +801,10 @@ class Run:
             if e.get("plan_digest") != digest:
                 raise Failure(f"event seq {e.get('seq')} has plan_digest {e.get('plan_digest')}, "
                               f"the start answered {digest}")
+            if e.get("subscription") != self.start_result["subscription"]:
+                raise Failure(f"event seq {e.get('seq')} names subscription "
+                              f"{e.get('subscription')}, the start answered "
+                              f"{self.start_result['subscription']}")
             if e.get("dropped"):
                 raise Failure(f"event seq {e.get('seq')} reports {e['dropped']} dropped events")
         kinds = [e.get("kind") for e in events]

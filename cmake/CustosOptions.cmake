@@ -23,7 +23,7 @@ endif()
 
 # custos_layer(NAME DEPS...): the static library custos_NAME from every .cpp in src/NAME.
 # Sources are globbed so that a new file in a layer needs no CMake edit; the dependency list is
-# the one place that states the layer's allowed dependencies (ARCHITECTURE.md).
+# the one place that states the layer's allowed dependencies (docs/architecture.md, Layers).
 function(custos_layer name)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${name}/*.cpp")
   add_library(custos_${name} STATIC ${srcs} "${PROJECT_SOURCE_DIR}/cmake/empty.cpp")

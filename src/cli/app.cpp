@@ -1,5 +1,5 @@
-// The command-line front end: one CLI11 app, one subcommand per verb of API.md, each in its own
-// file (cmd_*.cpp). `--socket` and `--json` are accepted before or after the subcommand.
+// The command-line front end: one CLI11 app, one subcommand per verb of docs/api.md, each in its
+// own file (cmd_*.cpp). `--socket` and `--json` are accepted before or after the subcommand.
 #include "custos/cli/app.hpp"
 
 #include <CLI/CLI.hpp>

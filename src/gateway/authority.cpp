@@ -123,7 +123,7 @@ bool is_valid_grant_id(std::string_view id) noexcept {
 
 namespace {
 
-// Collects every diagnostic of one object, then decides once (STYLE.md).
+// Collects every diagnostic of one object, then decides once (docs/architecture.md, Conventions).
 class Reader {
  public:
   explicit Reader(std::string base) : base_(std::move(base)) {}

@@ -120,7 +120,7 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
     return;
   }
   if (params != nullptr && params->is_array()) {
-    // Every custos method takes named parameters (API.md).
+    // Every custos method takes named parameters (docs/api.md).
     done(respond(Error{Errc::rpc_invalid_params, "params must be an object (named parameters)"}));
     return;
   }
@@ -184,7 +184,8 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
       it->second.handler(session, p, reply);
     }
   } catch (std::exception const& ex) {
-    // The catch-all at the RPC boundary (STYLE.md): a handler bug must never crash the daemon.
+    // The catch-all at the RPC boundary (docs/architecture.md, Conventions): a handler bug must
+    // never crash the daemon.
     reply(Error{Errc::internal, std::string{"handler failed: "} + ex.what()});
   } catch (...) {
     reply(Error{Errc::internal, "handler failed"});

@@ -1,4 +1,4 @@
-// The gateway's methods (API.md): authority.grant / revoke / list, lease.acquire / release /
+// The gateway's methods (docs/api.md): authority.grant / revoke / list, lease.acquire / release /
 // list, holder.quiescence, and exec.start / exec.input routed through the ExecutionGateway
 // (docs/authority.md). Registered after register_exec_methods: the two exec names replace the
 // manager-direct handlers, so no exec.start reaches the manager except through the gateway.
@@ -222,7 +222,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
        {"exec.get", "exec.wait", "exec.cancel", "exec.resize", "exec.subscribe", "exec.output"}) {
     owner_or_admin(d, gw, name);
   }
-  // A principal sees only its own executions (API.md): admins list everything, every other
+  // A principal sees only its own executions (docs/api.md): admins list everything, every other
   // caller the executions it started through the gateway, with the same filters and cursor.
   if (Handler const* h = d.find("exec.list")) {
     Handler admin_list = *h;  // copied before add() replaces the entry it lives in

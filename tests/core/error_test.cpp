@@ -21,7 +21,7 @@ TEST(Errors, EveryCodeHasOneUniqueWireString) {
 }
 
 TEST(Errors, StableWireStrings) {
-  // These strings are API (API.md, ARCHITECTURE.md): they must never change.
+  // These strings are API (docs/api.md, docs/architecture.md "Errors"): they must never change.
   EXPECT_EQ(errc_wire(Errc::plan_invalid_cwd), "plan.invalid_cwd");
   EXPECT_EQ(errc_wire(Errc::sandbox_unsupported), "sandbox.unsupported");
   EXPECT_EQ(errc_wire(Errc::auth_stale_epoch), "auth.stale_epoch");

@@ -1,4 +1,4 @@
-// Shared fixtures for the identity/plan tests: the API.md example request and generators.
+// Shared fixtures for the identity/plan tests: the docs/api.md example request and generators.
 #pragma once
 
 #include <boost/json.hpp>
@@ -13,7 +13,7 @@
 
 namespace custos::core::testing {
 
-// The exec.start example of API.md (identity + plan), with the sandbox member as {}.
+// The exec.start example of docs/api.md (identity + plan), with the sandbox member as {}.
 inline boost::json::object example_request() {
   return boost::json::parse(R"({
     "identity": {"project_id": "p1", "session_id": "s1", "run_id": "r1", "attempt_id": "a1",

@@ -1,5 +1,5 @@
-// One row per validation rule: a change to the API.md example request and the exact code and
-// JSON pointer it must produce (and nothing else).
+// One row per validation rule: a change to the docs/api.md example request and the exact code
+// and JSON pointer it must produce (and nothing else).
 #include <gtest/gtest.h>
 
 #include <functional>

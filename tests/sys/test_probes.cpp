@@ -61,7 +61,8 @@ TEST_F(ProbeHostTest, ReportsWhatThisHostCanDo) {
     EXPECT_TRUE(caps->pid_namespaces);
     EXPECT_TRUE(caps->net_namespaces);
   }
-  // The facts of the build machines (ENVIRONMENT.md); elsewhere they may differ.
+  // The facts of the build machines (docs/architecture.md, "The build and test hosts");
+  // elsewhere they may differ.
   if (mount.path == "/sys/fs/cgroup/unified") {
     EXPECT_FALSE(caps->cgroup.nsdelegate);
     EXPECT_FALSE(caps->cgroup.controllers.contains("memory"));

@@ -33,7 +33,7 @@ inline constexpr std::size_t kTriggerCount = 7;
 [[nodiscard]] std::string_view trigger_wire(Trigger t) noexcept;
 [[nodiscard]] std::optional<Trigger> trigger_from_wire(std::string_view wire) noexcept;
 
-// The top-level outcome of an execution (API.md "The terminal result").
+// The top-level outcome of an execution (docs/api.md "The terminal result").
 enum class Classification : std::uint8_t {
   exited,
   signaled,

@@ -15,7 +15,7 @@
 
 namespace custos {
 
-// What a caller should do about an error (ARCHITECTURE.md §Errors).
+// What a caller should do about an error (docs/architecture.md, Errors).
 enum class Recovery : std::uint8_t {
   caller_correction,  // fix the request and send it again
   reauthorize,        // authority drifted: obtain fresh authority, then retry

@@ -1,4 +1,4 @@
-// The execution plan (API.md "The plan") as checked C++ values.
+// The execution plan (docs/api.md "The request: identity and plan") as checked C++ values.
 //
 // An ExecutionPlan is always the *effective* plan: every optional JSON member has been replaced
 // by its documented default, so the canonical bytes and the digest cover exactly what will run.

@@ -1,4 +1,5 @@
-// JSON ⇄ identity and plan (API.md "The plan"), with every diagnostic collected.
+// JSON ⇄ identity and plan (docs/api.md "The request: identity and plan"), with every
+// diagnostic collected.
 //
 // Parsing is strict: an unknown member is plan.unknown_field, a JSON type mismatch is
 // plan.wrong_type (numbers must be non-negative integers; 3.0 is a double and is refused), a

@@ -1,7 +1,7 @@
 // The terminal record: the one durable answer to "what finally happened to this execution".
 //
-// JSON shape is API.md "The terminal result" plus `recovery`, `tree.containment` and, for a
-// spawn failure, `spawn_error`. The digest covers the canonical bytes of every field below, so
+// JSON shape is docs/api.md "The terminal result" (with `recovery`, `tree.containment` and, for
+// a spawn failure, `spawn_error`). The digest covers the canonical bytes of every field below, so
 // changing any of them changes the digest.
 #pragma once
 
@@ -22,7 +22,7 @@
 
 namespace custos::core {
 
-// Which ownership boundary the execution got (ARCHITECTURE.md "Ownership boundaries").
+// Which ownership boundary the execution got (docs/architecture.md "Ownership boundaries").
 // `reference`: the scripted model of the reference backend, which holds no process at all.
 enum class Boundary : std::uint8_t { cgroup, marker, reference };
 // Whether the boundary was kernel-enforced for this process (non-root, or nsdelegate) or a
@@ -79,7 +79,7 @@ struct TerminalRecord {
 [[nodiscard]] Result<TerminalRecord> make_terminal_record(ClassifyInput const& in,
                                                           std::optional<SpawnFailure> spawn_error);
 
-// JSON per API.md, with "digest": "sha256:<hex>" of the canonical bytes.
+// JSON per docs/api.md, with "digest": "sha256:<hex>" of the canonical bytes.
 [[nodiscard]] Result<boost::json::value> to_json(TerminalRecord const& rec);
 // Strict: unknown fields, missing fields, wrong types and out-of-range numbers are
 // Errc::plan_* errors with a JSON pointer; the record must validate(); a present "digest" must

@@ -159,7 +159,7 @@ struct Lease {
 
 // ------------------------------------------------------------------------------ the request
 
-// The `authority` object of exec.start (API.md):
+// The `authority` object of exec.start (docs/api.md):
 //   {"epoch": 12, "grant_id": "g7", "lease_id": null,
 //    "grant_revision"?: 3, "lease_epoch"?: 5, "plan_digest"?: "sha256:..."}
 // grant_id null = the admin's implicit self-authority (docs/authority.md).

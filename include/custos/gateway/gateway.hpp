@@ -1,7 +1,8 @@
-// ExecutionGateway: the only door to a process effect (ARCHITECTURE.md step 5). Every exec.start
-// goes validate -> cross-check -> one durable transaction (claim + budget + lease) -> launch
-// permit -> supervisor launch; every revocation, lease release/break and grant expiry fences
-// the executions that depend on it. docs/authority.md and docs/contracts.md state the rules.
+// ExecutionGateway: the only door to a process effect (docs/architecture.md, "The life of an
+// execution", step 5). Every exec.start goes validate -> cross-check -> one durable transaction
+// (claim + budget + lease) -> launch permit -> supervisor launch; every revocation, lease
+// release/break and grant expiry fences the executions that depend on it. docs/authority.md and
+// docs/contracts.md state the rules.
 //
 // How the permit reaches the launch: start_async() validates the plan, asks the manager whether it
 // would attempt the launch (ExecutionManager::admit), runs the cross-check and the authorizing

@@ -31,11 +31,11 @@ void register_host_methods(Dispatcher& d,
                            std::function<Result<std::shared_ptr<std::string const>>()> describe);
 
 // rpc.methods: the names this daemon serves (sorted), open to every caller. Names starting with
-// "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of API.md.
+// "rpc." are reserved by JSON-RPC 2.0 for such introspection and are not part of docs/api.md.
 void register_introspection(Dispatcher& d);
 
 // exec.check, exec.get, exec.list, exec.wait, exec.cancel, exec.input, exec.resize,
-// exec.subscribe, exec.unsubscribe, exec.output (API.md), admin-only here. exec.start is not
+// exec.subscribe, exec.unsubscribe, exec.output (docs/api.md), admin-only here. exec.start is not
 // among them: a launch needs the gateway's permit (register_gateway_methods adds it).
 // `manager` (and `registry`, may be null) must outlive every connection of the server (the
 // daemon closes them first). exec.get and exec.wait fall back to the registry for executions
@@ -50,7 +50,7 @@ void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
 // own executions; admins all). `gw` must outlive the connections.
 void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw);
 
-// Methods of API.md this build does not serve yet (callers get -32601). Empty since the
+// Methods of docs/api.md this build does not serve yet (callers get -32601). Empty since the
 // gateway issue registered authority.*, lease.* and holder.quiescence.
 [[nodiscard]] std::vector<std::string> deferred_methods();
 

@@ -79,7 +79,7 @@ struct ProbeOptions {
 // The one-line consequence of a capability being missing ("" for an unknown name).
 [[nodiscard]] std::string_view missing_meaning(std::string_view capability) noexcept;
 
-// The `capabilities` object of host.info (API.md): pidfd, clone3_into_cgroup,
+// The `capabilities` object of host.info (docs/api.md): pidfd, clone3_into_cgroup,
 // cgroup {path, writable, controllers, nsdelegate, kill}, subreaper, landlock_abi, seccomp,
 // user/pid/net_namespaces, engines {docker, podman}, pidfd_get_info, so_peerpidfd, and
 // checks [{name, available, detail, missing_means}].

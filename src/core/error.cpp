@@ -56,6 +56,9 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::exec_input_limit, "exec.input_limit", Recovery::caller_correction},
     {Errc::exec_resize_refused, "exec.resize_refused", Recovery::caller_correction},
     {Errc::exec_not_pty, "exec.not_pty", Recovery::caller_correction},
+    // The supervisor's teardown went off its table: its view of the tree cannot be trusted, so
+    // whatever may still run must be killed and reaped (not merely retried).
+    {Errc::teardown_illegal_event, "teardown.illegal_event", Recovery::cancel_reap},
     {Errc::sys_error, "sys.error", Recovery::preparation_retry},
     {Errc::sys_unsupported, "sys.unsupported", Recovery::caller_correction},
     {Errc::spawn_failed, "spawn.failed", Recovery::terminal},

@@ -68,6 +68,7 @@ enum class Errc : std::uint16_t {
   exec_input_limit = 2008,
   exec_resize_refused = 2009,
   exec_not_pty = 2010,
+  teardown_illegal_event = 2011,  // the teardown reducer refused an event (core/teardown.hpp)
 
   // 3xxx — kernel facilities and process effects
   sys_error = 3000,

@@ -5,6 +5,7 @@ It encodes each accepted vector's identity and `expect.effective_plan` and check
 against the vector's `canonical_hex` and `digest`. Run: python3 conformance/reference_encoder.py
 Exit status 0 when every vector matches.
 """
+import base64
 import hashlib
 import json
 import pathlib
@@ -13,6 +14,10 @@ import sys
 
 U8, U32, U64, I64, BOOL, BYTES, STRING, RECORD, LIST = range(1, 10)
 SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGUSR1": 10, "SIGUSR2": 12, "SIGTERM": 15}
+TERMINATING = dict(SIGNALS, SIGILL=4, SIGTRAP=5, SIGABRT=6, SIGBUS=7, SIGFPE=8, SIGKILL=9,
+                   SIGSEGV=11, SIGPIPE=13, SIGALRM=14, SIGSTKFLT=16, SIGXCPU=24, SIGXFSZ=25,
+                   SIGVTALRM=26, SIGPROF=27, SIGIO=29, SIGPWR=30, SIGSYS=31)
+USE = ["cpu_ms", "memory_bytes", "disk_bytes", "descriptors"]
 LIMITS = ["wall_ms", "cpu_ms", "memory_bytes", "processes", "open_files", "disk_bytes",
           "output_bytes", "stdin_bytes"]
 IDS = ["project_id", "session_id", "run_id", "attempt_id", "turn_id", "action_id", "process_id",
@@ -28,6 +33,8 @@ def scalar(t, v):
         return struct.pack(">Q", v)
     if t == STRING:
         return v.encode("utf-8")
+    if t == BYTES:
+        return bytes(v)
     raise ValueError(t)
 
 
@@ -49,6 +56,27 @@ def identity(i):
     fs = [(n + 1, STRING, scalar(STRING, i[k])) for n, k in enumerate(IDS)]
     fs += [(11, U64, scalar(U64, i["generation"])), (12, U64, scalar(U64, i["revision"]))]
     return record(0x0001, fs)
+
+
+def step(st):
+    """One reference-script step: a record whose kind says what the step does."""
+    if "write" in st:
+        return record(0x0020, [(1, U8, scalar(U8, {"stdout": 1, "stderr": 2}[st["write"]])),
+                               (2, BYTES, scalar(BYTES, base64.b64decode(st["data_b64"], validate=True)))])
+    if "sleep_ms" in st:
+        return record(0x0021, [(1, U64, scalar(U64, st["sleep_ms"]))])
+    if "spawn" in st:
+        return record(0x0022, [(1, U64, scalar(U64, st["spawn"]))])
+    if "ignore" in st:
+        return record(0x0023, [(1, U32, scalar(U32, SIGNALS[st["ignore"]]))])
+    if "use" in st:
+        return record(0x0024, [(n + 1, U64, scalar(U64, st["use"][k])) for n, k in enumerate(USE)
+                               if k in st["use"]])
+    if "read_stdin" in st:
+        return record(0x0025, [(1, U64, scalar(U64, st["read_stdin"]))])
+    if "exit" in st:
+        return record(0x0026, [(1, U8, scalar(U8, st["exit"]))])
+    return record(0x0027, [(1, U32, scalar(U32, TERMINATING[st["signal"]]))])
 
 
 def plan(p):
@@ -99,6 +127,9 @@ def plan(p):
         bf.append((2, STRING, scalar(STRING, b["container"])))
     if "socket" in b:
         bf.append((3, STRING, scalar(STRING, b["socket"])))
+    if "script" in b:
+        steps = [step(st) for st in b["script"]["steps"]]
+        bf.append((4, RECORD, record(0x001C, [(1, LIST, lst(RECORD, steps))])))
     fs.append((11, RECORD, record(0x001B, bf)))
     return record(0x0002, fs)
 

@@ -359,6 +359,25 @@ void validate_user(UserSpec const& u, std::string const& ptr, std::vector<Diagno
   }
 }
 
+namespace {
+
+// The script member: required for reference, refused for every other kind.
+void validate_backend_script(Backend const& b, std::string const& ptr,
+                             std::vector<Diagnostic>& out) {
+  std::string const script = pointer_append(ptr, "script");
+  if (b.kind == BackendKind::reference) {
+    if (!b.script) {
+      add(out, Errc::plan_missing_field, script, "the reference backend needs a script");
+    } else {
+      validate_script(*b.script, script, out);
+    }
+  } else if (b.script) {
+    add(out, Errc::plan_invalid_backend, script, "only the reference backend runs a script");
+  }
+}
+
+}  // namespace
+
 void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diagnostic>& out) {
   auto const code = Errc::plan_invalid_backend;
   std::string const container = pointer_append(ptr, "container");
@@ -371,6 +390,7 @@ void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diag
   if (!engine) {
     if (b.container) add(out, code, container, "only docker and podman backends name a container");
     if (b.socket) add(out, code, socket, "only docker and podman backends name a socket");
+    validate_backend_script(b, ptr, out);
     return;
   }
   if (!b.container) {
@@ -391,6 +411,7 @@ void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diag
       add(out, code, socket, "must be an absolute, normalized socket path");
     }
   }
+  validate_backend_script(b, ptr, out);
 }
 
 std::vector<Diagnostic> validate_plan(ExecutionPlan const& plan, std::string_view pointer_base) {

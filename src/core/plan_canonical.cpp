@@ -6,6 +6,7 @@
 #include "custos/core/plan_canonical.hpp"
 
 #include <type_traits>
+#include <variant>
 
 namespace custos::core {
 namespace {
@@ -122,12 +123,69 @@ void write_sandbox(CanonicalWriter& w, SandboxRequirements const&) {
   w.begin_record(10, kind::sandbox_none).end_record();
 }
 
+void write_step(CanonicalWriter& w, ScriptStep const& step) {
+  static_assert(std::variant_size_v<ScriptStep> == 8);
+  std::visit(
+      [&w](auto const& st) {
+        using T = std::decay_t<decltype(st)>;
+        if constexpr (std::is_same_v<T, script::Write>) {
+          static_assert(T::kFieldCount == 2);
+          auto const& [stream, data] = st;
+          w.begin_element_record(kind::step_write)
+              .u8(1, static_cast<std::uint8_t>(stream))
+              .bytes(2, data);
+        } else if constexpr (std::is_same_v<T, script::Sleep>) {
+          static_assert(T::kFieldCount == 1);
+          auto const& [ms] = st;
+          w.begin_element_record(kind::step_sleep).u64(1, ms);
+        } else if constexpr (std::is_same_v<T, script::Spawn>) {
+          static_assert(T::kFieldCount == 1);
+          auto const& [count] = st;
+          w.begin_element_record(kind::step_spawn).u64(1, count);
+        } else if constexpr (std::is_same_v<T, script::Ignore>) {
+          static_assert(T::kFieldCount == 1);
+          auto const& [signal] = st;
+          w.begin_element_record(kind::step_ignore).u32(1, signal);
+        } else if constexpr (std::is_same_v<T, script::Use>) {
+          static_assert(T::kFieldCount == 4);
+          auto const& [cpu, memory, disk, descriptors] = st;
+          w.begin_element_record(kind::step_use);
+          Tag tag = 1;
+          for (auto const* v : {&cpu, &memory, &disk, &descriptors}) {
+            if (*v) w.u64(tag, **v);  // absent = not set by this step
+            ++tag;
+          }
+        } else if constexpr (std::is_same_v<T, script::ReadStdin>) {
+          static_assert(T::kFieldCount == 1);
+          auto const& [bytes] = st;
+          w.begin_element_record(kind::step_read_stdin).u64(1, bytes);
+        } else if constexpr (std::is_same_v<T, script::Exit>) {
+          static_assert(T::kFieldCount == 1);
+          auto const& [code] = st;
+          w.begin_element_record(kind::step_exit).u8(1, code);
+        } else {
+          static_assert(std::is_same_v<T, script::Signal> && T::kFieldCount == 1);
+          auto const& [signal] = st;
+          w.begin_element_record(kind::step_signal).u32(1, signal);
+        }
+        w.end_element_record();
+      },
+      step);
+}
+
 void write_backend(CanonicalWriter& w, Backend const& b) {
-  static_assert(Backend::kFieldCount == 3);
-  auto const& [kind_v, container, socket] = b;
+  static_assert(Backend::kFieldCount == 4);
+  auto const& [kind_v, container, socket, script] = b;
   w.begin_record(11, kind::backend).u8(1, static_cast<std::uint8_t>(kind_v));
   if (container) w.string(2, *container);
   if (socket) w.string(3, *socket);
+  if (script) {
+    // Absent for every other backend, so their bytes are what they were before the script.
+    static_assert(ReferenceScript::kFieldCount == 1);
+    w.begin_record(4, kind::reference_script).begin_list(1, FieldType::record);
+    for (auto const& step : script->steps) write_step(w, step);
+    w.end_list().end_record();
+  }
   w.end_record();
 }
 
@@ -166,6 +224,67 @@ Result<Enum> enum_from_u8(std::uint8_t v, std::uint8_t max, char const* what) {
   if (v < 1 || v > max)
     return malformed(std::string{what} + " value " + std::to_string(v) + " unknown");
   return static_cast<Enum>(v);
+}
+
+Result<ScriptStep> read_step(CanonicalReader& e) {
+  ScriptStep step;
+  switch (e.kind()) {
+    case kind::step_write: {
+      script::Write st;
+      std::uint8_t const stream = CUSTOS_TRY(e.u8(1));
+      st.stream = CUSTOS_TRY(enum_from_u8<ScriptStream>(stream, 2, "write stream"));
+      st.data = CUSTOS_TRY(e.bytes(2));
+      step = std::move(st);
+      break;
+    }
+    case kind::step_sleep:
+      step = script::Sleep{CUSTOS_TRY(e.u64(1))};
+      break;
+    case kind::step_spawn:
+      step = script::Spawn{CUSTOS_TRY(e.u64(1))};
+      break;
+    case kind::step_ignore:
+      step = script::Ignore{CUSTOS_TRY(e.u32(1))};
+      break;
+    case kind::step_use: {
+      script::Use st;
+      auto& [cpu, memory, disk, descriptors] = st;
+      Tag tag = 1;
+      for (auto* v : {&cpu, &memory, &disk, &descriptors}) *v = CUSTOS_TRY(e.optional_u64(tag++));
+      step = st;
+      break;
+    }
+    case kind::step_read_stdin:
+      step = script::ReadStdin{CUSTOS_TRY(e.u64(1))};
+      break;
+    case kind::step_exit:
+      step = script::Exit{CUSTOS_TRY(e.u8(1))};
+      break;
+    case kind::step_signal:
+      step = script::Signal{CUSTOS_TRY(e.u32(1))};
+      break;
+    default:
+      return malformed("script step of record kind " + std::to_string(e.kind()));
+  }
+  CUSTOS_TRYV(e.finish());
+  return step;
+}
+
+Result<ReferenceScript> read_script(CanonicalReader& r, Tag tag) {
+  auto s = CUSTOS_TRY(r.record(tag, kind::reference_script));
+  ReferenceScript script;
+  auto l = CUSTOS_TRY(s.list(1, FieldType::record));
+  // The count is bounded before anything is reserved: a forged count costs nothing.
+  if (l.size() > kMaxScriptSteps)
+    return malformed("script of " + std::to_string(l.size()) + " steps");
+  script.steps.reserve(l.size());
+  while (!l.done()) {
+    auto e = CUSTOS_TRY(l.next_record());
+    script.steps.push_back(CUSTOS_TRY(read_step(e)));
+  }
+  CUSTOS_TRYV(l.finish());
+  CUSTOS_TRYV(s.finish());
+  return script;
 }
 
 Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
@@ -255,6 +374,7 @@ Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
     p.backend.kind = CUSTOS_TRY(enum_from_u8<BackendKind>(backend_kind, 4, "backend kind"));
     p.backend.container = CUSTOS_TRY(b.optional_string(2));
     p.backend.socket = CUSTOS_TRY(b.optional_string(3));
+    if (b.has(4)) p.backend.script = CUSTOS_TRY(read_script(b, 4));
     CUSTOS_TRYV(b.finish());
   }
   CUSTOS_TRYV(r.finish());

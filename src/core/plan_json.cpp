@@ -3,9 +3,13 @@
 #include "custos/core/plan_json.hpp"
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <limits>
+#include <span>
+#include <type_traits>
 
+#include "custos/core/base64.hpp"
 #include "custos/core/ids.hpp"
 #include "custos/core/json_pointer.hpp"
 
@@ -413,11 +417,161 @@ void parse_sandbox(Walker& w, json::value const& v, std::string const& ptr) {
   }
 }
 
+// A write step's members: the stream (the step key's value) and data_b64.
+std::optional<ScriptStep> parse_write_step(Walker& w, json::object const& o,
+                                           std::string const& ptr) {
+  auto const code = Errc::plan_invalid_backend;
+  std::string const kptr = pointer_append(ptr, "write");
+  script::Write write;
+  std::string stream;
+  if (w.string(o.at("write"), kptr, stream)) {
+    if (auto s = script_stream_from(stream)) {
+      write.stream = *s;
+    } else {
+      w.add(code, kptr, "must be stdout or stderr");
+    }
+  }
+  std::string const dptr = pointer_append(ptr, "data_b64");
+  if (auto const* d = w.required(o, ptr, "data_b64")) {
+    std::string text;
+    if (w.string(*d, dptr, text)) {
+      // Bounded before decoding: the text of more than the bound is refused unread.
+      if (text.size() > (kMaxScriptWriteBytes + 2) / 3 * 4) {
+        w.add(Errc::plan_too_large, dptr,
+              "decodes to more than " + std::to_string(kMaxScriptWriteBytes) + " bytes");
+      } else if (auto bytes = base64_decode(text)) {
+        write.data = std::move(*bytes);
+      } else {
+        w.add(code, dptr, "must be padded base64 (RFC 4648)");
+      }
+    }
+  }
+  return write;
+}
+
+// A use step: an object of up to four resource values.
+std::optional<ScriptStep> parse_use_step(Walker& w, json::value const& arg,
+                                         std::string const& kptr) {
+  auto const* u = w.object(arg, kptr);
+  if (u == nullptr) return std::nullopt;
+  w.only(*u, kptr,
+         {kScriptUseNames[0], kScriptUseNames[1], kScriptUseNames[2], kScriptUseNames[3]});
+  script::Use use;
+  auto& [cpu, memory, disk, descriptors] = use;
+  std::array<std::optional<std::uint64_t>*, 4> const members = {&cpu, &memory, &disk, &descriptors};
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    std::uint64_t n = 0;
+    if (auto const* mv = Walker::optional(*u, kScriptUseNames[m])) {
+      if (w.unsigned_int(*mv, pointer_append(kptr, kScriptUseNames[m]), kMaxPlanNumber,
+                         Errc::plan_invalid_backend, n)) {
+        *members[m] = n;
+      }
+    }
+  }
+  return use;
+}
+
+// One script step: an object with exactly one step key (and, for write, data_b64). Returns
+// nullopt after reporting when it does not parse structurally.
+std::optional<ScriptStep> parse_script_step(Walker& w, json::value const& v,
+                                            std::string const& ptr) {
+  auto const code = Errc::plan_invalid_backend;
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return std::nullopt;
+  std::size_t const before = w.diags.size();
+  w.only(
+      *o, ptr,
+      {kScriptStepKeys[0], kScriptStepKeys[1], kScriptStepKeys[2], kScriptStepKeys[3],
+       kScriptStepKeys[4], kScriptStepKeys[5], kScriptStepKeys[6], kScriptStepKeys[7], "data_b64"});
+  std::vector<std::string_view> keys;
+  for (auto k : kScriptStepKeys) {
+    if (o->contains(k)) keys.push_back(k);
+  }
+  if (keys.empty() && w.diags.size() != before) return std::nullopt;  // an unknown key said it
+  if (keys.size() != 1) {
+    w.add(code, ptr,
+          keys.empty() ? "names no step (write, sleep_ms, spawn, ignore, use, read_stdin, exit, "
+                         "signal)"
+                       : "names more than one step (" + std::string{keys[0]} + ", " +
+                             std::string{keys[1]} + "); one step per object");
+    return std::nullopt;
+  }
+  std::string_view const key = keys.front();
+  std::string const kptr = pointer_append(ptr, key);
+  json::value const& arg = o->at(key);
+  if (key != "write" && o->contains("data_b64")) {
+    w.add(code, pointer_append(ptr, "data_b64"), "belongs to a write step only");
+  }
+  std::uint64_t n = 0;
+  auto number = [&](std::uint64_t max) { return w.unsigned_int(arg, kptr, max, code, n); };
+  auto signal = [&](auto from_name, std::string_view expected) -> std::optional<std::uint32_t> {
+    std::string name;
+    if (!w.string(arg, kptr, name)) return std::nullopt;
+    auto sig = from_name(name);
+    if (!sig) w.add(code, kptr, "must be " + std::string{expected} + ", is " + name);
+    return sig;
+  };
+  std::optional<ScriptStep> step;
+  if (key == "write") {
+    step = parse_write_step(w, *o, ptr);
+  } else if (key == "sleep_ms") {
+    if (number(kMaxPlanNumber)) step = script::Sleep{n};
+  } else if (key == "spawn") {
+    if (number(kMaxPlanNumber)) step = script::Spawn{n};
+  } else if (key == "ignore") {
+    constexpr std::string_view kGraceful =
+        "one of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2";
+    if (auto sig = signal(signal_from_name, kGraceful)) {
+      step = script::Ignore{*sig};
+    }
+  } else if (key == "use") {
+    step = parse_use_step(w, arg, kptr);
+  } else if (key == "read_stdin") {
+    if (number(kMaxPlanNumber)) step = script::ReadStdin{n};
+  } else if (key == "exit") {
+    if (number(255)) step = script::Exit{static_cast<std::uint8_t>(n)};
+  } else {
+    if (auto sig = signal(terminating_signal_from_name, "a signal that ends a process")) {
+      step = script::Signal{*sig};
+    }
+  }
+  if (w.diags.size() != before) return std::nullopt;
+  return step;
+}
+
+void parse_script(Walker& w, json::value const& v, std::string const& ptr,
+                  std::optional<ReferenceScript>& out) {
+  auto const* o = w.object(v, ptr);
+  if (o == nullptr) return;
+  std::size_t const before = w.diags.size();
+  w.only(*o, ptr, {"steps"});
+  ReferenceScript s;
+  if (auto const* steps = w.required(*o, ptr, "steps")) {
+    std::string const sptr = pointer_append(ptr, "steps");
+    if (auto const* a = w.array(*steps, sptr)) {
+      if (a->size() > kMaxScriptSteps) {
+        w.add(Errc::plan_too_large, sptr,
+              "more than " + std::to_string(kMaxScriptSteps) + " steps");
+        return;
+      }
+      s.steps.reserve(a->size());
+      for (std::size_t i = 0; i < a->size(); ++i) {
+        if (auto step = parse_script_step(w, (*a)[i], pointer_append(sptr, i))) {
+          s.steps.push_back(std::move(*step));
+        }
+      }
+    }
+  }
+  // The script rules (bounds, the end step) run in validate_backend, and only over a script
+  // that parsed whole: a step that did not parse would shift every later index and total.
+  if (w.diags.size() == before) out = std::move(s);
+}
+
 void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Backend& out) {
   std::size_t const before = w.diags.size();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
-  w.only(*o, ptr, {"kind", "container", "socket"});
+  w.only(*o, ptr, {"kind", "container", "socket", "script"});
   if (auto const* kind = w.required(*o, ptr, "kind")) {
     std::string s;
     std::string const kptr = pointer_append(ptr, "kind");
@@ -434,6 +588,14 @@ void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Back
     if (auto const* m = Walker::optional(*o, key)) {
       std::string s;
       if (w.string(*m, pointer_append(ptr, key), s)) *member = std::move(s);
+    }
+  }
+  if (auto const* m = Walker::optional(*o, "script"); m != nullptr && w.diags.size() == before) {
+    if (out.kind == BackendKind::reference) {
+      parse_script(w, *m, pointer_append(ptr, "script"), out.script);
+    } else {
+      // Misplaced: validate_backend reports it once, whatever is inside.
+      out.script = ReferenceScript{};
     }
   }
   then_validate(w, before, [&](auto& d) { validate_backend(out, ptr, d); });
@@ -506,6 +668,50 @@ Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_
 
 // ------------------------------------------------------------------------------ to_json
 
+namespace {
+
+json::value step_json(ScriptStep const& step) {
+  return std::visit(
+      [](auto const& st) -> json::value {
+        using T = std::decay_t<decltype(st)>;
+        if constexpr (std::is_same_v<T, script::Write>) {
+          return json::object{{"write", to_string(st.stream)},
+                              {"data_b64", base64_encode(std::span<std::uint8_t const>(st.data))}};
+        } else if constexpr (std::is_same_v<T, script::Sleep>) {
+          return json::object{{"sleep_ms", st.ms}};
+        } else if constexpr (std::is_same_v<T, script::Spawn>) {
+          return json::object{{"spawn", st.count}};
+        } else if constexpr (std::is_same_v<T, script::Ignore>) {
+          return json::object{{"ignore", signal_name(st.signal).value_or("SIGTERM")}};
+        } else if constexpr (std::is_same_v<T, script::Use>) {
+          auto const& [cpu, memory, disk, descriptors] = st;
+          std::array<std::optional<std::uint64_t> const*, 4> const members = {&cpu, &memory, &disk,
+                                                                              &descriptors};
+          json::object use;
+          for (std::size_t m = 0; m < members.size(); ++m) {
+            if (*members[m]) use[kScriptUseNames[m]] = **members[m];
+          }
+          return json::object{{"use", std::move(use)}};
+        } else if constexpr (std::is_same_v<T, script::ReadStdin>) {
+          return json::object{{"read_stdin", st.bytes}};
+        } else if constexpr (std::is_same_v<T, script::Exit>) {
+          return json::object{{"exit", st.code}};
+        } else {
+          return json::object{{"signal", terminating_signal_name(st.signal).value_or("SIGKILL")}};
+        }
+      },
+      step);
+}
+
+json::value script_json(ReferenceScript const& s) {
+  json::array steps;
+  steps.reserve(s.steps.size());
+  for (auto const& step : s.steps) steps.push_back(step_json(step));
+  return json::object{{"steps", std::move(steps)}};
+}
+
+}  // namespace
+
 json::value to_json(ExecutionIdentity const& id) {
   json::object o;
   auto const ids = identity_ids(id);
@@ -566,6 +772,7 @@ json::value to_json(ExecutionPlan const& p) {
   json::object backend{{"kind", to_string(p.backend.kind)}};
   if (p.backend.container) backend["container"] = *p.backend.container;
   if (p.backend.socket) backend["socket"] = *p.backend.socket;
+  if (p.backend.script) backend["script"] = script_json(*p.backend.script);
   o["backend"] = std::move(backend);
   return o;
 }

@@ -559,8 +559,13 @@ void ChildArena::reset() noexcept {
 }
 
 ArenaStats arena_stats() noexcept {
+  std::size_t pooled = 0;
+  {
+    std::lock_guard const lock(arena_pool().mu);
+    pooled = arena_pool().free.size();
+  }
   return ArenaStats{g_arenas_mapped.load(std::memory_order_relaxed),
-                    g_arena_mmaps.load(std::memory_order_relaxed)};
+                    g_arena_mmaps.load(std::memory_order_relaxed), pooled};
 }
 
 void ChildArena::leak() noexcept {

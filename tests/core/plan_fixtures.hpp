@@ -53,7 +53,28 @@ inline ExecutionPlan full_plan() {
   p.escalation = {2, 100, 200};
   p.user = UserSpec{1000, 1001, {4, 27, 1002}};
   p.backend = {BackendKind::podman, std::string{"c0ffee"},
-               std::string{"/run/user/1000/podman.sock"}};
+               std::string{"/run/user/1000/podman.sock"}, std::nullopt};
+  return p;
+}
+
+// A reference script with every step kind, every Use member set, ending with a signal.
+inline ReferenceScript full_script() {
+  ReferenceScript s;
+  s.steps = {script::Write{ScriptStream::stdout_stream, {'h', 'i', '\n'}},
+             script::Write{ScriptStream::stderr_stream, {0x00, 0xff, 0x80}},
+             script::Sleep{250},
+             script::Spawn{3},
+             script::Ignore{15},
+             script::Use{100, 1U << 20U, 4096, 12},
+             script::ReadStdin{64},
+             script::Signal{11}};
+  return s;
+}
+
+// full_plan() on the reference backend, with full_script().
+inline ExecutionPlan full_reference_plan() {
+  ExecutionPlan p = full_plan();
+  p.backend = Backend{BackendKind::reference, std::nullopt, std::nullopt, full_script()};
   return p;
 }
 
@@ -145,6 +166,60 @@ inline ExecutionIdentity generate_identity() {
   return id;
 }
 
+// A valid reference script: up to a dozen steps of every kind, then (or not) an exit or a signal.
+inline ReferenceScript generate_script() {
+  ReferenceScript s;
+  auto const n = *rc::gen::inRange<std::size_t>(0, 12);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (*rc::gen::inRange(0, 6)) {
+      case 0: {
+        script::Write w;
+        w.stream = *rc::gen::element(ScriptStream::stdout_stream, ScriptStream::stderr_stream);
+        w.data = *rc::gen::container<std::vector<std::uint8_t>>(
+            *rc::gen::inRange<std::size_t>(1, 40), rc::gen::arbitrary<std::uint8_t>());
+        s.steps.emplace_back(std::move(w));
+        break;
+      }
+      case 1:
+        s.steps.emplace_back(script::Sleep{*rc::gen::inRange<std::uint64_t>(1, 100000)});
+        break;
+      case 2:
+        s.steps.emplace_back(script::Spawn{*rc::gen::inRange<std::uint64_t>(1, 300)});
+        break;
+      case 3:
+        s.steps.emplace_back(script::Ignore{*rc::gen::element<std::uint32_t>(1, 2, 3, 10, 12, 15)});
+        break;
+      case 4: {
+        script::Use u;
+        auto const value = [] { return *rc::gen::inRange<std::uint64_t>(0, kMaxPlanNumber + 1); };
+        do {
+          if (*rc::gen::arbitrary<bool>()) u.cpu_ms = value();
+          if (*rc::gen::arbitrary<bool>()) u.memory_bytes = value();
+          if (*rc::gen::arbitrary<bool>()) u.disk_bytes = value();
+          if (*rc::gen::arbitrary<bool>()) u.descriptors = value();
+        } while (u == script::Use{});
+        s.steps.emplace_back(u);
+        break;
+      }
+      default:
+        s.steps.emplace_back(script::ReadStdin{*rc::gen::inRange<std::uint64_t>(1, 1U << 20U)});
+        break;
+    }
+  }
+  switch (*rc::gen::inRange(0, 3)) {
+    case 0:
+      s.steps.emplace_back(script::Exit{*rc::gen::arbitrary<std::uint8_t>()});
+      break;
+    case 1:
+      s.steps.emplace_back(script::Signal{*rc::gen::element<std::uint32_t>(
+          1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 24, 25, 26, 27, 29, 30, 31)});
+      break;
+    default:
+      break;  // ends with exit 0 after its last step
+  }
+  return s;
+}
+
 inline ExecutionPlan generate_plan() {
   ExecutionPlan p;
   p.command.executable = *gen_abs_path(1);
@@ -192,6 +267,7 @@ inline ExecutionPlan generate_plan() {
     p.backend.container = "c" + *gen_component();
     if (*rc::gen::arbitrary<bool>()) p.backend.socket = "/run/" + *gen_component() + ".sock";
   }
+  if (p.backend.kind == BackendKind::reference) p.backend.script = generate_script();
   return p;
 }
 

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "custos/core/plan_json.hpp"
 
@@ -28,6 +29,30 @@ std::string big(std::size_t n) {
 
 json::object& sub(json::object& o, char const* key) {
   return o[key].as_object();
+}
+
+// A reference backend whose script has these steps (JSON text of the array).
+json::object reference(std::string_view steps) {
+  return json::object{{"kind", "reference"},
+                      {"script", json::object{{"steps", json::parse(steps)}}}};
+}
+
+// `n` copies of one step, as a JSON array.
+std::string repeated(std::string_view step, std::size_t n) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ",";
+    out += step;
+  }
+  return out + "]";
+}
+
+// A write step of `n` zero bytes on stdout.
+std::string write_zeros(std::size_t n) {
+  std::string b64((n + 2) / 3 * 4, 'A');
+  if (n % 3 == 1) b64.replace(b64.size() - 2, 2, "==");
+  if (n % 3 == 2) b64.back() = '=';
+  return R"({"write": "stdout", "data_b64": ")" + b64 + R"("})";
 }
 
 std::vector<Case> const& cases() {
@@ -154,10 +179,48 @@ std::vector<Case> const& cases() {
       {"BackendKindMissing", [](I&, P& p) { p["backend"] = json::object{}; }, Errc::plan_missing_field, "/plan/backend/kind"},
       {"DockerNoContainer", [](I&, P& p) { p["backend"] = json::object{{"kind", "docker"}}; }, Errc::plan_missing_field, "/plan/backend/container"},
       {"NativeWithContainer", [](I&, P& p) { p["backend"] = json::object{{"kind", "native"}, {"container", "c1"}}; }, Errc::plan_invalid_backend, "/plan/backend/container"},
-      {"ReferenceWithSocket", [](I&, P& p) { p["backend"] = json::object{{"kind", "reference"}, {"socket", "/run/d.sock"}}; }, Errc::plan_invalid_backend, "/plan/backend/socket"},
+      {"ReferenceWithSocket", [](I&, P& p) { p["backend"] = reference("[]"); sub(p, "backend")["socket"] = "/run/d.sock"; }, Errc::plan_invalid_backend, "/plan/backend/socket"},
       {"ContainerBadName", [](I&, P& p) { p["backend"] = json::object{{"kind", "podman"}, {"container", "-rm"}}; }, Errc::plan_invalid_backend, "/plan/backend/container"},
       {"SocketRelative", [](I&, P& p) { p["backend"] = json::object{{"kind", "docker"}, {"container", "c1"}, {"socket", "docker.sock"}}; }, Errc::plan_invalid_backend, "/plan/backend/socket"},
       {"SocketTooLong", [](I&, P& p) { p["backend"] = json::object{{"kind", "docker"}, {"container", "c1"}, {"socket", "/" + big(107)}}; }, Errc::plan_too_large, "/plan/backend/socket"},
+      // --- backend: the reference script
+      {"ReferenceWithoutScript", [](I&, P& p) { p["backend"] = json::object{{"kind", "reference"}}; }, Errc::plan_missing_field, "/plan/backend/script"},
+      {"ScriptOnNative", [](I&, P& p) { p["backend"] = json::object{{"kind", "native"}, {"script", json::object{{"steps", json::array{}}}}}; }, Errc::plan_invalid_backend, "/plan/backend/script"},
+      {"ScriptOnDocker", [](I&, P& p) { p["backend"] = json::object{{"kind", "docker"}, {"container", "c1"}, {"script", 1}}; }, Errc::plan_invalid_backend, "/plan/backend/script"},
+      {"ScriptNotObject", [](I&, P& p) { p["backend"] = json::object{{"kind", "reference"}, {"script", json::array{}}}; }, Errc::plan_wrong_type, "/plan/backend/script"},
+      {"ScriptStepsMissing", [](I&, P& p) { p["backend"] = json::object{{"kind", "reference"}, {"script", json::object{}}}; }, Errc::plan_missing_field, "/plan/backend/script/steps"},
+      {"ScriptUnknownMember", [](I&, P& p) { p["backend"] = reference("[]"); sub(sub(p, "backend"), "script")["loop"] = true; }, Errc::plan_unknown_field, "/plan/backend/script/loop"},
+      {"ScriptStepsNotArray", [](I&, P& p) { p["backend"] = reference("{}"); }, Errc::plan_wrong_type, "/plan/backend/script/steps"},
+      {"ScriptTooManySteps", [](I&, P& p) { p["backend"] = reference(repeated(R"({"sleep_ms": 1})", 1025)); }, Errc::plan_too_large, "/plan/backend/script/steps"},
+      {"StepNotObject", [](I&, P& p) { p["backend"] = reference("[1]"); }, Errc::plan_wrong_type, "/plan/backend/script/steps/0"},
+      {"StepNamesNothing", [](I&, P& p) { p["backend"] = reference("[{}]"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0"},
+      {"StepNamesTwo", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": 1, "spawn": 1}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0"},
+      {"StepUnknown", [](I&, P& p) { p["backend"] = reference(R"([{"fork": 1}])"); }, Errc::plan_unknown_field, "/plan/backend/script/steps/0/fork"},
+      {"WriteBadStream", [](I&, P& p) { p["backend"] = reference(R"([{"write": "stdin", "data_b64": "QQ=="}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/write"},
+      {"WriteNoData", [](I&, P& p) { p["backend"] = reference(R"([{"write": "stdout"}])"); }, Errc::plan_missing_field, "/plan/backend/script/steps/0/data_b64"},
+      {"WriteBadBase64", [](I&, P& p) { p["backend"] = reference(R"([{"write": "stdout", "data_b64": "QQ="}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/data_b64"},
+      {"WriteNothing", [](I&, P& p) { p["backend"] = reference(R"([{"write": "stderr", "data_b64": ""}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/data_b64"},
+      {"WriteTooLarge", [](I&, P& p) { p["backend"] = reference("[" + write_zeros((1U << 20U) + 1) + "]"); }, Errc::plan_too_large, "/plan/backend/script/steps/0/data_b64"},
+      {"WritesTooLargeInAll", [](I&, P& p) { p["backend"] = reference("[" + write_zeros(1U << 19U) + "," + write_zeros(1U << 19U) + "," + write_zeros(1) + "]"); }, Errc::plan_too_large, "/plan/backend/script/steps/2/data_b64"},
+      {"DataOnSleep", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": 1, "data_b64": "QQ=="}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/data_b64"},
+      {"SleepZero", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": 0}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/sleep_ms"},
+      {"SleepNegative", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": -5}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/sleep_ms"},
+      {"SleepDouble", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": 1.5}])"); }, Errc::plan_wrong_type, "/plan/backend/script/steps/0/sleep_ms"},
+      {"SleepOverTheBound", [](I&, P& p) { p["backend"] = reference(R"([{"sleep_ms": 3599999}, {"sleep_ms": 2}])"); }, Errc::plan_too_large, "/plan/backend/script/steps/1/sleep_ms"},
+      {"SpawnZero", [](I&, P& p) { p["backend"] = reference(R"([{"spawn": 0}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/spawn"},
+      {"SpawnTooMany", [](I&, P& p) { p["backend"] = reference(R"([{"spawn": 4000}, {"spawn": 97}])"); }, Errc::plan_too_large, "/plan/backend/script/steps/1/spawn"},
+      {"IgnoreSigkill", [](I&, P& p) { p["backend"] = reference(R"([{"ignore": "SIGKILL"}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/ignore"},
+      {"IgnoreNumber", [](I&, P& p) { p["backend"] = reference(R"([{"ignore": 15}])"); }, Errc::plan_wrong_type, "/plan/backend/script/steps/0/ignore"},
+      {"UseNothing", [](I&, P& p) { p["backend"] = reference(R"([{"use": {}}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/use"},
+      {"UseUnknown", [](I&, P& p) { p["backend"] = reference(R"([{"use": {"gpu_ms": 1}}])"); }, Errc::plan_unknown_field, "/plan/backend/script/steps/0/use/gpu_ms"},
+      {"UseTooBig", [](I&, P& p) { p["backend"] = reference(R"([{"use": {"cpu_ms": 1, "descriptors": 9007199254740992}}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/use/descriptors"},
+      {"UseNotObject", [](I&, P& p) { p["backend"] = reference(R"([{"use": 5}])"); }, Errc::plan_wrong_type, "/plan/backend/script/steps/0/use"},
+      {"ReadStdinZero", [](I&, P& p) { p["backend"] = reference(R"([{"read_stdin": 0}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/read_stdin"},
+      {"ExitTooBig", [](I&, P& p) { p["backend"] = reference(R"([{"exit": 256}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/exit"},
+      {"ExitNegative", [](I&, P& p) { p["backend"] = reference(R"([{"exit": -1}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/exit"},
+      {"SignalNotTerminating", [](I&, P& p) { p["backend"] = reference(R"([{"signal": "SIGCHLD"}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/0/signal"},
+      {"StepAfterExit", [](I&, P& p) { p["backend"] = reference(R"([{"exit": 0}, {"write": "stdout", "data_b64": "QQ=="}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/1"},
+      {"SignalAfterSignal", [](I&, P& p) { p["backend"] = reference(R"([{"signal": "SIGSEGV"}, {"signal": "SIGABRT"}])"); }, Errc::plan_invalid_backend, "/plan/backend/script/steps/1"},
   };
   return kCases;
 }

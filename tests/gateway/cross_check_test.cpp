@@ -16,6 +16,12 @@ namespace {
 
 constexpr std::int64_t kNow = 1'700'000'000'000'000'000;
 
+// A valid reference backend (its script is required): an empty script, which exits 0.
+core::Backend reference_backend() {
+  return core::Backend{core::BackendKind::reference, std::nullopt, std::nullopt,
+                       core::ReferenceScript{}};
+}
+
 struct Fixture {
   Caller caller{1000, 1000, {27}, false};
   core::ExecutionIdentity id;
@@ -145,8 +151,7 @@ INSTANTIATE_TEST_SUITE_P(
         Row{"expired", [](Fixture& f) { f.cur.grant->expires_ns = kNow; }, Errc::auth_expired},
         Row{"digest", [](Fixture& f) { f.claim.plan_digest = "sha256:" + std::string(64, '0'); },
             Errc::auth_digest_mismatch},
-        Row{"operation_class",
-            [](Fixture& f) { f.plan.backend.kind = core::BackendKind::reference; },
+        Row{"operation_class", [](Fixture& f) { f.plan.backend = reference_backend(); },
             Errc::auth_operation_class},
         Row{"executable_outside_prefix",
             [](Fixture& f) { f.plan.command.executable = "/usr/binx/make"; },
@@ -241,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(
             [](Fixture& f) {
               f.caller.admin = true;
               f.claim.grant_id.reset();
-              f.plan.backend.kind = core::BackendKind::reference;
+              f.plan.backend = reference_backend();
             },
             Errc::auth_operation_class},
         Row{"implicit_admin_other_user",

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "custos/core/error.hpp"
@@ -190,8 +191,117 @@ struct SandboxRequirements {
 
 enum class BackendKind : std::uint8_t { native = 1, reference = 2, docker = 3, podman = 4 };
 
+// ------------------------------------------------------------------------------ reference script
+// The reference backend runs no process: it walks a script, in order (API.md "The reference
+// backend"). The rules, all checked by validate_backend:
+//   - a step does exactly one thing, and something: an empty write, sleep_ms 0, spawn 0,
+//     read_stdin 0 and a `use` naming no resource are refused;
+//   - `exit` or `signal` ends the script and may only be its last step; a script without one
+//     ends as if its last step were {"exit": 0} (an empty script exits 0 at once);
+//   - `ignore` names a signal a graceful stop may send (signal_from_name; SIGKILL cannot be
+//     ignored); `signal` names a signal that ends a process by default (terminating_signal_*);
+//   - the bounds below hold over the whole script (each is plan.too_large).
+inline constexpr std::size_t kMaxScriptSteps = 1024;
+// Output the script writes, decoded, over every write step: enough to cross any small output
+// limit a test sets, small next to the plan's other bounds (argv and env are 1 MiB each).
+inline constexpr std::size_t kMaxScriptWriteBytes = std::size_t{1} << 20U;
+// Time the script sleeps, summed: the default wall_ms (one hour).
+inline constexpr std::uint64_t kMaxScriptSleepMs = 3'600'000;
+// Descendants the script spawns, summed: four times the default processes limit, so a script
+// can exceed any limit the plan may reasonably set without the model's count being unbounded.
+inline constexpr std::uint64_t kMaxScriptSpawn = 4096;
+// stdin the script reads, summed, and every `use` value: the plan's number bound.
+
+enum class ScriptStream : std::uint8_t { stdout_stream = 1, stderr_stream = 2 };
+
+namespace script {
+// Writes `data` to stdout or stderr (with io mode pty both reach the pty stream).
+struct Write {
+  static constexpr std::size_t kFieldCount = 2;
+  ScriptStream stream = ScriptStream::stdout_stream;
+  std::vector<std::uint8_t> data;  // 1.. bytes
+  friend bool operator==(Write const&, Write const&) = default;
+};
+// Waits `ms` milliseconds of the daemon's clock.
+struct Sleep {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint64_t ms = 1;  // 1..kMaxScriptSleepMs
+  friend bool operator==(Sleep, Sleep) = default;
+};
+// Starts `count` more descendants: the observed processes are 1 + everything spawned so far.
+struct Spawn {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint64_t count = 1;  // 1..kMaxScriptSpawn
+  friend bool operator==(Spawn, Spawn) = default;
+};
+// From now on the model ignores this signal (a graceful stop with it is not honoured).
+struct Ignore {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint32_t signal = 15;  // one of signal_from_name
+  friend bool operator==(Ignore, Ignore) = default;
+};
+// Sets the observed resources it names (a peak the sampler would see); absent ones keep theirs.
+struct Use {
+  static constexpr std::size_t kFieldCount = 4;
+  std::optional<std::uint64_t> cpu_ms;  // each 0..kMaxPlanNumber; at least one present
+  std::optional<std::uint64_t> memory_bytes;
+  std::optional<std::uint64_t> disk_bytes;
+  std::optional<std::uint64_t> descriptors;
+  friend bool operator==(Use const&, Use const&) = default;
+};
+// Reads `bytes` of stdin (waits until they arrived, or stdin's EOF).
+struct ReadStdin {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint64_t bytes = 1;  // 1..kMaxPlanNumber, summed over the script as well
+  friend bool operator==(ReadStdin, ReadStdin) = default;
+};
+// The root exits with this code. Last step only.
+struct Exit {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint8_t code = 0;
+  friend bool operator==(Exit, Exit) = default;
+};
+// The root is killed by this signal (as if it had raised it). Last step only.
+struct Signal {
+  static constexpr std::size_t kFieldCount = 1;
+  std::uint32_t signal = 11;  // one of terminating_signal_from_name
+  friend bool operator==(Signal, Signal) = default;
+};
+}  // namespace script
+
+using ScriptStep = std::variant<script::Write, script::Sleep, script::Spawn, script::Ignore,
+                                script::Use, script::ReadStdin, script::Exit, script::Signal>;
+
+// JSON key of a step's kind ("write", "sleep_ms", "spawn", "ignore", "use", "read_stdin", "exit",
+// "signal"), indexed like ScriptStep.
+inline constexpr std::string_view kScriptStepKeys[] = {"write", "sleep_ms",   "spawn", "ignore",
+                                                       "use",   "read_stdin", "exit",  "signal"};
+[[nodiscard]] std::string_view script_step_key(ScriptStep const& step) noexcept;
+// JSON names of the Use members, in member (and canonical tag) order.
+inline constexpr std::string_view kScriptUseNames[] = {"cpu_ms", "memory_bytes", "disk_bytes",
+                                                       "descriptors"};
+
+struct ReferenceScript {
+  static constexpr std::size_t kFieldCount = 1;
+  std::vector<ScriptStep> steps;  // 0..kMaxScriptSteps, in order
+  friend bool operator==(ReferenceScript const&, ReferenceScript const&) = default;
+};
+
+// How a valid script ends: its exit or signal step, else exit 0 after the last step.
+[[nodiscard]] std::variant<script::Exit, script::Signal> script_end(ReferenceScript const& s);
+
+// Signals that end a process by default, by name, with their Linux numbers (asm-generic, the
+// same on x86_64 and arm64): SIGHUP 1, SIGINT 2, SIGQUIT 3, SIGILL 4, SIGTRAP 5, SIGABRT 6,
+// SIGBUS 7, SIGFPE 8, SIGKILL 9, SIGUSR1 10, SIGSEGV 11, SIGUSR2 12, SIGPIPE 13, SIGALRM 14,
+// SIGTERM 15, SIGSTKFLT 16, SIGXCPU 24, SIGXFSZ 25, SIGVTALRM 26, SIGPROF 27, SIGIO 29,
+// SIGPWR 30, SIGSYS 31. Stop, continue and ignored-by-default signals are not among them.
+[[nodiscard]] std::optional<std::uint32_t> terminating_signal_from_name(
+    std::string_view name) noexcept;
+[[nodiscard]] std::optional<std::string_view> terminating_signal_name(
+    std::uint32_t number) noexcept;
+
 struct Backend {
-  static constexpr std::size_t kFieldCount = 3;
+  static constexpr std::size_t kFieldCount = 4;
   BackendKind kind = BackendKind::native;
   // docker/podman: required, 1..kMaxContainerBytes of [A-Za-z0-9_.-], first alphanumeric.
   // native/reference: must be empty.
@@ -199,6 +309,8 @@ struct Backend {
   // docker/podman: optional absolute engine socket path (empty: the daemon's configured engine
   // socket). native/reference: must be empty.
   std::optional<std::string> socket;
+  // reference: required (the script the model walks). native/docker/podman: must be empty.
+  std::optional<ReferenceScript> script;
   friend bool operator==(Backend const&, Backend const&) = default;
 };
 
@@ -242,6 +354,9 @@ void validate_output(OutputPolicy const& o, std::string const& ptr, std::vector<
 void validate_escalation(Escalation const& e, std::string const& ptr, std::vector<Diagnostic>& out);
 void validate_user(UserSpec const& u, std::string const& ptr, std::vector<Diagnostic>& out);
 void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diagnostic>& out);
+// The script rules above; `ptr` is the script's pointer (".../backend/script").
+void validate_script(ReferenceScript const& s, std::string const& ptr,
+                     std::vector<Diagnostic>& out);
 
 // Normalizes a JSON cwd ("" and "." → "."; empty and "." components dropped). Returns nullopt
 // with a reason when the cwd is absolute or has a ".." component.
@@ -257,9 +372,11 @@ void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diag
 [[nodiscard]] std::string_view to_string(IoMode m) noexcept;
 [[nodiscard]] std::string_view to_string(OnLimit o) noexcept;
 [[nodiscard]] std::string_view to_string(BackendKind k) noexcept;
+[[nodiscard]] std::string_view to_string(ScriptStream s) noexcept;
 [[nodiscard]] std::optional<WorkspaceAccess> workspace_access_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<IoMode> io_mode_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<OnLimit> on_limit_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<BackendKind> backend_kind_from(std::string_view s) noexcept;
+[[nodiscard]] std::optional<ScriptStream> script_stream_from(std::string_view s) noexcept;
 
 }  // namespace custos::core

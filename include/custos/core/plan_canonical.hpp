@@ -36,6 +36,16 @@ inline constexpr RecordKind escalation = 0x0018;
 inline constexpr RecordKind user = 0x0019;
 inline constexpr RecordKind sandbox_none = 0x001A;
 inline constexpr RecordKind backend = 0x001B;
+inline constexpr RecordKind reference_script = 0x001C;
+// One kind per script step, in ScriptStep order: the kind says what the step does.
+inline constexpr RecordKind step_write = 0x0020;
+inline constexpr RecordKind step_sleep = 0x0021;
+inline constexpr RecordKind step_spawn = 0x0022;
+inline constexpr RecordKind step_ignore = 0x0023;
+inline constexpr RecordKind step_use = 0x0024;
+inline constexpr RecordKind step_read_stdin = 0x0025;
+inline constexpr RecordKind step_exit = 0x0026;
+inline constexpr RecordKind step_signal = 0x0027;
 }  // namespace kind
 
 // Whole documents.

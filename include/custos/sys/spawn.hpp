@@ -99,11 +99,14 @@ class ChildArena {
 };
 
 // For tests and diagnostics: the child arenas mapped now (in use, pooled, or leaked after a child
-// could not be reaped) and the mmaps made for them since the process started. Both stay put while
-// launches reuse pooled arenas.
+// could not be reaped), the mmaps made for them since the process started, and the arenas in the
+// pool now. mapped_now and mapped_ever stay put while launches reuse pooled arenas; with no
+// launch in flight, mapped_now - pooled counts the arenas held (by a staged child still alive) or
+// leaked. Read without one lock over all three: exact only while no other thread launches.
 struct ArenaStats {
   std::size_t mapped_now = 0;
   std::size_t mapped_ever = 0;
+  std::size_t pooled = 0;
 };
 [[nodiscard]] ArenaStats arena_stats() noexcept;
 }  // namespace detail

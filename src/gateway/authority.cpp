@@ -533,10 +533,7 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
     return mismatch(Errc::auth_digest_mismatch,
                     "authority.plan_digest is not the plan's digest " + in.plan_digest);
   }
-  if (operation_of(in.plan->backend.kind) != OperationClass::exec_native) {
-    return mismatch(Errc::auth_operation_class,
-                    "the admin's implicit authority covers exec.native only; name a grant");
-  }
+  // The admin's implicit authority covers every backend (exec.native, exec.reference, ...).
   if (!runs_as_caller(in)) {
     return mismatch(Errc::auth_user, "the admin's implicit authority runs as the caller only");
   }

@@ -25,6 +25,12 @@ Result<NewExecution> make_new_execution(std::string const& execution_id,
   return ex;
 }
 
+Ownership modelled_ownership() {
+  Ownership o;
+  o.state = OwnershipState::modelled;
+  return o;
+}
+
 Ownership staged_ownership(sys::PidfsIdentity const& id) {
   Ownership o;
   o.state = OwnershipState::staged;

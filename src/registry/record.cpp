@@ -78,13 +78,15 @@ std::string_view ownership_state_wire(OwnershipState s) noexcept {
       return "committed";
     case OwnershipState::legacy_unverified:
       return "legacy_unverified";
+    case OwnershipState::modelled:
+      return "modelled";
   }
   return "unassigned";
 }
 
 std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept {
   for (auto s : {OwnershipState::unassigned, OwnershipState::staged, OwnershipState::committed,
-                 OwnershipState::legacy_unverified}) {
+                 OwnershipState::legacy_unverified, OwnershipState::modelled}) {
     if (ownership_state_wire(s) == w) return s;
   }
   return std::nullopt;
@@ -114,7 +116,7 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
   if (!rec.boundary.marker_hex.empty()) w.string(kTagMarker, rec.boundary.marker_hex);
   w.string(kTagPhase, core::phase_wire(rec.phase));
   auto const& o = rec.ownership;
-  if (o.state != OwnershipState::unassigned) {
+  if (o.has_pid()) {
     w.i64(kTagPid, o.pid);
     w.u64(kTagStartTime, o.start_time_ticks);
   }
@@ -135,6 +137,8 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
     w.u64(kTagPidfsDev, o.pidfs_dev);
     w.u64(kTagPidfsIno, o.pidfs_ino);
     if (o.pid_ns_ino != 0) w.u64(kTagPidNsIno, o.pid_ns_ino);
+  } else if (o.state == OwnershipState::modelled) {
+    w.string(kTagOwnershipState, ownership_state_wire(o.state));
   }
   return std::move(w).finish();
 }
@@ -210,6 +214,10 @@ Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
     }
   } else if (o.state == OwnershipState::legacy_unverified) {
     if (o.pid <= 0) return corrupt(rec, "legacy ownership without a pid");
+  } else if (o.state == OwnershipState::modelled) {
+    if (o.pid != 0 || rec.boundary.kind != core::Boundary::reference) {
+      return corrupt(rec, "modelled ownership is the reference boundary's, without a pid");
+    }
   }
   // Which ownership each phase allows (docs/registry.md "Ownership by phase").
   switch (rec.phase) {
@@ -224,7 +232,7 @@ Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
     case core::Phase::stopping:
     case core::Phase::exited:
     case core::Phase::closed:
-      if (o.state != OwnershipState::committed && o.state != OwnershipState::legacy_unverified) {
+      if (!o.started()) {
         return illegal(rec, std::string{core::phase_wire(rec.phase)} +
                                 " without committed ownership (" +
                                 std::string{ownership_state_wire(o.state)} + ")");

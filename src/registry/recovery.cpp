@@ -330,6 +330,12 @@ Result<RecoveryReport> recover(Registry& registry, RecoveryOptions const& option
         out.classification = core::RecoveryPath::indeterminate;
         out.detail = "legacy pid/start-time ownership is never acted on";
         break;
+      case OwnershipState::modelled:
+        // A reference execution's model lived in the previous daemon's memory: nothing of it
+        // can outlive that daemon, and there is no process to look for.
+        out.classification = core::RecoveryPath::absent_without_terminal;
+        out.detail = "a modelled (reference) execution ends with its daemon";
+        break;
       case OwnershipState::staged:
       case OwnershipState::committed:
         match(rec, report.boot_id, pid_ns, report, out);

@@ -1208,6 +1208,9 @@ Result<void> commit_ownership(ExecutionRecord& rec) {
     return Error{Errc::registry_legacy_unverified,
                  rec.execution_id + ": legacy ownership cannot be committed"};
   }
+  if (rec.ownership.state == OwnershipState::modelled && rec.phase == core::Phase::starting) {
+    return ok();  // a model has no process slot to commit: it stays modelled
+  }
   if (rec.ownership.state != OwnershipState::staged || rec.phase != core::Phase::starting) {
     return illegal_step(rec, "commit needs staged ownership while starting");
   }
@@ -1216,8 +1219,10 @@ Result<void> commit_ownership(ExecutionRecord& rec) {
 }
 
 Result<void> staged_ownership_check(Ownership const& staged) {
-  if (staged.state == OwnershipState::staged) return ok();
-  return Error{Errc::registry_illegal_phase, "record_staged needs an ownership in state staged"};
+  if (staged.state == OwnershipState::staged || staged.state == OwnershipState::modelled)
+    return ok();
+  return Error{Errc::registry_illegal_phase,
+               "record_staged needs an ownership in state staged (or modelled)"};
 }
 
 }  // namespace
@@ -1273,7 +1278,8 @@ Result<void> Registry::record_phase(std::string_view execution_id, core::Phase p
   if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_phase",
                        [phase](ExecutionRecord& rec) -> Result<void> {
                          if (phase == core::Phase::running &&
-                             rec.ownership.state != OwnershipState::committed) {
+                             rec.ownership.state != OwnershipState::committed &&
+                             rec.ownership.state != OwnershipState::modelled) {
                            return illegal_step(rec, "running needs committed pidfs ownership");
                          }
                          return step_phase(rec, phase);
@@ -1398,7 +1404,8 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
       [&steps, &t, via](ExecutionRecord& rec) -> Result<void> {
         for (core::Phase const p : steps) {
           if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
-          if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed) {
+          if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed &&
+              rec.ownership.state != OwnershipState::modelled) {
             return illegal_step(rec, "running needs committed pidfs ownership");
           }
           CUSTOS_TRYV(step_phase(rec, p));

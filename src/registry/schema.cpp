@@ -263,7 +263,7 @@ Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
   auto own = ownership_state_from_wire(s.text(29));
   if (!own) return bad_row(id, "unknown ownership state '" + s.text(29) + "'");
   r.ownership.state = *own;
-  if (r.ownership.state != OwnershipState::unassigned) {
+  if (r.ownership.has_pid()) {
     if (s.is_null(11)) return bad_row(id, "assigned ownership without a pid");
     std::int64_t const pid = s.int64(11);
     if (pid <= 0 || pid > 0x3fffffff) return bad_row(id, "pid out of range");
@@ -341,7 +341,7 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   sql::StmtLease lease = CUSTOS_TRY(db.cached(insert ? std::string_view{kInsert} : kUpdateSql));
   sql::Stmt& s = *lease;
   auto const& o = r.ownership;
-  bool const assigned = o.state != OwnershipState::unassigned;
+  bool const assigned = o.has_pid();
   bool const pidfs = o.has_pidfs_authority();
   auto opt_str = [](bool present, std::string_view v) {
     return present ? std::optional<std::string_view>{v} : std::nullopt;

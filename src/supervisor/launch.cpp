@@ -158,9 +158,9 @@ void Supervisor::on_released(backend::Step<std::monostate> verdict, LaunchDone d
   if (!backend_->has_input()) pumps_.close_input("none");
   watch_.start();
   // A cancel accepted while the launch awaited its verdict acts now that the target runs.
-  if (cancel_.first() && teardown_.stage() == Teardown::Stage::none &&
+  if (cancel_.first() && !teardown_.stop_requested_already() &&
       life_.phase == core::Phase::running) {
-    teardown_.begin_stop();
+    teardown_.stop_requested();
   }
   pending->result = start_result();
   answer_start(*pending);
@@ -195,7 +195,7 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
     self->spawn_failure_ = failure;
     self->advance(core::event::SpawnFailed{failure});
     (void)self->cancel_.observe_exit();
-    self->teardown_.nothing_ran();
+    self->teardown_.spawn_failed();
     core::ClassifyInput in;
     in.spawn_failed = true;
     in.cleanup = core::Cleanup::confirmed;

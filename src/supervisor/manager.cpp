@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "custos/backend/plan_view.hpp"
+#include "custos/backend/reference.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/subreaper.hpp"
 
@@ -70,6 +71,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   native_ = n.get();
   config_.nsdelegate = native_->config().nsdelegate;
   backends_.push_back(std::move(n));
+  backends_.push_back(std::make_unique<backend::ReferenceBackend>(io_));
   schedule_reap();
 }
 

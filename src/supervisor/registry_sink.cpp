@@ -117,7 +117,11 @@ void RegistrySink::record_staged_async(std::string const& execution_id,
                                        std::string const& cgroup_path,
                                        std::string const& marker_value,
                                        std::function<void(Result<>)> done) {
-  registry_->record_staged_async(execution_id, registry::staged_ownership(identity),
+  // A reference execution's root is a model: its slot is modelled, with no process identity.
+  auto const ownership = boundary == core::Boundary::reference
+                             ? registry::modelled_ownership()
+                             : registry::staged_ownership(identity);
+  registry_->record_staged_async(execution_id, ownership,
                                  registry::boundary_info(boundary, cgroup_path, marker_value),
                                  on_loop(std::move(done)));
   schedule_flush(Urgency::now);

@@ -41,8 +41,17 @@ void ResourceWatch::root_exited() {
   exited_at_ = Clock::now();
 }
 
-void ResourceWatch::final_cpu(std::uint64_t cpu_ms) {
-  peak(cpu_ms_, cpu_ms);
+void ResourceWatch::final_usage(backend::Usage const& usage) {
+  peak(cpu_ms_, usage.cpu_ms);
+  peak(rss_peak_, usage.rss_bytes);
+  peak(procs_peak_, usage.processes);
+  peak(fds_peak_, usage.open_fds);
+  peak(disk_growth_peak_, usage.disk_bytes);
+}
+
+void ResourceWatch::sample_now() {
+  if (stopped_ || owner_->teardown_.tree_done()) return;
+  sample();
 }
 
 void ResourceWatch::cancel_timers() {
@@ -76,6 +85,7 @@ void ResourceWatch::sample() {
   peak(rss_peak_, u.rss_bytes);
   peak(procs_peak_, u.processes);
   peak(fds_peak_, u.open_fds);
+  peak(disk_growth_peak_, u.disk_bytes);
   auto const now = Clock::now();
   if (s.plan_.disk_bytes && now - last_disk_sample_ >= s.config().disk_sample_interval) {
     last_disk_sample_ = now;

@@ -30,8 +30,10 @@ class ResourceWatch {
   // The target runs: the deadline and the sampler are armed.
   void start();
   void root_exited();
-  // The whole-tree CPU the backend measured exactly at the end.
-  void final_cpu(std::uint64_t cpu_ms);
+  // What the backend knew of the tree's usage at the end (its peaks are kept).
+  void final_usage(backend::Usage const& usage);
+  // Sample now (the backend saw the usage change), and act on the limits as the sampler does.
+  void sample_now();
   void cancel_timers();
   [[nodiscard]] core::ResourceReport report(bool ran, std::uint64_t output_observed) const;
   [[nodiscard]] std::size_t concurrency() const noexcept { return concurrency_; }

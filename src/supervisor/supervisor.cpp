@@ -74,6 +74,7 @@ void Supervisor::on_output(core::Stream stream, std::span<std::uint8_t const> by
 void Supervisor::on_stream_end(core::Stream stream, bool complete) {
   pumps_.on_end(stream, complete);
   if (pumps_.all_ended()) teardown_.streams_ended();
+  maybe_close();
 }
 
 void Supervisor::on_input_writable() {
@@ -104,7 +105,7 @@ void Supervisor::on_root_exit(std::optional<core::ExitStatus> status) {
   boost::json::object f;
   f["exit"] = exit_json(ex);
   emit("exited", std::move(f));
-  teardown_.root_exited(pumps_.all_ended());
+  teardown_.root_exited();
 }
 
 // ------------------------------------------------------------------------------ requests
@@ -115,7 +116,7 @@ Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reaso
 
 Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason) {
   if (terminal_) return Error(Errc::exec_not_running, id_ + " is terminal");
-  if (closing_) {
+  if (teardown_.closing()) {
     // Closed, its terminal record being written: the exit decided the outcome and nothing is
     // left to stop (the tree is empty, its handles are gone).
     return CancelResult{false, cancel_.first()};
@@ -133,18 +134,17 @@ Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason
     f["trigger"] = core::trigger_wire(trigger);
     f["reason"] = reason;
     emit("cancel_requested", std::move(f));
-    if (life_.phase == core::Phase::running) teardown_.begin_stop();
+    if (life_.phase == core::Phase::running) teardown_.stop_requested();
   } else if (*outcome == core::TriggerOutcome::rejected_after_exit) {
     // The exit decided the outcome, but descendants may still be draining: stop them now.
-    teardown_.stop_draining();
+    teardown_.trigger_after_exit();
   }
   maybe_close();
   return res;
 }
 
 Result<std::uint64_t> Supervisor::input(std::span<std::uint8_t const> data, bool eof) {
-  if (terminal_ || teardown_.stage() == Teardown::Stage::done)
-    return Error(Errc::exec_not_running, id_);
+  if (terminal_ || teardown_.final_scan_started()) return Error(Errc::exec_not_running, id_);
   auto r = pumps_.input(data, eof);
   maybe_close();
   return r;
@@ -153,7 +153,7 @@ Result<std::uint64_t> Supervisor::input(std::span<std::uint8_t const> data, bool
 Result<> Supervisor::resize(std::uint16_t rows, std::uint16_t cols) {
   if (!plan_.pty) return Error(Errc::exec_not_pty, id_);
   if (!plan_.resize) return Error(Errc::exec_resize_refused, "the plan has io.resize=false");
-  if (terminal_ || !running_ || teardown_.stage() == Teardown::Stage::done)
+  if (terminal_ || !running_ || teardown_.final_scan_started())
     return Error(Errc::exec_not_running, id_);
   return backend_->resize(rows, cols);
 }
@@ -161,18 +161,10 @@ Result<> Supervisor::resize(std::uint16_t rows, std::uint16_t cols) {
 // ------------------------------------------------------------------------------ close
 
 void Supervisor::maybe_close() {
-  if (terminal_ || closing_ || detached_ || manager_ == nullptr) return;
-  if (!exit_ || !teardown_.tree_done() || !pumps_.all_ended()) return;
-  if (!support_cancelled_) {
-    support_cancelled_ = true;
-    watch_.cancel_timers();
-    teardown_.cancel_timers();
-    backend_->unwatch_tree();
-    pumps_.close_input("closed");
-  }
-  if (pending_ > 0) return;  // the cancelled tasks have not completed yet
-  closing_ = true;
-  close_and_record();
+  // The teardown reducer decided when the support tasks were cancelled (root exited, tree done,
+  // streams ended); close begins once every one of them completed.
+  if (terminal_ || detached_ || manager_ == nullptr) return;
+  teardown_.maybe_close(pending_);
 }
 
 void Supervisor::close_and_record() {

@@ -91,6 +91,7 @@ class Supervisor final : public backend::ExecutionPort,
   void on_root_exit(std::optional<core::ExitStatus> status) override;
   void on_tree_change() override;
   void on_input_writable() override;
+  void on_usage_changed() override { watch_.sample_now(); }
   void task_begun() override { ++pending_; }
   void task_ended() override;
 
@@ -160,9 +161,7 @@ class Supervisor final : public backend::ExecutionPort,
   bool running_ = false;        // released: the target program started
   // The launch's answer while it waits for the committed write (null otherwise).
   std::shared_ptr<PendingStart> pending_start_;
-  bool support_cancelled_ = false;
   bool detached_ = false;
-  bool closing_ = false;
   std::size_t pending_ = 0;
   std::uint64_t orphans_reaped_ = 0;
 };

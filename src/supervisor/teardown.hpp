@@ -1,12 +1,13 @@
-// Teardown of one execution's tree: graceful signal → grace → kill → wait until empty (bounded by
-// kill_after_ms) → the final scan. The backend signals, kills and confirms; this type decides
-// when, and remembers what was done for the terminal record's escalation report.
+// Teardown of one execution's tree, the effect shell of core's teardown reducer
+// (custos/core/teardown.hpp): graceful signal → grace → kill → wait until empty (bounded by
+// kill_after_ms) → the final scan → support tasks cancelled → close. This type feeds the reducer
+// what happened (a stop, the root's exit, the streams' end, a timer, the backend's answers) and
+// performs the one action each step returns, through the backend; it decides nothing itself.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wnull-dereference"
@@ -14,6 +15,7 @@
 #pragma GCC diagnostic pop
 
 #include "custos/backend/backend.hpp"
+#include "custos/core/teardown.hpp"
 #include "custos/core/terminal.hpp"
 
 namespace custos::supervisor {
@@ -22,56 +24,55 @@ class Supervisor;
 
 class Teardown {
  public:
-  enum class Stage : std::uint8_t { none, graceful, killing, done };
-
   Teardown(Supervisor& owner, boost::asio::io_context& io);
 
-  // A trigger was accepted while the target runs: the graceful signal, then the grace.
-  void begin_stop();
-  // The root exited on its own: once the output drained (or exit_drain passed) the rest of the
-  // tree is killed — the execution is over once its root is.
-  void root_exited(bool streams_ended);
-  // Every stream ended after the root exited: nothing left to drain.
+  // What happened (each fed to the reducer once; see core::teardown for when each is legal).
+  void stop_requested();  // a trigger was accepted while the target runs
+  void root_exited();
   void streams_ended();
-  // A trigger came after the exit decided the outcome: stop the draining descendants now.
-  void stop_draining();
-  // The backend saw the tree change, or the root ended, while the kill stage waits.
-  void tree_changed();
-  // The execution closes: every timer of this type is cancelled.
-  void cancel_timers();
+  void trigger_after_exit();  // a trigger the exit beat: stop the draining descendants now
+  void spawn_failed();        // nothing ran
+  void tree_changed();        // the backend saw the tree change while the kill waits
+  // Every support task completed after they were cancelled: the terminal record is written.
+  void maybe_close(std::size_t pending_tasks);
 
-  [[nodiscard]] Stage stage() const noexcept { return stage_; }
-  [[nodiscard]] bool tree_done() const noexcept { return tree_done_; }
+  [[nodiscard]] core::TeardownState const& state() const noexcept { return state_; }
+  [[nodiscard]] bool final_scan_started() const noexcept {
+    return core::final_scan_started(state_);
+  }
+  [[nodiscard]] bool tree_done() const noexcept { return core::tree_done(state_); }
+  [[nodiscard]] bool closing() const noexcept { return core::closing(state_); }
+  [[nodiscard]] bool stop_requested_already() const noexcept { return state_.stop_requested; }
   [[nodiscard]] core::EscalationReport escalation() const noexcept {
-    return {graceful_sent_, forced_};
+    return core::escalation_report(state_);
   }
   [[nodiscard]] core::Cleanup cleanup() const noexcept { return cleanup_; }
   [[nodiscard]] std::string const& cleanup_detail() const noexcept { return cleanup_detail_; }
-  // A reason the cleanup cannot be confirmed, found outside the scan (a stream forced closed).
-  void unconfirm(std::string reason);
-  // Nothing ran (spawn failure): the tree is done and confirmed empty.
-  void nothing_ran();
+  void cancel_timers();
 
  private:
+  void feed(core::TeardownEvent const& ev);
+  void perform(core::TeardownAction action);
+  void signal_graceful();
+  void kill_tree();
   void arm_poll(std::chrono::milliseconds every);
   void on_poll();
-  void kill_stage();
-  void final_stage();
+  void start_final_scan();
   void on_final_scan(backend::FinalScan const& scan);
+  void force_streams_closed();
+  void unconfirm(std::string const& reason);
+  // The root is gone and nothing is seen in its boundary (a boundary that cannot tell — the
+  // marker — counts as gone: only the final scan can say).
   [[nodiscard]] bool tree_gone() const;
 
   Supervisor* owner_;
-  Stage stage_ = Stage::none;
-  bool graceful_sent_ = false;
-  bool forced_ = false;
-  bool tree_done_ = false;
+  core::TeardownState state_;
   bool watched_ = false;  // the backend notifies tree changes (no fast polling needed)
   core::Cleanup cleanup_ = core::Cleanup::unconfirmed;
   std::string cleanup_detail_;
   std::chrono::steady_clock::time_point kill_deadline_{};
-  boost::asio::steady_timer stage_timer_;   // grace, then the kill bound
+  boost::asio::steady_timer stage_timer_;   // grace, or exit_drain
   boost::asio::steady_timer poll_timer_;    // tree-empty polling
-  boost::asio::steady_timer drain_timer_;   // root exited, streams still open
   boost::asio::steady_timer reader_timer_;  // streams still open after the tree is gone
 };
 

@@ -202,6 +202,29 @@ TEST(Terminal, CanonicalDecodingIsStrict) {
 
 // Changing any single field changes the digest. The list enumerates every field of the record;
 // a field added to TerminalRecord without an entry here is caught by the size check below.
+// Backend observations are bound into the record: they change its digest, round-trip through
+// JSON and canonical bytes, and an empty set writes nothing (older records keep their bytes).
+TEST(Terminal, BackendObservationsAreBoundIntoTheDigest) {
+  auto const base = sample_exited();
+  ASSERT_TRUE(base.observations.empty());
+  auto const base_bytes = canonical_bytes(base).value();
+  auto obs = base;
+  obs.observations = {{"launch", "clone3"}, {"cgroup", "/custos/ex-1"}};
+  EXPECT_NE(terminal_digest(obs).value(), terminal_digest(base).value());
+  auto changed = obs;
+  changed.observations["launch"] = "model";
+  EXPECT_NE(terminal_digest(changed).value(), terminal_digest(obs).value());
+  EXPECT_EQ(terminal_from_canonical(canonical_bytes(obs).value()).value(), obs);
+  auto j = to_json(obs).value();
+  EXPECT_EQ(j.as_object().at("observations").as_object().at("launch").as_string(), "clone3");
+  EXPECT_EQ(terminal_from_json(j).value(), obs);
+  EXPECT_FALSE(to_json(base).value().as_object().contains("observations"));
+  EXPECT_EQ(canonical_bytes(base).value(), base_bytes);
+  auto bad = base;
+  bad.observations = {{"a=b", "c"}};
+  EXPECT_FALSE(validate(bad));
+}
+
 TEST(Terminal, DigestCoversEveryField) {
   auto const base = sample_exited();
   auto const base_digest = terminal_digest(base).value();

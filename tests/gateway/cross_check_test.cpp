@@ -242,13 +242,6 @@ INSTANTIATE_TEST_SUITE_P(
               f.plan.workspace.access = core::WorkspaceAccess::read_only;
             },
             Errc::auth_lease_surplus},
-        Row{"implicit_admin_other_backend",
-            [](Fixture& f) {
-              f.caller.admin = true;
-              f.claim.grant_id.reset();
-              f.plan.backend = reference_backend();
-            },
-            Errc::auth_operation_class},
         Row{"implicit_admin_other_user",
             [](Fixture& f) {
               f.caller.admin = true;
@@ -275,6 +268,17 @@ TEST(CrossCheck, ImplicitAdminRunsNativeAsItselfWithoutGrantOrLease) {
   ASSERT_TRUE(r.has_value()) << r.error().message();
   EXPECT_TRUE(r->implicit_admin);
   EXPECT_EQ(r->cpu_ms_reserve, 0U);
+}
+
+// API: admins need no grant for any backend, as for native.
+TEST(CrossCheck, ImplicitAdminRunsTheReferenceBackendWithoutGrant) {
+  Fixture f;
+  f.caller.admin = true;
+  f.claim.grant_id.reset();
+  f.plan.backend = reference_backend();
+  auto r = f.run();
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_TRUE(r->implicit_admin);
 }
 
 TEST(CrossCheck, PrefixRulesMatchWholeComponentsOnly) {

@@ -98,6 +98,49 @@ TEST(RegistryRecovery, PidReusedByStrangerIsNeverSignalled) {
   expect_one_terminal(**reg, "ex-reused", "recovery_indeterminate", "absent_without_terminal");
 }
 
+// A reference execution's root is a model in the daemon's memory: its slot is `modelled` (no
+// pid, no pidfs identity), it walks the phases as any execution, survives a reopen, and after a
+// restart nothing of it can be re-acquired: no pid is looked up, and it ends absent.
+TEST(RegistryRecovery, AModelledExecutionIsAbsentAfterARestartWithNoLookup) {
+  TempDir t;
+  {
+    auto reg = Registry::open(t.state());
+    ASSERT_TRUE(reg);
+    CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution("ex-model", "act-model")));
+    BoundaryInfo b;
+    b.kind = core::Boundary::reference;
+    CUSTOS_ASSERT_OK((*reg)->record_staged("ex-model", modelled_ownership(), b));
+    CUSTOS_ASSERT_OK((*reg)->record_committed("ex-model"));
+    CUSTOS_ASSERT_OK((*reg)->record_phase("ex-model", core::Phase::running));
+    auto rec = (*reg)->get("ex-model");
+    ASSERT_TRUE(rec) << rec.error().message();
+    EXPECT_EQ(rec->ownership.state, OwnershipState::modelled);
+    EXPECT_EQ(rec->ownership.pid, 0);
+  }
+  auto reg = Registry::open(t.state());  // validated again on reopen (checksum, phase rules)
+  ASSERT_TRUE(reg) << reg.error().message();
+  auto report = recover(**reg);
+  ASSERT_TRUE(report) << report.error().message();
+  auto const* e = find(*report, "ex-model");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->classification, core::RecoveryPath::absent_without_terminal) << e->detail;
+  EXPECT_FALSE(e->pid_looked_up);
+  EXPECT_EQ(report->pidfd_opens, 0u);
+  expect_one_terminal(**reg, "ex-model", "recovery_indeterminate", "absent_without_terminal");
+}
+
+// A modelled slot belongs to the reference boundary only: anywhere else it is refused.
+TEST(RegistryRecovery, AModelledSlotOutsideTheReferenceBoundaryIsRefused) {
+  TempDir t;
+  auto reg = Registry::open(t.state());
+  ASSERT_TRUE(reg);
+  CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution("ex-bad", "act-bad")));
+  BoundaryInfo b;
+  b.kind = core::Boundary::marker;
+  b.marker_hex = std::string(32, 'a');
+  EXPECT_FALSE((*reg)->record_staged("ex-bad", modelled_ownership(), b));
+}
+
 TEST(RegistryRecovery, BootIdMismatchMeansNoLookupAtAll) {
   TempDir t;
   auto stranger = spawn_sleeper();

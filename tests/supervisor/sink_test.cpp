@@ -173,10 +173,16 @@ TEST_F(SupervisorTest, SixteenConcurrentExecutionsAllCloseWithTheirOwnOutput) {
   std::vector<std::pair<std::string, std::unique_ptr<Collected>>> runs;
   for (int i = 0; i < 16; ++i) {
     auto c = std::make_unique<Collected>();
-    auto st = start(sh("printf 'run-" + std::to_string(i) + "'; sleep 0.1"), c.get());
+    // Each waits for its stdin to end, so all sixteen are live together however long the
+    // launches take (each launch runs the loop until it is answered, as the daemon's does).
+    auto st = start(sh("printf 'run-" + std::to_string(i) + "'; cat >/dev/null"), c.get());
     runs.emplace_back(st.execution_id, std::move(c));
   }
   EXPECT_EQ(manager_->live_count(), 16U);
+  for (auto const& [id, collected] : runs) {
+    auto r = manager_->input(id, {}, /*eof=*/true);
+    EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message());
+  }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     auto rec = terminal(runs[i].first);
     ASSERT_TRUE(rec);

@@ -128,19 +128,23 @@ enum class TreeState : std::uint8_t {
   unknown,    // this boundary cannot tell before the final scan (the marker)
 };
 
-// What the final confirmation found.
-struct FinalScan {
-  std::vector<std::string> unconfirmed;  // every reason the cleanup cannot be confirmed
-  std::uint32_t signalled = 0;           // processes the final sweep had to kill
-  std::optional<std::uint64_t> cpu_ms;   // whole-tree CPU, exact, where the backend knows it
-};
-
 // One sample of the tree's resources; nullopt where this backend cannot say.
 struct Usage {
   std::optional<std::uint64_t> cpu_ms;
   std::optional<std::uint64_t> rss_bytes;
   std::optional<std::uint64_t> processes;
   std::optional<std::uint64_t> open_fds;
+  // Growth of the disk the execution writes; native measures it with measure_disk instead.
+  std::optional<std::uint64_t> disk_bytes;
+};
+
+// What the final confirmation found.
+struct FinalScan {
+  std::vector<std::string> unconfirmed;  // every reason the cleanup cannot be confirmed
+  std::uint32_t signalled = 0;           // processes the final sweep had to kill
+  // The tree's usage as the backend knows it at the end (whole-tree CPU from the cgroup, a
+  // model's peaks): the supervisor keeps the peaks.
+  Usage usage;
 };
 
 // What writing stdin did.
@@ -165,6 +169,9 @@ class ExecutionPort {
   virtual void on_tree_change() = 0;
   // The input channel became writable again after InputWrite::would_block.
   virtual void on_input_writable() = 0;
+  // The tree's usage changed in a way the backend saw at once (a model's `use` or `spawn`): the
+  // supervisor samples now instead of at its next tick.
+  virtual void on_usage_changed() = 0;
   // Every asynchronous operation a backend starts for an execution is counted here (begun
   // before it is started, ended when its completion ran): the execution closes only once all of
   // them ended.

@@ -25,6 +25,8 @@ namespace custos::registry {
 // A staged ownership slot for a child at its barrier. The pid namespace recorded is the
 // caller's own (the namespace the pid was read in).
 [[nodiscard]] Ownership staged_ownership(sys::PidfsIdentity const& id);
+// The slot of a reference execution: modelled, no process identity at all.
+[[nodiscard]] Ownership modelled_ownership();
 
 [[nodiscard]] BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_path,
                                          std::string const& marker_hex);

@@ -132,7 +132,15 @@ struct BoundaryInfo {
   friend bool operator==(BoundaryInfo const&, BoundaryInfo const&) = default;
 };
 
-enum class OwnershipState : std::uint8_t { unassigned, staged, committed, legacy_unverified };
+// modelled: the root is the reference backend's model, which lives in the daemon's memory only:
+// no process, no pid, nothing for recovery to re-acquire (it is absent after any restart).
+enum class OwnershipState : std::uint8_t {
+  unassigned,
+  staged,
+  committed,
+  legacy_unverified,
+  modelled
+};
 [[nodiscard]] std::string_view ownership_state_wire(OwnershipState s) noexcept;
 [[nodiscard]] std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept;
 
@@ -145,12 +153,21 @@ struct Ownership {
   std::string boot_id;                 // staged/committed
   std::uint64_t pidfs_dev = 0;         // staged/committed
   std::uint64_t pidfs_ino = 0;         // staged/committed
-  std::int32_t pid = 0;                // all but unassigned
-  std::uint64_t start_time_ticks = 0;  // all but unassigned (0 = unknown)
+  std::int32_t pid = 0;                // all but unassigned and modelled
+  std::uint64_t start_time_ticks = 0;  // all but unassigned and modelled (0 = unknown)
   std::uint64_t pid_ns_ino = 0;        // staged/committed: the pid namespace pid is valid in
 
   [[nodiscard]] bool has_pidfs_authority() const noexcept {
     return state == OwnershipState::staged || state == OwnershipState::committed;
+  }
+  // A pid is recorded (staged, committed, legacy_unverified).
+  [[nodiscard]] bool has_pid() const noexcept {
+    return state != OwnershipState::unassigned && state != OwnershipState::modelled;
+  }
+  // The root started (its ownership committed, or a model released): a phase past starting.
+  [[nodiscard]] bool started() const noexcept {
+    return state == OwnershipState::committed || state == OwnershipState::modelled ||
+           state == OwnershipState::legacy_unverified;
   }
   friend bool operator==(Ownership const&, Ownership const&) = default;
 };

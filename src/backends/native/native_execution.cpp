@@ -714,7 +714,7 @@ void NativeExecution::final_scan(std::function<void(FinalScan)> done) {
       }
       if (self->cgroup_) {
         // Only cpu.stat: the full stats() would read six more files here for nothing.
-        if (auto usec = cgroup_cpu_usec(*self->cgroup_)) scan.cpu_ms = *usec / 1000;
+        if (auto usec = cgroup_cpu_usec(*self->cgroup_)) scan.usage.cpu_ms = *usec / 1000;
         if (self->tree_state() != TreeState::empty)
           scan.unconfirmed.push_back("cgroup still populated after kill_after_ms");
       }

@@ -100,6 +100,27 @@ void print_registry(json::object const& reg) {
   }
 }
 
+// The backends the daemon serves and, per control, how well this host enforces it.
+void print_backends(json::array const& backends) {
+  for (auto const& b : backends) {
+    if (!b.is_object()) continue;
+    auto const& o = b.get_object();
+    fmt::print(
+        "\nbackend {}{}\n", str_field(o, "kind"),
+        o.contains("available") && o.at("available").is_bool() && !o.at("available").get_bool()
+            ? "  (unavailable: " + str_field(o, "unavailable_reason") + ")"
+            : std::string{});
+    auto const* controls = o.if_contains("controls");
+    if (controls == nullptr || !controls->is_array()) continue;
+    for (auto const& c : controls->get_array()) {
+      if (!c.is_object()) continue;
+      auto const& co = c.get_object();
+      fmt::print("  {:<24} {:<8} {}\n", str_field(co, "name"), str_field(co, "fidelity"),
+                 str_field(co, "how"));
+    }
+  }
+}
+
 }  // namespace
 
 void add_doctor(CLI::App& app, Globals& g) {
@@ -144,6 +165,8 @@ void add_doctor(CLI::App& app, Globals& g) {
     if (caps != nullptr && caps->is_object()) print_table(caps->get_object());
     if (auto const* reg = info.if_contains("registry"); reg != nullptr && reg->is_object())
       print_registry(reg->get_object());
+    if (auto const* b = info.if_contains("backends"); b != nullptr && b->is_array())
+      print_backends(b->get_array());
     g.exit_code = kExitOk;
   });
 }

@@ -396,6 +396,9 @@ class Daemon {
     out["restart_policy"] =
         config_.restart_policy == registry::RestartPolicy::keep_running ? "keep_running" : "cancel";
     out["registry"] = recovery_view_;
+    json::array backends;
+    for (auto const& d : manager_->backends()) backends.push_back(backend::to_json(d));
+    out["backends"] = std::move(backends);
     host_info_ = std::make_shared<std::string const>(json::serialize(out));
     return host_info_;
   }

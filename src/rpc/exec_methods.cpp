@@ -268,13 +268,12 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (!parsed) return reply(parsed.error());
           auto digest = core::plan_digest(parsed->identity, parsed->plan);
           if (!digest) return reply(digest.error());
-          bool const native = parsed->plan.backend.kind == core::BackendKind::native;
+          // The backend's own admission, exactly what exec.start would decide: no effect.
+          auto const a = m.admission(parsed->plan);
           json::array missing;
-          if (!native)
-            missing.emplace_back(std::string{"backend."} +
-                                 std::string{backend_wire(parsed->plan.backend.kind)});
+          for (auto const& name : a.missing) missing.emplace_back(name);
           json::object admission{
-              {"admitted", native},
+              {"admitted", a.admitted},
               {"missing", std::move(missing)},
               {"default_boundary", m.config().cgroup_subtree.empty() ? "marker" : "cgroup"}};
           reply(json::value(json::object{

@@ -130,16 +130,26 @@ std::optional<std::string> ExecutionManager::owner_of(std::int32_t pid) const {
   return std::nullopt;
 }
 
+backend::Admission ExecutionManager::admission(core::ExecutionPlan const& plan) const {
+  auto const* b = backend_for(plan.backend.kind);
+  if (b != nullptr) return b->admit(plan);
+  backend::Admission a;
+  a.admitted = false;
+  a.missing.push_back("backend." + std::string{core::to_string(plan.backend.kind)});
+  a.detail = "backend " + std::string{core::to_string(plan.backend.kind)} +
+             " is not served by this daemon";
+  return a;
+}
+
 Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
   auto const kind = request.plan.backend.kind;
-  auto const* b = backend_for(kind);
-  if (b == nullptr) {
+  if (backend_for(kind) == nullptr) {
     return Error(Errc::sys_unsupported, std::string{"backend "} +
                                             std::string{core::to_string(kind)} +
                                             " is not served by this daemon");
   }
-  auto const a = b->admit(request.plan);
+  auto const a = admission(request.plan);
   if (a.admitted) return ok();
   if (std::find(a.missing.begin(), a.missing.end(), "boundary.cgroup") != a.missing.end())
     return Error(Errc::cgroup_unavailable, a.detail);

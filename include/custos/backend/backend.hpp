@@ -24,6 +24,8 @@
 // point (the daemon stops supervising without acting on the processes).
 #pragma once
 
+#include <boost/json/value.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -73,6 +75,11 @@ struct Descriptor {
 
   [[nodiscard]] Control const* find(std::string_view name) const noexcept;
 };
+
+[[nodiscard]] std::string_view control_fidelity_wire(ControlFidelity f) noexcept;
+// {"kind", "available", "controls": [{"name", "fidelity", "how"}], "unavailable_reason"?}: what
+// host.info and custos doctor show.
+[[nodiscard]] boost::json::value to_json(Descriptor const& d);
 
 // The answer of admission: a plan this backend can run, or every control it lacks.
 struct Admission {

@@ -60,6 +60,9 @@ class ExecutionManager {
   [[nodiscard]] Result<> admit(LaunchRequest const& request) const;
   // The backends this daemon serves, for host.info and doctor.
   [[nodiscard]] std::vector<backend::Descriptor> backends() const;
+  // What admit() decides for the plan's backend, as data (exec.check): admitted, or every
+  // missing control ("backend.<kind>" for a backend this daemon does not serve). No effect.
+  [[nodiscard]] backend::Admission admission(core::ExecutionPlan const& plan) const;
 
   // Launches the plan under `permit` (launch_permit.hpp), which must be valid and minted for this
   // request: its plan digest is the request's, its claim the identity's (action_id, process_id);

@@ -194,10 +194,14 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
                  done = std::move(done)]() mutable {
     self->spawn_failure_ = failure;
     self->advance(core::event::SpawnFailed{failure});
+    // A trigger accepted while the launch was under way decides the classification (core's
+    // table: the trigger before the spawn failure); the spawn_error still says nothing ran.
+    auto const trigger = self->cancel_.first();
     (void)self->cancel_.observe_exit();
     self->teardown_.spawn_failed();
     core::ClassifyInput in;
     in.spawn_failed = true;
+    in.trigger = trigger;
     in.cleanup = core::Cleanup::confirmed;
     auto rec = core::make_terminal_record(in, failure);
     core::TerminalRecord record;

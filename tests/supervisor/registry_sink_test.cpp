@@ -431,10 +431,12 @@ class HeldCommitSink final : public OwnershipSink {
   // Completions that came back from the registry and are held (the write is in the WAL).
   [[nodiscard]] std::size_t held() const { return held_.size(); }
   [[nodiscard]] std::size_t held_durable() const { return held_durable_.size(); }
-  void release_durable() {
+  void release_durable(bool fail = false) {
     auto held = std::move(held_durable_);
     held_durable_.clear();
-    for (auto& [done, r] : held) done(std::move(r));
+    for (auto& [done, r] : held) {
+      done(fail ? Result<>{Error{Errc::registry_io, "test: the fsync failed"}} : std::move(r));
+    }
   }
   void release(bool fail) {
     auto held = std::move(held_);
@@ -651,6 +653,36 @@ TEST_F(HeldCommitTest, ACancelDuringTheEventLoopLaunchStopsTheExecutionOnceItRun
     EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::user});
     EXPECT_EQ(rec->tree.cleanup, core::Cleanup::confirmed);
   }
+}
+
+// A cancel accepted while the launch waits for its claim's fsync, then the fsync fails: nothing
+// of the target ran (spawn_error durability), and the accepted trigger decides the
+// classification, as core's table says (the trigger before the spawn failure).
+TEST_F(HeldCommitTest, ACancelBeforeAFailedLaunchDecidesItsClassification) {
+  held_manager(/*hold_durable=*/true);
+  auto const answer = launch_async(request(sh("touch ran; sleep 30")));
+  ASSERT_TRUE(drive([&] { return held_->held_durable() == 1; }, 20s));
+  auto const views = manager_->list({});
+  ASSERT_EQ(views.size(), 1U);
+  std::string const id = views.front().execution_id;
+  auto c = manager_->cancel(id, core::Trigger::user, "while launching");
+  ASSERT_TRUE(c && c->accepted);
+  // The failed launch waits for its claim's durability again before it answers: held too.
+  ASSERT_TRUE(drive(
+      [&] {
+        held_->release_durable(/*fail=*/true);
+        return answer->has_value();
+      },
+      20s));
+  ASSERT_TRUE(answer->value()) << answer->value().error().message();
+  EXPECT_EQ(answer->value()->phase, core::Phase::terminal);
+  auto rec = terminal(id, 20s);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->classification, core::Classification::cancelled);
+  EXPECT_EQ(rec->trigger, std::optional<core::Trigger>{core::Trigger::user});
+  ASSERT_TRUE(rec->spawn_error.has_value());
+  EXPECT_EQ(rec->spawn_error->code, "durability");
+  EXPECT_FALSE(std::filesystem::exists(workspace_ / "ran")) << "the target ran";
 }
 
 // The manager goes away while a launch awaits its claim's fsync (held): the staged child is

@@ -79,12 +79,21 @@ class NativeExecution final : public BackendExecution,
     bool waiting = false;
     bool pipe_grown = false;  // F_SETPIPE_SZ done (or not applicable): see on_readable
   };
-  // The launch between acquire and the verdict: the child at its barrier and both ends of its
-  // stdio.
+  // Both ends of the root's stdio: three pipes, or one terminal.
+  struct Stdio {
+    sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
+    std::optional<sys::Pty> pty;
+  };
+  // The launch between acquire and the verdict: the child at its barrier and its stdio.
   struct Launching;
 
   [[nodiscard]] std::vector<std::string> build_env(LaunchContext const& ctx) const;
   [[nodiscard]] Step<Acquired> stage(LaunchContext const& ctx);
+  // The per-execution cgroup where the host has a subtree (its kernel limits noted in `acq`).
+  [[nodiscard]] std::optional<core::SpawnFailure> enter_boundary(LaunchContext const& ctx,
+                                                                 Acquired& acq);
+  [[nodiscard]] static Step<Stdio> open_stdio(PlanView const& plan);
+  [[nodiscard]] sys::SpawnSpec spawn_spec(LaunchContext const& ctx, Stdio const& stdio) const;
   void await_verdict();
   void on_verdict();
   void finish_release(Result<sys::RunningChild> running);
@@ -97,6 +106,10 @@ class NativeExecution final : public BackendExecution,
   // Children of the daemon (the subreaper) no live execution owns: with the marker boundary they
   // may be descendants that scrubbed their marker. `looked` false: could not list them.
   void collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const;
+  // What the final scan found: the sweep's result (none without a marker), the cgroup re-read,
+  // the root, the orphans.
+  [[nodiscard]] FinalScan scan_result(std::optional<Result<sys::MarkerSweepResult>> const& sweep,
+                                      bool orphans_alive);
   [[nodiscard]] bool live() const noexcept { return port_ != nullptr && !detached_; }
   [[nodiscard]] bool host_alive() const noexcept {
     auto a = host_alive_.lock();

@@ -228,7 +228,7 @@ Result<std::unique_ptr<ExecutionGateway::Pending>> ExecutionGateway::prepare(
   req.now_ns = realtime_ns();
   // With a registry: the record is created in the authorizing transaction, after the claim,
   // and the transaction commits with group durability (its fsync is awaited by the sink's
-  // make_durable before the barrier release, and in launch_authorized before any reply).
+  // when_durable before the barrier release, and by after_launch before any reply).
   if (options_.registry != nullptr) {
     req.record = &*p->record;
     req.durability = registry::Durability::group;

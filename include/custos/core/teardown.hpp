@@ -20,8 +20,8 @@
 //
 // `signalling` and `killing` are instants: the shell sends the signal and reports its outcome
 // (graceful_sent, kill_sent) before it looks at anything else, so no other event is legal there.
-// `sweeping` is the supervisor's old Stage::done (the final scan runs), `swept` its tree_done_,
-// `cancelling` its support_cancelled_, `closing` its closing_.
+// `sweeping`: the final scan runs; `swept`: the tree is done; `cancelling`: the support tasks were
+// cancelled and their completions are awaited; `closing`: the terminal record is being written.
 //
 // The table ("=": the stage is kept and the action is none; every pair not listed is
 // teardown.illegal_event):
@@ -230,13 +230,13 @@ struct TeardownStep {
 [[nodiscard]] EscalationReport escalation_report(TeardownState const& s) noexcept;
 
 // Queries the shell's guards use.
-// The final scan started: no more sampling, stdin or resize (the old `stage_ == Stage::done`).
+// The final scan started: no more sampling, stdin or resize.
 [[nodiscard]] bool final_scan_started(TeardownState const& s) noexcept;
-// The final scan finished (or nothing ran): the old `tree_done_`.
+// The final scan finished (or nothing ran): the tree is done.
 [[nodiscard]] bool tree_done(TeardownState const& s) noexcept;
-// Support tasks were cancelled: the old `support_cancelled_`.
+// Support tasks were cancelled.
 [[nodiscard]] bool support_cancelled(TeardownState const& s) noexcept;
-// Close began: the old `closing_`.
+// Close began.
 [[nodiscard]] bool closing(TeardownState const& s) noexcept;
 
 }  // namespace custos::core

@@ -542,6 +542,8 @@ void NativeExecution::on_exit_ready() {
   } else if (auto info = root_->get_exit_info(); info && *info) {
     // Someone else reaped it (orphan reaping skips our roots); the kernel still tells how.
     status = core::ExitStatus{(*info)->code, (*info)->signal};
+  } else if (adoption_ && await_adopted_status()) {
+    return;  // its own parent has not reaped it yet: looked at again shortly
   }
   exit_sd_.reset();
   root_reaped_ = true;
@@ -720,6 +722,8 @@ void NativeExecution::final_scan(std::function<void(FinalScan)> done) {
       }
       if (!self->root_gone())
         scan.unconfirmed.push_back("root process still alive after kill_after_ms");
+      if (self->adoption_ && !self->adoption_->unconfirmed.empty())
+        scan.unconfirmed.push_back(self->adoption_->unconfirmed);
       if (orphans_alive) {
         scan.unconfirmed.push_back(
             "unattributed live orphans reparented to the daemon (a process may have dropped its "
@@ -843,6 +847,11 @@ core::Observations NativeExecution::observations() const {
   o["launch"] = "clone3";
   if (!cgroup_rel_.empty()) o["cgroup"] = cgroup_rel_;
   if (final_signalled_ > 0) o["final_sweep_killed"] = std::to_string(final_signalled_);
+  if (adoption_) {
+    // Taken over after a restart: the previous daemon's pipes died with it.
+    o["root"] = "adopted";
+    o["output"] = "not_kept";
+  }
   return o;
 }
 

@@ -73,6 +73,11 @@ void Teardown::stop_draining() {
   kill_stage();
 }
 
+void Teardown::kill_now() {
+  if (stage_ != Stage::none) return;
+  kill_stage();
+}
+
 void Teardown::tree_changed() {
   if (stage_ == Stage::killing) on_poll();
 }

@@ -35,6 +35,9 @@ class Teardown {
   void streams_ended();
   // A trigger came after the exit decided the outcome: stop the draining descendants now.
   void stop_draining();
+  // Straight to the kill, without the graceful step (an adopted execution: the previous daemon
+  // was already stopping it, or its launch was never committed; supervisor/adopt.cpp).
+  void kill_now();
   // The backend saw the tree change, or the root ended, while the kill stage waits.
   void tree_changed();
   // The execution closes: every timer of this type is cancelled.

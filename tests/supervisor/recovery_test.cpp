@@ -327,6 +327,10 @@ TEST_F(Recovery, LiveOwnedIsAdoptedThroughTheSamePidfdAndCancelledByTheOneTeardo
   EXPECT_EQ(t->exit.signal, SIGTERM);  // sleep dies on the plan's graceful signal
   EXPECT_EQ(t->observations.at("output"), "not_kept");
   for (auto const& [stream, acc] : t->output) EXPECT_FALSE(acc.complete);
+  // Sampled while adopted (the root's memory), and timed from its original start.
+  EXPECT_TRUE(t->resources.at(core::ResourceDim::memory).value.has_value());
+  ASSERT_TRUE(t->resources.at(core::ResourceDim::wall).value.has_value());
+  EXPECT_GE(*t->resources.at(core::ResourceDim::wall).value, 200u);
   EXPECT_FALSE(child.pidfd().alive());
   EXPECT_EQ(events.events.back().kind, "terminal");
   EXPECT_EQ(events.count("cancel_requested"), 1u);

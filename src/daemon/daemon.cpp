@@ -220,6 +220,11 @@ class Daemon {
     auto const failed = supervisor::adopt_recovered(*manager_, *recovered_, policy);
     for (auto const& e : recovered_->executions) {
       if (!e.adopted) continue;
+      // Its grant and lease still bind it: revoked, expired or ended, it is fenced.
+      if (auto r = gateway_->adopted(e.execution_id); !r) {
+        spdlog::warn("recovery: {}: its authority could not be read, so nothing fences it: {}",
+                     e.execution_id, r.error().message());
+      }
       spdlog::info("recovery: {} adopted{}", e.execution_id,
                    policy == supervisor::RestartPolicy::cancel
                        ? ", and cancelled (restart-policy cancel)"

@@ -345,6 +345,109 @@ TEST(RecoveryControl, AnExecutionWhoseStartWasNeverAnsweredIsAdoptedToo) {
   EXPECT_TRUE(pids_below(d.cgroup()).empty());
 }
 
+// An adopted execution is still bound by the authority it was launched under: revoking its grant
+// after the restart fences it (trigger lease_fence) like any execution, and its budget, reserved
+// by the daemon that died, is settled at its terminal record.
+TEST(RecoveryControl, AnAdoptedExecutionIsStillBoundByItsGrant) {
+  Daemon d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  std::string id;
+  int pidfd = -1;
+  auto spent = [](LineClient& c, std::int64_t rid) {
+    auto l = c.call(rid, "authority.list", {{"grant_id", "g-adopt"}});
+    EXPECT_TRUE(l && l->contains("result")) << (l ? json::serialize(*l) : "");
+    if (!l || !l->contains("result")) return json::object{};
+    return l->at("result").at("grants").as_array().at(0).at("spent").as_object();
+  };
+  {
+    auto c = d.client();
+    auto grant = runner_grant("uid:0", "g-adopt");
+    grant["budget"].as_object()["wall_ms"] = 10000000;
+    auto g = c.call(1, "authority.grant", grant);
+    ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+    auto l = c.call(2, "authority.list");
+    ASSERT_TRUE(l && l->contains("result"));
+    auto const epoch = l->at("result").at("epoch").to_number<std::uint64_t>();
+    auto p = start_params({"/bin/sleep", "1000"}, json::object{{"wall_ms", 600000}});
+    p["authority"] = json::object{{"epoch", epoch}, {"grant_id", "g-adopt"}, {"lease_id", nullptr}};
+    auto r = c.call(3, "exec.start", p);
+    ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
+    id = std::string{r->at("result").at("execution_id").as_string()};
+    pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+    ASSERT_GE(pidfd, 0);
+    ASSERT_TRUE(wait_record(
+        c, id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
+  }
+  ASSERT_TRUE(d.signal(SIGKILL));
+  ASSERT_TRUE(d.wait_exit(30s));
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  ASSERT_EQ(adopted_ids(c), std::vector<std::string>{id}) << d.log();
+  EXPECT_EQ(spent(c, 4).at("wall_ms_reserved").to_number<std::uint64_t>(), 600000U)
+      << "still reserved for the adopted execution";
+
+  auto rv = c.call(5, "authority.revoke", {{"grant_id", "g-adopt"}});
+  ASSERT_TRUE(rv && rv->contains("result")) << (rv ? json::serialize(*rv) : "");
+  auto const& fenced = rv->at("result").at("fenced").as_array();
+  ASSERT_EQ(fenced.size(), 1U) << json::serialize(*rv);
+  EXPECT_EQ(fenced[0].as_string(), id);
+  auto w = c.call(6, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}}, 25000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "no reply");
+  auto const& t = w->at("result").as_object();
+  EXPECT_EQ(t.at("trigger").as_string(), "lease_fence") << json::serialize(t);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  pollfd p{pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the fenced root survived";
+  ::close(pidfd);
+  EXPECT_EQ(spent(c, 7).at("wall_ms_reserved").to_number<std::uint64_t>(), 0U)
+      << "settled at the adopted execution's terminal record";
+}
+
+// A grant that expired while no daemon ran fences the execution it authorized as soon as it is
+// adopted, as the expiry timer of the daemon that died would have.
+TEST(RecoveryControl, AGrantThatExpiredWhileNoDaemonRanFencesTheAdoptedExecution) {
+  Daemon d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  Started s;
+  {
+    auto c = d.client();
+    auto grant = runner_grant("uid:0", "g-expiring");
+    auto const now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    grant["expires_ns"] = now_ns + std::chrono::nanoseconds(3s).count();
+    auto g = c.call(1, "authority.grant", grant);
+    ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+    auto l = c.call(2, "authority.list");
+    ASSERT_TRUE(l && l->contains("result"));
+    auto p = start_params({"/bin/sleep", "1000"});
+    p["authority"] = json::object{
+        {"epoch", l->at("result").at("epoch")}, {"grant_id", "g-expiring"}, {"lease_id", nullptr}};
+    auto r = c.call(3, "exec.start", p);
+    ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
+    s.id = std::string{r->at("result").at("execution_id").as_string()};
+    s.pidfd = pidfd_open(static_cast<pid_t>(r->at("result").at("pid").as_int64()));
+    ASSERT_GE(s.pidfd, 0);
+  }
+  ASSERT_TRUE(d.signal(SIGKILL));
+  ASSERT_TRUE(d.wait_exit(30s));
+  std::this_thread::sleep_for(3500ms);  // the grant expires while no daemon runs
+  ASSERT_TRUE(pid_alive(s.pidfd));
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto w = c.call(4, "exec.wait", {{"execution_id", s.id}, {"timeout_ms", 20000}}, 25000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "no reply");
+  auto const& t = w->at("result").as_object();
+  EXPECT_EQ(t.at("trigger").as_string(), "lease_fence") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  pollfd p{s.pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the fenced root survived";
+  ::close(s.pidfd);
+}
+
 // The daemon is SIGKILLed inside exec.start after the launch created the execution's cgroup and
 // its child (at the barrier) but before the staged write that records them. The record names no
 // cgroup yet, so the restarted daemon finds it by the execution's id under its subtree: the

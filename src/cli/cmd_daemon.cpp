@@ -16,7 +16,7 @@ struct DaemonFlags {
   std::string socket_mode = "0660";
   std::string boundary = "auto";
   std::string shutdown = "cancel";
-  std::string restart_policy = "cancel";
+  std::string restart_policy = "adopt";
   std::string log_target = "auto";
   std::uint64_t shutdown_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 60000;
@@ -46,7 +46,8 @@ void add_daemon(CLI::App& app, Globals& g) {
   sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
       ->capture_default_str();
   sub->add_option("--restart-policy", flags->restart_policy,
-                  "At start, executions a previous daemon left running: cancel | keep_running")
+                  "At start, executions a previous daemon left running that are provably its "
+                  "own: adopt | cancel")
       ->capture_default_str();
   sub->add_option("--shutdown-timeout-ms", flags->shutdown_timeout_ms,
                   "Bound on waiting for cancelled executions at shutdown")
@@ -96,7 +97,7 @@ void add_daemon(CLI::App& app, Globals& g) {
     if (!boundary) throw CLI::ValidationError("--boundary", "auto, cgroup or marker");
     if (!shutdown) throw CLI::ValidationError("--shutdown", "cancel or detach");
     auto restart = daemon::parse_restart_policy(flags->restart_policy);
-    if (!restart) throw CLI::ValidationError("--restart-policy", "cancel or keep_running");
+    if (!restart) throw CLI::ValidationError("--restart-policy", "adopt or cancel");
     cfg.restart_policy = *restart;
     if (!target) throw CLI::ValidationError("--log-target", "auto, journal, console or file");
     cfg.boundary = *boundary;

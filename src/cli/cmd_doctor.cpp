@@ -60,10 +60,10 @@ void print_registry(json::object const& reg) {
   };
   auto const* q = list("quarantined");
   auto const* o = list("orphan_claims");
-  auto const* k = list("kept_running");
+  auto const* k = list("adopted");
   auto const* l = list("leftover_cgroups");
   fmt::print(
-      "\nregistry: {} quarantined record(s), {} orphan claim(s), {} kept running, {} leftover "
+      "\nregistry: {} quarantined record(s), {} orphan claim(s), {} adopted, {} leftover "
       "cgroup(s) of terminal executions cleaned at start\n",
       q != nullptr ? q->size() : 0, o != nullptr ? o->size() : 0, k != nullptr ? k->size() : 0,
       l != nullptr ? l->size() : 0);
@@ -85,7 +85,8 @@ void print_registry(json::object const& reg) {
   }
   if (k != nullptr) {
     for (auto const& r : *k) {
-      if (r.is_string()) fmt::print("  kept running, unsupervised: {}\n", r.get_string().c_str());
+      if (r.is_string())
+        fmt::print("  adopted after the restart (output not kept): {}\n", r.get_string().c_str());
     }
   }
   if (l != nullptr) {

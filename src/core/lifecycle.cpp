@@ -80,6 +80,8 @@ std::string_view event_name(LifecycleEvent const& e) noexcept {
           return "exited";
         else if constexpr (std::is_same_v<T, event::Closed>)
           return "closed";
+        else if constexpr (std::is_same_v<T, event::Adopted>)
+          return "adopted";
         else
           return "terminal_recorded";
       },
@@ -162,6 +164,18 @@ Result<LifecycleState> reduce(LifecycleState const& s, LifecycleEvent const& ev)
         } else if constexpr (std::is_same_v<T, event::Closed>) {
           if (s.phase != Phase::exited) return illegal(s.phase, "closed");
           return with_phase(s, Phase::closed);
+        } else if constexpr (std::is_same_v<T, event::Adopted>) {
+          // Only a fresh state takes over an execution (nothing may have been observed of it
+          // yet), and only one whose root can still be alive: before its exit was recorded and
+          // after its launch began.
+          if (s.phase != Phase::authorized) return illegal(s.phase, "adopted");
+          if (e.phase != Phase::starting && e.phase != Phase::running &&
+              e.phase != Phase::stopping) {
+            return Error{Errc::lifecycle_illegal_transition,
+                         "adopted into phase " + std::string{phase_wire(e.phase)} +
+                             ": only starting, running or stopping hold a live root"};
+          }
+          return with_phase(s, e.phase);
         } else {
           return on_terminal(s, e);
         }

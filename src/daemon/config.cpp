@@ -66,10 +66,11 @@ std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept {
   return std::nullopt;
 }
 
-std::optional<registry::RestartPolicy> parse_restart_policy(std::string_view s) noexcept {
-  if (s == "cancel") return registry::RestartPolicy::cancel_and_reap;
-  if (s == "keep_running") return registry::RestartPolicy::keep_running;
-  return std::nullopt;
+std::optional<supervisor::RestartPolicy> parse_restart_policy(std::string_view s) noexcept {
+  // keep_running left recovered executions running and cancellable; adoption does that and
+  // supervises them fully, so the old name keeps working.
+  if (s == "keep_running") return supervisor::RestartPolicy::adopt;
+  return supervisor::restart_policy_from_wire(s);
 }
 
 }  // namespace custos::daemon

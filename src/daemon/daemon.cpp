@@ -4,10 +4,8 @@
 #include "custos/daemon/daemon.hpp"
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
@@ -18,7 +16,6 @@
 #include <cstdlib>
 #include <exception>
 #include <grp.h>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -31,12 +28,12 @@
 #include "custos/daemon/version.hpp"
 #include "custos/gateway/gateway.hpp"
 #include "custos/gateway/store.hpp"
-#include "custos/registry/recovery.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/rpc/dispatcher.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/rpc/server.hpp"
 #include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/recovery.hpp"
 #include "custos/supervisor/registry_sink.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/identity.hpp"
@@ -92,8 +89,8 @@ class Daemon {
     CUSTOS_TRYV(step("create subtree", [&] { return create_subtree(); }));
     CUSTOS_TRYV(step("probe host", [&] { return probe(); }));
     CUSTOS_TRYV(step("start execution manager", [&] { return start_manager(); }));
+    CUSTOS_TRYV(step("adopt recovered executions", [&] { return adopt_recovered(); }));
     CUSTOS_TRYV(step("register methods", [&] { return register_methods(); }));
-    CUSTOS_TRYV(step("watch kept executions", [&] { return watch_kept(); }));
     CUSTOS_TRYV(step("listen", [&] { return listen(); }));
     CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
     notify_ready();
@@ -177,44 +174,26 @@ class Daemon {
     return ok();
   }
 
-  // Every record left non-terminal by a previous daemon ends here with exactly one terminal
-  // record, before any call is accepted. Processes that are provably still ours are cancelled
-  // and reaped: the ExecutionManager cannot adopt a recovered pidfd yet, so "detach" at the last
-  // stop means "recovered and then cancelled by identity at this start" (docs/operations.md).
+  // Every record left non-terminal by a previous daemon is classified here, before any call is
+  // accepted: the ones whose root is gone or cannot be proven ours get their terminal record
+  // now; the ones provably still ours (exact pidfs identity) are held by their recovered pidfds
+  // until the manager adopts them (adopt_recovered, below).
   Result<void> recover() {
-    registry::RecoveryOptions options;
-    options.policy = config_.restart_policy;
+    supervisor::RecoveryOptions options;
     // Where this daemon's executions get their cgroups (created after recovery, or left by the
     // previous daemon): a launch that crashed between creating its cgroup and recording it left
     // one there, which recovery removes.
     if (config_.boundary != BoundaryMode::marker) {
       if (auto path = subtree_path()) options.execution_cgroup_parent = path->native();
     }
-    auto report = CUSTOS_TRY(registry::recover(*registry_, options));
-    CUSTOS_TRYV(registry::apply_restart_policy(*registry_, report, options));
-    // keep_running: the re-acquired executions stay controllable through their recovered
-    // pidfds (exec.cancel below), not through the manager, which did not spawn them.
-    if (options.policy == registry::RestartPolicy::keep_running)
-      kept_ = std::make_unique<registry::KeptExecutions>(*registry_, report, options);
-    recovery_view_ = recovery_json(report);
-    std::size_t live = 0, absent = 0, indeterminate = 0;
-    for (auto const& e : report.executions) {
-      switch (e.classification) {
-        case core::RecoveryPath::live_owned:
-          ++live;
-          break;
-        case core::RecoveryPath::absent_without_terminal:
-          ++absent;
-          break;
-        default:
-          ++indeterminate;
-          break;
-      }
-    }
+    recovered_ = CUSTOS_TRY(supervisor::recover(*registry_, options));
+    auto const& report = *recovered_;
     spdlog::info(
-        "recovery: {} record(s) already terminal, {} re-acquired and cancelled, {} gone "
+        "recovery: {} record(s) already terminal, {} re-acquired by pidfs identity, {} gone "
         "without a terminal record, {} indeterminate, {} orphan claim(s), {} quarantined",
-        report.already_terminal, live, absent, indeterminate, report.orphan_claims.size(),
+        report.already_terminal, report.count(core::RecoveryPath::live_owned),
+        report.count(core::RecoveryPath::absent_without_terminal),
+        report.count(core::RecoveryPath::indeterminate), report.orphan_claims.size(),
         report.quarantined.size());
     for (auto const& e : report.executions) {
       spdlog::info("recovery: {} {}: {}", e.execution_id,
@@ -229,6 +208,35 @@ class Daemon {
                      l.execution_id, l.detail);
       }
     }
+    return ok();
+  }
+
+  // The executions recovery re-acquired are adopted by the manager: supervised from here on like
+  // any other (cancellable, deadline-bound, one terminal record with recovery live_owned), or,
+  // with restart-policy cancel, adopted and cancelled at once through the same teardown.
+  Result<void> adopt_recovered() {
+    if (!recovered_) return ok();
+    auto const policy = config_.restart_policy;
+    auto const failed = supervisor::adopt_recovered(*manager_, *recovered_, policy);
+    for (auto const& e : recovered_->executions) {
+      if (!e.adopted) continue;
+      // Its grant and lease still bind it: revoked, expired or ended, it is fenced.
+      if (auto r = gateway_->adopted(e.execution_id); !r) {
+        spdlog::warn("recovery: {}: its authority could not be read, so nothing fences it: {}",
+                     e.execution_id, r.error().message());
+      }
+      spdlog::info("recovery: {} adopted{}", e.execution_id,
+                   policy == supervisor::RestartPolicy::cancel
+                       ? ", and cancelled (restart-policy cancel)"
+                       : "");
+    }
+    // Left as it is (running, its record non-terminal) for the next start; nothing signalled.
+    for (auto const& [id, error] : failed) {
+      spdlog::warn("recovery: {} could not be adopted and stays unsupervised: {}", id,
+                   error.message());
+    }
+    recovery_view_ = recovery_json(*recovered_);
+    recovered_.reset();
     return ok();
   }
 
@@ -344,9 +352,9 @@ class Daemon {
   }
 
   // What start-up recovery found and kept for an operator: quarantined records (never acted on)
-  // and orphan claims (never re-usable), plus executions left running by keep_running. It is a
-  // snapshot of this start, shown by host.info and `custos doctor`.
-  static json::object recovery_json(registry::RecoveryReport const& report) {
+  // and orphan claims (never re-usable), the executions it adopted, and the leftover cgroups it
+  // removed. It is a snapshot of this start, shown by host.info and `custos doctor`.
+  static json::object recovery_json(supervisor::RecoveryReport const& report) {
     json::array quarantined;
     for (auto const& q : report.quarantined) {
       quarantined.push_back(json::object{{"execution_id", q.execution_id},
@@ -361,10 +369,9 @@ class Daemon {
                                      {"execution_id", c.execution_id},
                                      {"consumed_ns", c.consumed_ns}});
     }
-    json::array kept;
+    json::array adopted;
     for (auto const& e : report.executions) {
-      if (e.classification == core::RecoveryPath::live_owned && !e.terminal_written)
-        kept.emplace_back(e.execution_id);
+      if (e.adopted) adopted.emplace_back(e.execution_id);
     }
     json::array leftovers;
     for (auto const& l : report.leftover_cgroups) {
@@ -374,7 +381,7 @@ class Daemon {
     }
     return json::object{{"quarantined", std::move(quarantined)},
                         {"orphan_claims", std::move(orphans)},
-                        {"kept_running", std::move(kept)},
+                        {"adopted", std::move(adopted)},
                         {"leftover_cgroups", std::move(leftovers)}};
   }
 
@@ -393,8 +400,7 @@ class Daemon {
     }
     if (subtree_) out["cgroup_subtree"] = subtree_->path();
     out["shutdown_policy"] = config_.shutdown == ShutdownMode::cancel ? "cancel" : "detach";
-    out["restart_policy"] =
-        config_.restart_policy == registry::RestartPolicy::keep_running ? "keep_running" : "cancel";
+    out["restart_policy"] = supervisor::restart_policy_wire(config_.restart_policy);
     out["registry"] = recovery_view_;
     json::array backends;
     for (auto const& d : manager_->backends()) backends.push_back(backend::to_json(d));
@@ -408,105 +414,8 @@ class Daemon {
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
     rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
-    if (kept_ && !kept_->empty()) wrap_cancel_for_kept();
     rpc::register_gateway_methods(*dispatcher_, *gateway_);
     return ok();
-  }
-
-  // exec.cancel of an execution a keep_running restart re-acquired: killed through its cgroup
-  // and recovered pidfd, one terminal record with recovery live_owned (registry::
-  // KeptExecutions). Every other id goes to the manager's handler. Wrapped before the gateway
-  // puts its owner-or-admin check in front of exec.cancel, so that check applies here too.
-  void wrap_cancel_for_kept() {
-    rpc::Handler const* found = dispatcher_->find("exec.cancel");
-    if (found == nullptr) return;
-    rpc::Handler inner = *found;
-    dispatcher_->add(
-        "exec.cancel", rpc::Access::admin,
-        [this, inner](std::shared_ptr<rpc::Session> const& s, json::object const& p,
-                      rpc::Reply reply) {
-          auto const* id = p.if_contains("execution_id");
-          if (id == nullptr || !id->is_string() || !kept_->contains(id->get_string())) {
-            return inner(s, p, std::move(reply));
-          }
-          std::string const eid{id->get_string()};
-          auto r = kept_->cancel(eid, core::Trigger::user);
-          if (!r) return reply(r.error());
-          if (r->terminal) {
-            spdlog::info("recovery: {} cancelled through its recovered pidfd ({}): {}", eid,
-                         core::classification_wire(r->terminal->classification), r->detail);
-            settle_kept(eid);
-          }
-          // Not accepted when the root had already exited: its watch records how it ended.
-          json::value trig = nullptr;
-          if (r->trigger) trig = core::trigger_wire(*r->trigger);
-          reply(json::value(json::object{{"accepted", r->accepted}, {"trigger", std::move(trig)}}));
-        });
-  }
-
-  // keep_running: each kept execution's recovered pidfd is watched on the loop (it becomes
-  // readable when the root exits). Then what is left of its tree is killed and its one terminal
-  // record written, with the root's exit status (registry::KeptExecutions::finish_exited), as
-  // the supervisor would have done had it still owned the execution.
-  Result<void> watch_kept() {
-    if (!kept_) return ok();
-    for (auto const& id : kept_->ids()) {
-      auto fd = kept_->watch_fd(id);
-      if (!fd) {
-        // Still cancellable; only its own end goes unnoticed until then or the next start.
-        spdlog::warn("recovery: {} cannot be watched for its exit: {}", id, fd.error().message());
-        continue;
-      }
-      auto sd = std::make_unique<asio::posix::stream_descriptor>(io_, fd->release());
-      sd->async_wait(asio::posix::descriptor_base::wait_read,
-                     [this, id](boost::system::error_code const& ec) {
-                       if (ec || shutting_down_) return;  // aborted, or the daemon is stopping
-                       // Not destroyed inside its own completion.
-                       asio::post(io_, [this, id] { kept_watch_.erase(id); });
-                       await_kept_status(id, std::chrono::steady_clock::now() + kKeptStatusWait);
-                     });
-      kept_watch_.emplace(id, std::move(sd));
-    }
-    return ok();
-  }
-
-  // The root is not our child: its exit status becomes readable (PIDFD_GET_INFO) once its own
-  // parent reaped it. Systemd as PID 1 does that at once; some inits poll (about every second on
-  // these machines). Polled with a timer, so the loop serves other calls meanwhile, and bounded;
-  // past the bound the record says the status could not be observed. finish_exited itself then
-  // runs on the loop (its cgroup kill and sweep are bounded by the kill timeout).
-  static constexpr std::chrono::seconds kKeptStatusWait{5};
-  void await_kept_status(std::string const& id, std::chrono::steady_clock::time_point until) {
-    if (!kept_ || !kept_->contains(id)) return;  // exec.cancel ended it first
-    if (kept_->exit_observable(id) || std::chrono::steady_clock::now() >= until) {
-      on_kept_exit(id);
-      return;
-    }
-    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(20));
-    timer->async_wait([this, id, until, timer](boost::system::error_code const& ec) {
-      if (ec || shutting_down_) return;
-      await_kept_status(id, until);
-    });
-  }
-
-  void on_kept_exit(std::string const& id) {
-    if (!kept_ || !kept_->contains(id)) return;  // exec.cancel ended it first
-    auto r = kept_->finish_exited(id);
-    if (!r) {
-      spdlog::warn("recovery: {} exited, but its end could not be recorded: {}", id,
-                   r.error().message());
-      return;
-    }
-    spdlog::info("recovery: {} ended on its own ({}){}", id,
-                 core::classification_wire(r->terminal.classification), r->detail);
-    settle_kept(id);
-  }
-
-  // A kept execution just got its terminal record; its budget was left reserved by the
-  // previous daemon: settle it now.
-  void settle_kept(std::string const& id) {
-    if (auto settled = gateway_->settle_recovered(); !settled)
-      spdlog::warn("gateway: settling {}: {}", id, settled.error().message());
   }
 
   Result<void> listen() {
@@ -661,9 +570,8 @@ class Daemon {
   // unsubscribe from the manager), then the manager (it writes through the sink), then the
   // registry.
   std::unique_ptr<registry::Registry> registry_;
-  std::unique_ptr<registry::KeptExecutions> kept_;  // keep_running: recovered, still running
-  // Exit watches of the kept executions (readiness of a dup of each recovered pidfd).
-  std::map<std::string, std::unique_ptr<asio::posix::stream_descriptor>> kept_watch_;
+  // What recovery found, from the recover step until the manager adopted the live ones.
+  std::optional<supervisor::RecoveryReport> recovered_;
   std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<gateway::RegistryDatabase> authority_db_;
   std::unique_ptr<gateway::AuthorityStore> authority_;
@@ -680,7 +588,8 @@ class Daemon {
   std::shared_ptr<std::string const> host_info_;  // host.info's result text, built at first use
   json::object recovery_view_{{"quarantined", json::array{}},
                               {"orphan_claims", json::array{}},
-                              {"kept_running", json::array{}}};
+                              {"adopted", json::array{}},
+                              {"leftover_cgroups", json::array{}}};
   std::string boot_id_;
   bool shutting_down_ = false;
   bool orphan_reap_posted_ = false;

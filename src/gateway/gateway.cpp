@@ -501,6 +501,32 @@ Result<std::size_t> ExecutionGateway::settle_recovered() {
   return settled;
 }
 
+Result<void> ExecutionGateway::adopted(std::string const& execution_id) {
+  auto use = CUSTOS_TRY(store_->get_use(execution_id));
+  if (!use || live_.contains(execution_id)) return ok();
+  Dependent d;
+  d.grant_id = use->grant_id;
+  d.lease_id = use->lease_id;
+  live_[execution_id] = std::move(d);
+  // What changed while no daemon ran fences it now, as it would have then.
+  std::string why;
+  if (use->grant_id) {
+    auto g = CUSTOS_TRY(store_->get_grant(*use->grant_id));
+    if (!g || g->first.revoked) why = "grant " + *use->grant_id + " revoked";
+  }
+  if (why.empty() && use->lease_id) {
+    auto l = CUSTOS_TRY(store_->get_lease(*use->lease_id));
+    if (!l || !l->active) why = "lease " + *use->lease_id + " ended";
+  }
+  if (!why.empty()) {
+    fence(execution_id, why + " while no daemon ran");
+    return ok();
+  }
+  // An expiry that passed meanwhile fires at once.
+  if (use->expires_ns) arm_expiry(execution_id, *use->expires_ns);
+  return ok();
+}
+
 // ------------------------------------------------------------------------------ authority.*
 
 Result<Grant> ExecutionGateway::grant(Caller const& caller, Grant g) {

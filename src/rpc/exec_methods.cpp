@@ -318,7 +318,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (auto held = m.get(*id); !held && held.error().code == Errc::exec_not_found) {
             // Not the manager's: a terminal record in the registry answers at once; a record
             // without one cannot be waited for by this daemon (recovery gave every such record a
-            // terminal).
+            // terminal, or the manager adopted it; only one whose adoption failed is left).
             auto r = record_view(reg, *id);
             if (!r) return reply(r.error());
             if (auto* rec_terminal = r->if_contains("terminal"))

@@ -217,6 +217,37 @@ void ExecutionManager::start_async(LaunchRequest request, LaunchPermit permit, S
   });
 }
 
+Result<ExecutionView> ExecutionManager::adopt(AdoptRequest request) {
+  if (shutting_down_) return Error(Errc::daemon_shutting_down, "the manager is shutting down");
+  std::string const id = request.root.execution_id;
+  if (id.empty() || executions_.contains(id)) {
+    return Error(Errc::auth_denied, "adopt: the execution id is empty or already used");
+  }
+  auto const kind = request.plan.backend.kind;
+  auto* b = backend_for(kind);
+  if (b == nullptr) {
+    return Error(Errc::sys_unsupported, std::string{"backend "} +
+                                            std::string{core::to_string(kind)} +
+                                            " is not served by this daemon");
+  }
+  LaunchRequest launch;  // the caller is unknown after a restart; nothing launches again
+  launch.identity = request.identity;
+  launch.plan = request.plan;
+  PlanView view = backend::view_plan(launch.plan);
+  std::string digest = request.plan_digest;
+  auto sup = std::make_shared<Supervisor>(*this, id, std::move(launch), std::move(view),
+                                          std::move(digest), b->create(id));
+  std::size_t const live = live_count();  // before this one
+  executions_.emplace(id, sup);
+  if (auto r = sup->adopt(std::move(request), live); !r) {
+    executions_.erase(id);
+    sup->detach();
+    return r.error();
+  }
+  ++stats_.adopted;
+  return sup->view();
+}
+
 Result<ExecutionView> ExecutionManager::get(std::string const& execution_id) const {
   auto sup = find(execution_id);
   if (!sup) return Error(Errc::exec_not_found, execution_id);

@@ -40,6 +40,16 @@ void OutputPumps::open_streams(bool pty) {
   }
 }
 
+void OutputPumps::adopt_streams(bool pty, core::StreamAccounting out, core::StreamAccounting err) {
+  open_streams(pty);
+  for (auto& st : streams_) {
+    core::StreamAccounting const& seed = st.stream == core::Stream::stderr_stream ? err : out;
+    auto inc = core::account_mark_incomplete(seed);
+    st.acc = inc ? *inc : core::StreamAccounting{seed.observed, seed.retained, seed.dropped, false};
+    end(st);
+  }
+}
+
 OutputPumps::StreamState* OutputPumps::find(core::Stream s) noexcept {
   for (auto& st : streams_) {
     if (st.stream == s) return &st;

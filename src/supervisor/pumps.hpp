@@ -25,6 +25,10 @@ class OutputPumps {
 
   // The streams of this execution's io mode, each open until its end is seen.
   void open_streams(bool pty);
+  // An adopted execution's streams (supervisor/adopt.cpp): its output could not be kept across
+  // the restart, so each starts from what was recorded (`out`: stdout or the PTY stream), is
+  // marked incomplete, and has already ended here.
+  void adopt_streams(bool pty, core::StreamAccounting out, core::StreamAccounting err);
   // A chunk of `stream`: counted, spooled within output.spool_bytes, sent as an output event
   // within limits.output_bytes and output.max_events; a limit reached is reported once per
   // stream (and cancels when the plan says so).

@@ -176,8 +176,10 @@ void RegistrySink::record_terminal_async(std::string const& execution_id,
   if (!blob) return done(terminal_result(execution_id, blob.error()));
   // The registry calls back on the committing thread (the flush thread, or the loop inside
   // another write); the deferred refusals are taken on the loop.
+  // An adopted execution's record (recovery live_owned) continues the one its first daemon
+  // wrote: the same checked steps, ending in its one terminal record.
   registry_->record_terminal_async(
-      execution_id, std::move(*blob), core::RecoveryPath::observed,
+      execution_id, std::move(*blob), record.recovery,
       on_loop([this, id = execution_id, done = std::move(done)](Result<> r) {
         done(terminal_result(id, std::move(r)));
       }));

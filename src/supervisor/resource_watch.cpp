@@ -27,6 +27,13 @@ void ResourceWatch::launch_began(std::size_t concurrency) {
   concurrency_ = concurrency;
 }
 
+void ResourceWatch::adopted(milliseconds age) {
+  started_ -= age;
+  started_wall_ -= age;
+  last_disk_sample_ = Clock::now();
+  before_start_ = age;
+}
+
 void ResourceWatch::acquired(bool memory_hard, bool pids_hard) {
   memory_hard_ = memory_hard;
   pids_hard_ = pids_hard;
@@ -63,7 +70,9 @@ void ResourceWatch::cancel_timers() {
 void ResourceWatch::arm_deadline() {
   auto const& wall = owner_->plan_.wall_ms;
   if (!wall) return;
-  owner_->arm(deadline_, milliseconds(*wall), [this, wall = *wall] {
+  // An adopted root may be past its deadline already: then it fires at once.
+  auto const left = std::max(milliseconds(0), milliseconds(*wall) - before_start_);
+  owner_->arm(deadline_, left, [this, wall = *wall] {
     (void)owner_->offer(core::Trigger::deadline,
                         "limits.wall_ms=" + std::to_string(wall) + " reached");
   });

@@ -25,6 +25,8 @@ class ResourceWatch {
 
   // The launch began (wall time counts from here); `concurrency` includes this execution.
   void launch_began(std::size_t concurrency);
+  // An adopted execution's root started `age` ago: wall time and the deadline count from then.
+  void adopted(std::chrono::milliseconds age);
   // The root exists with these kernel-enforced limits.
   void acquired(bool memory_hard, bool pids_hard);
   // The target runs: the deadline and the sampler are armed.
@@ -56,6 +58,7 @@ class ResourceWatch {
   std::optional<std::chrono::steady_clock::time_point> exited_at_;
   std::chrono::steady_clock::time_point last_disk_sample_{};
   std::size_t concurrency_ = 0;
+  std::chrono::milliseconds before_start_{0};  // of limits.wall_ms, spent before start() (adopted)
   bool memory_hard_ = false;
   bool pids_hard_ = false;
   bool stopped_ = false;

@@ -88,6 +88,8 @@ void Supervisor::on_tree_change() {
 
 void Supervisor::on_root_exit(std::optional<core::ExitStatus> status) {
   if (exit_) return;
+  // Only an adopted execution runs with a spawn failure recorded (adopt.cpp).
+  if (spawn_failure_) return unreleased_root_exited(status);
   watch_.root_exited();
   core::ExitStatus ex;
   if (status) {
@@ -168,6 +170,7 @@ void Supervisor::maybe_close() {
 }
 
 void Supervisor::close_and_record() {
+  if (spawn_failure_) return close_unreleased();  // adopted, never committed (adopt.cpp)
   auto const cleanup = teardown_.cleanup();
   advance(core::event::Closed{});
   boost::json::object f;
@@ -179,6 +182,7 @@ void Supervisor::close_and_record() {
   in.exit = *exit_;
   in.trigger = cancel_.first();
   in.cleanup = cleanup;
+  in.recovery = adopted_ ? core::RecoveryPath::live_owned : core::RecoveryPath::observed;
   auto rec = core::make_terminal_record(in, std::nullopt);
   core::TerminalRecord record;
   if (rec) {
@@ -233,7 +237,7 @@ void Supervisor::finish_terminal(core::TerminalRecord record, std::function<void
 }
 
 void Supervisor::publish_terminal(core::TerminalRecord record) {
-  advance(core::event::TerminalRecorded{record.classification, core::RecoveryPath::observed});
+  advance(core::event::TerminalRecorded{record.classification, record.recovery});
   (void)cancel_.seal();
   terminal_ = std::move(record);
   boost::json::object f;

@@ -8,6 +8,7 @@
 //   teardown.{hpp,cpp}  graceful → grace → kill → wait until empty → final scan
 //   resource_watch.*    deadline, sampler, disk, resource limits and the resource report
 //   supervisor.cpp      lifecycle, events, cancellation, close and the terminal record
+//   adopt.cpp           taking over a live execution a previous daemon launched (restart)
 //
 // Concurrency: everything runs on the manager's single-threaded io_context. Each asynchronous
 // operation of this execution — its own timers and every task the backend starts
@@ -62,6 +63,13 @@ class Supervisor final : public backend::ExecutionPort,
   using LaunchDone = std::function<void(Result<StartResult>)>;
   void launch(std::size_t live_executions, LaunchDone done);
 
+  // Instead of launch(): takes over the live execution `request` describes (a previous daemon
+  // launched it; recovery re-acquired its root by exact pidfs identity). Nothing is claimed or
+  // authorized again: the record exists, in request.phase. Events start at seq 1 with
+  // `adopted`; from there it is supervised, cancelled, timed and closed like any other, and its
+  // terminal record says recovery live_owned. Errors: the backend's adopt() (nothing is then
+  // changed: the root is left as it was). adopt.cpp.
+  [[nodiscard]] Result<> adopt(AdoptRequest request, std::size_t live_executions);
   [[nodiscard]] ExecutionView view() const;
   [[nodiscard]] std::string const& id() const noexcept { return id_; }
   [[nodiscard]] bool terminal() const noexcept { return terminal_.has_value(); }
@@ -119,6 +127,11 @@ class Supervisor final : public backend::ExecutionPort,
   [[nodiscard]] StartResult start_result() const;
   [[nodiscard]] backend::LaunchContext launch_context(std::size_t live_executions) const;
 
+  // adopt.cpp: an adopted root whose launch was never committed ends on the spawn-failure path
+  // (spawn_error "barrier"), which records no exit and never reaches `closed`.
+  void unreleased_root_exited(std::optional<core::ExitStatus> status);
+  void close_unreleased();
+
   // supervisor.cpp
   [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string reason);
   void maybe_close();
@@ -157,6 +170,7 @@ class Supervisor final : public backend::ExecutionPort,
   Teardown teardown_;
   ResourceWatch watch_;
 
+  bool adopted_ = false;        // taken over after a restart (adopt.cpp): recovery live_owned
   bool claim_durable_ = false;  // the launch awaited the claim's durability
   bool running_ = false;        // released: the target program started
   // The launch's answer while it waits for the committed write (null otherwise).

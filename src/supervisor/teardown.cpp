@@ -105,6 +105,12 @@ void Teardown::spawn_failed() {
   if (auto step = core::reduce(state_, td::SpawnFailed{})) state_ = step->state;
 }
 
+void Teardown::kill_now() {
+  if (state_.stage != core::TeardownStage::running) return;
+  skip_graceful_ = true;
+  feed(td::StopRequested{false});
+}
+
 void Teardown::tree_changed() {
   if (state_.stage == core::TeardownStage::waiting) on_poll();
 }
@@ -122,6 +128,7 @@ bool Teardown::tree_gone() const {
 
 void Teardown::signal_graceful() {
   Supervisor& s = *owner_;
+  if (skip_graceful_) return feed(td::GracefulSent{0});  // kill_now: nothing graceful is sent
   s.advance(core::event::StopRequested{});
   std::uint32_t const n = s.backend_->signal_tree(s.plan_.graceful_signal);
   boost::json::object f;

@@ -14,6 +14,7 @@
 namespace custos::core {
 namespace {
 
+using event::Adopted;
 using event::Closed;
 using event::Exited;
 using event::Spawned;
@@ -116,7 +117,8 @@ TEST(Lifecycle, ExactlyOneTerminalIsAccepted) {
       Closed{},
       TerminalRecorded{Classification::exited},
       TerminalRecorded{Classification::cancelled},
-      TerminalRecorded{Classification::recovery_indeterminate, RecoveryPath::indeterminate}};
+      TerminalRecorded{Classification::recovery_indeterminate, RecoveryPath::indeterminate},
+      Adopted{Phase::running}};
   for (auto const& e : all) {
     auto r = reduce(*t, e);
     ASSERT_FALSE(r) << event_name(e);
@@ -241,6 +243,86 @@ TEST(Lifecycle, EventNamesAreStable) {
   EXPECT_EQ(event_name(Exited{}), "exited");
   EXPECT_EQ(event_name(Closed{}), "closed");
   EXPECT_EQ(event_name(TerminalRecorded{}), "terminal_recorded");
+  EXPECT_EQ(event_name(Adopted{}), "adopted");
+}
+
+// A supervisor that takes over a live execution after a restart enters the machine once, first,
+// into a phase that can hold a live root; from anywhere else `adopted` is refused.
+TEST(Lifecycle, AdoptedEntersOnlyAFreshStateInALivePhase) {
+  for (std::size_t i = 0; i < kPhaseCount; ++i) {
+    auto const p = static_cast<Phase>(i);
+    auto r = reduce(LifecycleState{}, Adopted{p});
+    bool const live = p == Phase::starting || p == Phase::running || p == Phase::stopping;
+    if (live) {
+      ASSERT_TRUE(r) << phase_wire(p) << ": " << r.error().message();
+      EXPECT_EQ(r->phase, p);
+      EXPECT_FALSE(r->exit.has_value());
+      EXPECT_FALSE(r->spawn_failure.has_value());
+    } else {
+      ASSERT_FALSE(r) << phase_wire(p);
+      EXPECT_EQ(r.error().code, Errc::lifecycle_illegal_transition) << phase_wire(p);
+    }
+  }
+  // Not after anything else: every state past the fresh one has seen part of a life already.
+  std::vector<std::vector<LifecycleEvent>> const prefixes = {
+      {SpawnRequested{}},
+      {SpawnRequested{}, SpawnFailed{enoent()}},
+      {SpawnRequested{}, Spawned{}},
+      {SpawnRequested{}, Spawned{}, StopRequested{}},
+      {SpawnRequested{}, Spawned{}, Exited{ExitStatus::exited(0)}},
+      {SpawnRequested{}, Spawned{}, Exited{ExitStatus::exited(0)}, Closed{}},
+      {Adopted{Phase::running}},
+      {Adopted{Phase::starting}},
+  };
+  for (auto const& prefix : prefixes) {
+    auto s = run(prefix);
+    ASSERT_TRUE(s);
+    for (auto p : {Phase::starting, Phase::running, Phase::stopping}) {
+      auto r = reduce(*s, Adopted{p});
+      ASSERT_FALSE(r) << phase_wire(s->phase) << " --adopted--> " << phase_wire(p);
+      EXPECT_EQ(r.error().code, Errc::lifecycle_illegal_transition);
+    }
+  }
+}
+
+// From the adopted phase an execution ends like any other, with recovery live_owned.
+TEST(Lifecycle, AdoptedExecutionsEndLikeAnyOther) {
+  auto exited = run({Adopted{Phase::running}, Exited{ExitStatus::exited(7)}, Closed{},
+                     TerminalRecorded{Classification::exited, RecoveryPath::live_owned}});
+  ASSERT_TRUE(exited) << exited.error().message();
+  EXPECT_EQ(exited->recovery, RecoveryPath::live_owned);
+  EXPECT_EQ(exited->exit, ExitStatus::exited(7));
+
+  auto cancelled =
+      run({Adopted{Phase::running}, StopRequested{}, Exited{ExitStatus::signaled(9)}, Closed{},
+           TerminalRecorded{Classification::cancelled, RecoveryPath::live_owned}});
+  ASSERT_TRUE(cancelled) << cancelled.error().message();
+  // Adopted while the previous daemon was stopping it: the stop goes on, no second stop_requested.
+  auto stopping = run({Adopted{Phase::stopping}, Exited{ExitStatus::signaled(9)}, Closed{},
+                       TerminalRecorded{Classification::cancelled, RecoveryPath::live_owned}});
+  ASSERT_TRUE(stopping) << stopping.error().message();
+  EXPECT_EQ(run({Adopted{Phase::stopping}, StopRequested{}}).error().code,
+            Errc::lifecycle_illegal_transition);
+  // Committed but `running` never recorded: the launch completes as `spawned`.
+  auto late = run({Adopted{Phase::starting}, Spawned{}});
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->phase, Phase::running);
+  // The launch's commit was never recorded: it ends on the spawn-failure path, where a trigger
+  // accepted meanwhile decides, and it can never claim an exit.
+  auto unreleased = run({Adopted{Phase::starting}, SpawnFailed{SpawnFailure{"barrier", 0, "x"}}});
+  ASSERT_TRUE(unreleased);
+  EXPECT_TRUE(
+      reduce(*unreleased, TerminalRecorded{Classification::cancelled, RecoveryPath::live_owned}));
+  EXPECT_EQ(reduce(*unreleased, TerminalRecorded{Classification::exited, RecoveryPath::live_owned})
+                .error()
+                .code,
+            Errc::lifecycle_illegal_transition);
+  // No shortcut to terminal: an adopted execution closes first, like any other.
+  EXPECT_EQ(run({Adopted{Phase::running},
+                 TerminalRecorded{Classification::exited, RecoveryPath::live_owned}})
+                .error()
+                .code,
+            Errc::lifecycle_illegal_transition);
 }
 
 // ---- properties ----------------------------------------------------------------------------
@@ -260,6 +342,8 @@ LifecycleEvent event_from(int kind, int detail) {
                                     : ExitStatus::signaled(1 + detail % 64)};
     case 5:
       return Closed{};
+    case 6:
+      return Adopted{static_cast<Phase>(detail % static_cast<int>(kPhaseCount))};
     default: {
       auto const c = static_cast<Classification>(detail % static_cast<int>(kClassificationCount));
       auto const via = static_cast<RecoveryPath>((detail / 10) % 5);  // independent of c
@@ -269,7 +353,7 @@ LifecycleEvent event_from(int kind, int detail) {
 }
 
 RC_GTEST_PROP(LifecycleProps, NeverBackwardsNeverTwoTerminals, ()) {
-  auto const kinds = *rc::gen::container<std::vector<int>>(rc::gen::inRange(0, 7));
+  auto const kinds = *rc::gen::container<std::vector<int>>(rc::gen::inRange(0, 8));
   auto const details =
       *rc::gen::container<std::vector<int>>(kinds.size(), rc::gen::inRange(0, 1000));
   LifecycleState s;
@@ -287,7 +371,10 @@ RC_GTEST_PROP(LifecycleProps, NeverBackwardsNeverTwoTerminals, ()) {
       continue;
     }
     RC_ASSERT(phase_rank(r->phase) >= phase_rank(s.phase));
-    if (r->phase != s.phase) {
+    if (std::holds_alternative<Adopted>(e)) {
+      // Not a stored step (the record is in that phase already): only from the fresh state.
+      RC_ASSERT(s == LifecycleState{});
+    } else if (r->phase != s.phase) {
       RC_ASSERT(
           is_legal_progression(s.phase, r->phase, r->recovery.value_or(RecoveryPath::observed)));
     }

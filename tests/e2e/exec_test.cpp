@@ -365,11 +365,13 @@ TEST(Shutdown, StartsInFlightAtSigtermAreAnsweredAndLeaveNoRecordBehind) {
   }
 }
 
-// detach, then a new daemon on the same state dir: startup recovery re-acquires the execution by
-// its pidfs identity, cancels it, and its terminal record is readable through exec.get/exec.wait.
+// detach, then a new daemon on the same state dir with restart-policy cancel: startup recovery
+// re-acquires the execution by its pidfs identity, the new daemon adopts it and cancels it
+// through the one teardown, and its terminal record is readable through exec.get/exec.wait (and
+// from the registry after the next restart).
 TEST(Shutdown, DetachThenRestartRecoversByIdentity) {
   DaemonOptions o;
-  o.extra_args = {"--shutdown", "detach"};
+  o.extra_args = {"--shutdown", "detach", "--restart-policy", "cancel"};
   Daemon d{o};
   ASSERT_TRUE(d.ready()) << d.log();
   std::string id;
@@ -391,17 +393,23 @@ TEST(Shutdown, DetachThenRestartRecoversByIdentity) {
   ::close(pidfd);
   EXPECT_NE(d.log().find("re-acquired"), std::string::npos);
   auto c = d.client();
-  auto g = c.call(1, "exec.get", {{"execution_id", id}});
+  auto w = c.call(2, "exec.wait", {{"execution_id", id}, {"timeout_ms", 10000}}, 15000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "");
+  auto const& t = w->at("result").as_object();
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("trigger").as_string(), "supervisor_shutdown") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  ASSERT_TRUE(d.signal(SIGTERM));
+  ASSERT_TRUE(d.wait_exit(30s));
+  d.start();
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c2 = d.client();
+  auto g = c2.call(1, "exec.get", {{"execution_id", id}});
   ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
   auto const& rec = g->at("result").as_object();
   EXPECT_EQ(rec.at("phase").as_string(), "terminal");
   EXPECT_EQ(rec.at("source").as_string(), "registry");
-  auto const& t = rec.at("terminal").as_object();
-  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
-  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
-  auto w = c.call(2, "exec.wait", {{"execution_id", id}});
-  ASSERT_TRUE(w && w->contains("result"));
-  EXPECT_EQ(w->at("result").at("digest").as_string(), t.at("digest").as_string());
+  EXPECT_EQ(rec.at("terminal").at("digest").as_string(), t.at("digest").as_string());
 }
 
 }  // namespace

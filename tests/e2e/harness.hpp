@@ -435,6 +435,9 @@ class Daemon {
     return ss.str();
   }
 
+  // The environment additions of the next start() (a restart without a crash failpoint).
+  void set_env(std::vector<std::string> env) { opts_.env = std::move(env); }
+
   [[nodiscard]] bool ready() const { return ready_; }
   [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] fs::path const& socket() const { return socket_; }

@@ -1,6 +1,7 @@
 // What a restarted daemon shows about the previous daemon's executions: exec.list merges the
 // registry's records, exec.get decodes them fully, a quarantined record is a typed error, and
-// the restart policy and registry findings are visible in host.info and `custos doctor`.
+// the restart policy, the adopted executions and the registry findings are visible in host.info
+// and `custos doctor`.
 #include <set>
 #include <string>
 #include <sys/syscall.h>
@@ -89,14 +90,17 @@ TEST(RestartView, ListMergesRegistryRecordsAndCorruptRecordIsTyped) {
   auto const& reg = h->at("result").at("registry").as_object();
   ASSERT_EQ(reg.at("quarantined").as_array().size(), 1U) << json::serialize(reg);
   EXPECT_EQ(reg.at("quarantined").as_array()[0].at("execution_id").as_string(), ids[2]);
-  EXPECT_EQ(h->at("result").at("restart_policy").as_string(), "cancel");
+  EXPECT_EQ(h->at("result").at("restart_policy").as_string(), "adopt");
 
   auto doc = run_cli({"--socket", d.socket().native(), "doctor"});
   EXPECT_EQ(doc.status, 0) << doc.err;
   EXPECT_NE(doc.out.find("quarantined " + ids[2]), std::string::npos) << doc.out;
 }
 
-TEST(RestartView, KeepRunningPolicyLeavesARecoveredExecutionAlive) {
+// `keep_running`, the name of the policy adoption replaced, still starts a daemon: it adopts.
+// The adopted execution shows in host.info and `custos doctor`, stays alive, and is supervised
+// by the new daemon (exec.get from the manager, not the registry).
+TEST(RestartView, TheFormerKeepRunningPolicyAdoptsAndDoctorShowsIt) {
   DaemonOptions o;
   o.extra_args = {"--shutdown", "detach", "--restart-policy", "keep_running"};
   Daemon d{o};
@@ -115,19 +119,28 @@ TEST(RestartView, KeepRunningPolicyLeavesARecoveredExecutionAlive) {
   d.start();
   ASSERT_TRUE(d.ready()) << d.log();
   std::this_thread::sleep_for(500ms);
-  EXPECT_TRUE(pid_alive(pidfd)) << "keep_running must not cancel the re-acquired process";
+  EXPECT_TRUE(pid_alive(pidfd)) << "adoption must not cancel the re-acquired process";
   auto c = d.client();
   auto h = c.call(1, "host.info");
   ASSERT_TRUE(h && h->contains("result"));
-  EXPECT_EQ(h->at("result").at("restart_policy").as_string(), "keep_running");
-  auto const& kept = h->at("result").at("registry").at("kept_running").as_array();
-  ASSERT_EQ(kept.size(), 1U) << json::serialize(h->at("result").at("registry"));
-  EXPECT_EQ(kept[0].as_string(), id);
-  // Our own process: end it through its pidfd.
+  EXPECT_EQ(h->at("result").at("restart_policy").as_string(), "adopt");
+  auto const& adopted = h->at("result").at("registry").at("adopted").as_array();
+  ASSERT_EQ(adopted.size(), 1U) << json::serialize(h->at("result").at("registry"));
+  EXPECT_EQ(adopted[0].as_string(), id);
+  auto g = c.call(2, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result"));
+  EXPECT_EQ(g->at("result").at("phase").as_string(), "running");
+  auto doc = run_cli({"--socket", d.socket().native(), "doctor"});
+  EXPECT_NE(doc.out.find("adopted after the restart (output not kept): " + id), std::string::npos)
+      << doc.out;
+  // Our own process: ended through its pidfd; the adopter records how.
   (void)::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
   pollfd p{pidfd, POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 5000), 1);
   ::close(pidfd);
+  auto w = c.call(3, "exec.wait", {{"execution_id", id}, {"timeout_ms", 15000}}, 20000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "");
+  EXPECT_EQ(w->at("result").at("recovery").as_string(), "live_owned");
 }
 
 }  // namespace

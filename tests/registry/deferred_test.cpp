@@ -1,6 +1,6 @@
 // Deferred writes (WriteMode::deferred): queued in order, committed with the next immediate
 // write or flush() in one transaction, refusals kept per execution, lost on a crash (and then
-// handled by recovery; tests/registry/crash_test.cpp crashes with writes queued).
+// handled by recovery; tests/supervisor/recovery_crash_test.cpp crashes with writes queued).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -373,16 +373,17 @@ TEST(RegistryDeferred, ForkedCrashLosesOnlyTheQueuedWrites) {
   EXPECT_EQ(stored_phase(t, "ex-1"), "running");
   auto reg = open_ok(t);
   EXPECT_TRUE(reg->quarantined()->empty());
-  // Recovery ends it exactly once: the fabricated pid names no process of ours.
-  RecoveryOptions o;
-  o.boot_id = "01234567-89ab-cdef-0123-456789abcdef";
-  o.marker_sweep = false;
-  auto report = recover(*reg, o);
-  ASSERT_TRUE(report) << report.error().message();
-  ASSERT_EQ(report->executions.size(), 1u);
-  EXPECT_NE(report->executions[0].classification, core::RecoveryPath::live_owned);
-  EXPECT_TRUE(report->executions[0].terminal_written);
+  // Recovery finds it as the crash left it and ends it exactly once (the fabricated pid names no
+  // process: the supervisor layer's identity rules find it gone, tests/supervisor/recovery_*).
+  auto work = read_recovery_work(*reg);
+  ASSERT_TRUE(work) << work.error().message();
+  ASSERT_EQ(work->records.size(), 1u);
+  EXPECT_EQ(work->records[0].phase, core::Phase::running);
+  CUSTOS_ASSERT_OK(record_unobserved_end(*reg, work->records[0],
+                                         core::RecoveryPath::absent_without_terminal,
+                                         core::Cleanup::confirmed));
   EXPECT_EQ(reg->get("ex-1")->terminal->classification, "recovery_indeterminate");
+  EXPECT_TRUE(read_recovery_work(*reg)->records.empty());
 }
 
 }  // namespace

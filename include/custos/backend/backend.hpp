@@ -22,6 +22,10 @@
 //   close      every handle is released; observations() describes what the backend saw
 // abort() may replace release() (nothing of the target ever runs); detach() may come at any
 // point (the daemon stops supervising without acting on the processes).
+//
+// A live execution a previous daemon launched (re-acquired after a restart by exact pidfs
+// identity) enters with adopt() instead of acquire/release: the root already runs; start and
+// everything after follow as above.
 #pragma once
 
 #include <boost/json/value.hpp>
@@ -123,6 +127,21 @@ struct Acquired {
   bool pids_hard = false;
 };
 
+// A live root a previous daemon launched, re-acquired after a restart by exact pidfs identity
+// (custos/backend/native_recovery.hpp): what adopt() takes over. Its output could not be kept:
+// the pipes (or the terminal) of the previous daemon are gone with it, so an adopted execution
+// has no stdio here.
+struct AdoptContext {
+  std::string execution_id;
+  core::ExecutionPlan const* plan = nullptr;  // decoded from the stored record
+  PlanView const* view = nullptr;             // its effective values
+  sys::Pidfd root;                            // the recovered pidfd: every later action uses it
+  sys::PidfsIdentity identity;                // as recorded (boot id, pidfs dev/ino, pid, start)
+  core::Boundary boundary = core::Boundary::marker;
+  std::string cgroup_path;  // absolute, as recorded; empty without a cgroup
+  std::string marker_hex;   // as recorded; empty without a marker
+};
+
 // The result of a step that may fail before the target program runs: the failure names its
 // step (SpawnFailure::code), never a message to parse.
 template <class T>
@@ -200,6 +219,13 @@ class BackendExecution {
   // The target runs: output, exit and tree notifications start flowing into `port`, which
   // outlives this object.
   virtual void start(ExecutionPort& port) = 0;
+  // Takes over a live root instead of acquire/release (see AdoptContext); start() follows. The
+  // Acquired reports the boundary the root is in. Errors: sys.unsupported for a backend whose
+  // executions cannot outlive the daemon (the default); the backend's own when the recorded
+  // boundary cannot be used.
+  [[nodiscard]] virtual Result<Acquired> adopt(AdoptContext ctx) {
+    return Error(Errc::sys_unsupported, ctx.execution_id + ": this backend cannot adopt");
+  }
 
   // Input. write_input never blocks; on would_block, await_input_writable arms one wake-up.
   [[nodiscard]] virtual bool has_input() const noexcept = 0;

@@ -9,6 +9,11 @@
 // (startup recovery only, with classification recovery_indeterminate) from any non-terminal
 // phase. Exactly one terminal result is ever accepted: every event after it is
 // Errc::lifecycle_already_terminal. docs/lifecycle.md draws the same machine.
+//
+// A supervisor that adopts a live execution after a daemon restart (its root re-acquired by
+// exact pidfs identity) did not see its launch: it enters the machine with `adopted`, which
+// places a fresh state (authorized, nothing recorded) in the phase the stored record is already
+// in — starting, running or stopping — and the execution goes on from there like any other.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +77,14 @@ struct Exited {
 struct Closed {
   friend bool operator==(Closed, Closed) = default;
 };
+// A supervisor took over a live execution a previous daemon launched (recovery re-acquired its
+// root by exact pidfs identity): the stored record is already in `phase` (starting, running or
+// stopping). Only as the first event of a fresh state: it replaces the launch this supervisor
+// never saw. Not a stored progression (the record is in that phase already).
+struct Adopted {
+  Phase phase = Phase::running;
+  friend bool operator==(Adopted, Adopted) = default;
+};
 // The one terminal record was durably written.
 struct TerminalRecorded {
   Classification classification;
@@ -82,9 +95,9 @@ struct TerminalRecorded {
 
 using LifecycleEvent =
     std::variant<event::SpawnRequested, event::Spawned, event::SpawnFailed, event::StopRequested,
-                 event::Exited, event::Closed, event::TerminalRecorded>;
+                 event::Exited, event::Closed, event::TerminalRecorded, event::Adopted>;
 
-// Stable name of an event kind ("spawn_requested", ..., "terminal_recorded").
+// Stable name of an event kind ("spawn_requested", ..., "terminal_recorded", "adopted").
 [[nodiscard]] std::string_view event_name(LifecycleEvent const& e) noexcept;
 
 struct LifecycleState {
@@ -103,7 +116,8 @@ struct LifecycleState {
 //                                 status, or a terminal classification that contradicts the path
 //                                 (a spawn-failure path cannot be exited/signaled; a closed path
 //                                 cannot be spawn_failed; a recovery jump must be
-//                                 recovery_indeterminate)
+//                                 recovery_indeterminate); `adopted` anywhere but first, or
+//                                 into a phase other than starting, running or stopping
 [[nodiscard]] Result<LifecycleState> reduce(LifecycleState const& state, LifecycleEvent const& ev);
 
 }  // namespace custos::core

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "custos/core/result.hpp"
-#include "custos/registry/recovery.hpp"
+#include "custos/supervisor/recovery.hpp"
 
 namespace custos::daemon {
 
@@ -30,10 +30,10 @@ struct DaemonConfig {
   BoundaryMode boundary = BoundaryMode::automatic;
   ShutdownMode shutdown = ShutdownMode::cancel;
   // What start-up recovery does with executions a previous daemon left running and that are
-  // provably still ours: cancel (kill, reap, terminal record) or keep_running (left running and
-  // non-terminal; this build cannot supervise them again, so they stay unsupervised until they
-  // exit and the next start's recovery classifies them).
-  registry::RestartPolicy restart_policy = registry::RestartPolicy::cancel_and_reap;
+  // provably still ours (pidfs identity): adopt them (supervised on, cancellable, deadline-bound,
+  // one terminal record; their output is not kept), or adopt and cancel them at once (trigger
+  // supervisor_shutdown, through the same teardown).
+  supervisor::RestartPolicy restart_policy = supervisor::RestartPolicy::adopt;
   std::chrono::milliseconds shutdown_timeout{10000};
   std::string log_level = "info";
   LogTarget log_target = LogTarget::automatic;
@@ -61,8 +61,9 @@ struct DaemonConfig {
 [[nodiscard]] std::optional<LogTarget> parse_log_target(std::string_view s) noexcept;
 [[nodiscard]] std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept;
 [[nodiscard]] std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept;
-// "cancel" or "keep_running" (the config key restart-policy).
-[[nodiscard]] std::optional<registry::RestartPolicy> parse_restart_policy(
+// "adopt" or "cancel" (the config key restart-policy); "keep_running", the name of a policy
+// adoption replaced, is read as "adopt".
+[[nodiscard]] std::optional<supervisor::RestartPolicy> parse_restart_policy(
     std::string_view s) noexcept;
 
 }  // namespace custos::daemon

@@ -169,6 +169,12 @@ class ExecutionGateway {
   // first). Executions still without a terminal record keep their reservation: their budget is
   // not released on a guess. Returns how many were settled.
   [[nodiscard]] Result<std::size_t> settle_recovered();
+  // After startup recovery: an execution the manager adopted (supervisor::adopt_recovered)
+  // depends on the authority it was launched under, as a launched one does — fenced when its
+  // grant is revoked or expires or its lease ends, and at once when that happened while no
+  // daemon ran. Its budget is settled at its terminal record like any other's. Nothing for an
+  // execution the gateway never authorized. Errors: the store's reads.
+  [[nodiscard]] Result<void> adopted(std::string const& execution_id);
 
   [[nodiscard]] AuthorityStore& store() noexcept { return *store_; }
 

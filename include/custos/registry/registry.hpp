@@ -287,7 +287,7 @@ class Registry {
  public:
   // Opens (creating when allowed) <state_dir>/registry.db, holding <state_dir>/registry.lock.
   // Order: lock -> open -> integrity check -> schema id/version -> migrate -> validate every
-  // record (quarantine failures). No process is inspected here; see recover().
+  // record (quarantine failures). No process is inspected here (recovery.hpp).
   // Errors: registry.locked (another opener; the message names its pid when known),
   // registry.corrupt_database (not a SQLite file, truncated, damaged),
   // registry.schema_unknown (a SQLite file that is not a custos registry),

@@ -78,6 +78,16 @@ class ExecutionManager {
   using StartDone = std::function<void(Result<StartResult>)>;
   void start_async(LaunchRequest request, LaunchPermit permit, StartDone done);
 
+  // Takes over a live execution a previous daemon launched, which startup recovery re-acquired
+  // by exact pidfs identity (supervisor/recovery.hpp): a supervisor drives it from its recorded
+  // phase through the recovered pidfd — supervised, cancellable, deadline-bound (from its
+  // original start), sampled, closed by the same teardown, and ended with one terminal record
+  // (recovery live_owned) through the sink. No claim and no `authorized` are written. Its events
+  // start at seq 1 with `adopted`. Returns its view. Errors: daemon_shutting_down;
+  // auth_denied when the id is already in use; sys_unsupported for a backend this daemon does
+  // not serve, or one that cannot adopt; the backend's refusal. On an error nothing was signalled.
+  [[nodiscard]] Result<ExecutionView> adopt(AdoptRequest request);
+
   // exec_not_found for an unknown id.
   [[nodiscard]] Result<ExecutionView> get(std::string const& execution_id) const;
   // Newest first, at most filter.limit.

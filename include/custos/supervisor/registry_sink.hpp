@@ -96,7 +96,8 @@ class RegistrySink final : public OwnershipSink {
   // Queued (Registry::record_terminal_async) and committed by the commit thread with the
   // deferred writes before it; `done` runs on the loop once it is in the WAL. Its result also
   // reports the first refusal of a deferred write of this execution; the terminal record itself
-  // is written either way.
+  // is written either way. Reached as record.recovery says: observed, or live_owned for an
+  // execution adopted after a restart (its record continues from the phase it was in).
   void record_terminal_async(std::string const& execution_id, core::TerminalRecord const& record,
                              std::function<void(Result<>)> done) override;
 

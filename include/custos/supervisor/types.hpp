@@ -42,6 +42,29 @@ struct LaunchRequest {
   // Authority to inherit a name therefore cannot be used to inject a caller-chosen value.
 };
 
+// A live execution a previous daemon launched, which startup recovery re-acquired by exact pidfs
+// identity (supervisor/recovery.hpp): what ExecutionManager::adopt takes over. Everything but
+// the pidfd comes from its stored record.
+struct AdoptRequest {
+  core::ExecutionIdentity identity;
+  core::ExecutionPlan plan;  // decoded from the record's canonical bytes
+  std::string plan_digest;   // the record's
+  // The stored phase: starting, running or stopping (a root in any other phase is not live).
+  core::Phase phase = core::Phase::running;
+  // Ownership committed: the launch was answered. false: only staged — the previous daemon died
+  // between the barrier release and the commit's write, so nobody was told the execution
+  // started; it is ended at once on the spawn-failure path (spawn_error "barrier").
+  bool launch_committed = true;
+  std::optional<core::Trigger> trigger;  // the first accepted trigger, as recorded
+  core::StreamAccounting out;            // stored accounting of stdout (or the PTY stream)
+  core::StreamAccounting err;            // of stderr
+  // How long the root has run (its deadline counts from its start, not from the adoption).
+  std::chrono::milliseconds age{0};
+  // The execution id, the recovered pidfd, the recorded identity and boundary; the manager
+  // fills in the plan pointers.
+  backend::AdoptContext root;
+};
+
 // Which ownership boundary an execution got (part of its record): core's enum.
 using Boundary = core::Boundary;
 
@@ -52,8 +75,9 @@ using BoundaryPreference = backend::BoundaryPreference;
 // Output streams (core's enum): stdout and stderr in pipe mode, `pty` in PTY mode.
 using StreamId = core::Stream;
 
-// One numbered event of an execution. Kinds: started, output, input_closed, limit,
-// cancel_requested, signal_sent, exited, closed, terminal.
+// One numbered event of an execution. Kinds: started (or adopted, for an execution taken over
+// after a restart), output, input_closed, limit, cancel_requested, signal_sent, exited, closed,
+// terminal.
 struct Event {
   std::string execution_id;
   std::uint64_t seq = 0;  // strictly increasing per execution from 1, no gaps
@@ -168,6 +192,7 @@ struct ManagerConfig {
 struct ManagerStats {
   std::uint64_t started = 0;
   std::uint64_t spawn_failed = 0;
+  std::uint64_t adopted = 0;  // live executions taken over after a restart (adopt())
   std::uint64_t terminal = 0;
   std::uint64_t dropped_subscribers = 0;  // sinks that returned false (the rpc tells clients)
   std::uint64_t orphans_reaped = 0;

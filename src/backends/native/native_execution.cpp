@@ -516,6 +516,8 @@ void NativeExecution::on_exit_ready() {
   } else if (auto info = root_->get_exit_info(); info && *info) {
     // Someone else reaped it (orphan reaping skips our roots); the kernel still tells how.
     status = core::ExitStatus{(*info)->code, (*info)->signal};
+  } else if (adoption_ && await_adopted_status()) {
+    return;  // its own parent has not reaped it yet: looked at again shortly
   }
   exit_sd_.reset();
   root_reaped_ = true;
@@ -575,6 +577,11 @@ core::Observations NativeExecution::observations() const {
   o["launch"] = "clone3";
   if (!cgroup_rel_.empty()) o["cgroup"] = cgroup_rel_;
   if (final_signalled_ > 0) o["final_sweep_killed"] = std::to_string(final_signalled_);
+  if (adoption_) {
+    // Taken over after a restart: the previous daemon's pipes died with it.
+    o["root"] = "adopted";
+    o["output"] = "not_kept";
+  }
   return o;
 }
 

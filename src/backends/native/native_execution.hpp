@@ -42,6 +42,8 @@ class NativeExecution final : public BackendExecution,
   void release(std::function<void(Step<std::monostate>)> done) override;
   void abort() override;
   void start(ExecutionPort& port) override;
+  // A root a previous daemon launched, through its recovered pidfd (native_adopt.cpp).
+  [[nodiscard]] Result<Acquired> adopt(AdoptContext ctx) override;
 
   [[nodiscard]] bool has_input() const noexcept override { return input_.has_value(); }
   [[nodiscard]] InputWrite write_input(std::span<std::uint8_t const> bytes) override;
@@ -102,6 +104,9 @@ class NativeExecution final : public BackendExecution,
   void end_reader(std::size_t index, bool complete);
   void arm_exit_observer();
   void on_exit_ready();
+  // An adopted root is not our child: its status becomes readable (PIDFD_GET_INFO) once its own
+  // parent reaped it. True when a bounded retry was armed for that (native_adopt.cpp).
+  bool await_adopted_status();
   [[nodiscard]] sys::MarkerSweepOptions sweep_options(int sig, std::uint32_t rounds) const;
   // Children of the daemon (the subreaper) no live execution owns: with the marker boundary they
   // may be descendants that scrubbed their marker. `looked` false: could not list them.
@@ -147,6 +152,12 @@ class NativeExecution final : public BackendExecution,
   bool disk_walk_running_ = false;
   std::optional<std::uint64_t> disk_baseline_;
   std::uint64_t final_signalled_ = 0;
+  // Set when adopted after a restart (native_adopt.cpp): no stdio, the root not our child.
+  struct Adoption {
+    std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
+    std::string unconfirmed;  // a reason the final scan cannot confirm (cgroup unusable)
+  };
+  std::optional<Adoption> adoption_;
 };
 
 }  // namespace custos::backend

@@ -1,8 +1,11 @@
 // Crash recovery end to end: a forked "daemon" opens the registry, launches a real process tree
 // (a shell with a background child) into a per-execution cgroup or under a marker, and is killed
-// with SIGKILL by a failpoint at one step. The test then reopens the registry, recovers, applies
-// the default restart policy, and checks the classification, exactly one terminal record, zero
-// surviving processes, and that the claim can never be consumed again.
+// with SIGKILL by a failpoint at one step. The test then reopens the registry, recovers, adopts
+// what is still alive into a real ExecutionManager (writing through the registry's sink) and
+// checks the classification, exactly one terminal record, zero surviving processes, and that the
+// claim can never be consumed again — with the restart policy cancel (adopted, then cancelled
+// through the one teardown), with adopt and exec.cancel, and with a root that ends on its own.
+#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -19,15 +22,30 @@
 
 #include "custos/registry/failpoint.hpp"
 #include "custos/registry/ownership.hpp"
-#include "custos/registry/recovery.hpp"
+#include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/recovery.hpp"
+#include "custos/supervisor/registry_sink.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/spawn.hpp"
 
-#include "helpers.hpp"
+#include "registry/helpers.hpp"
 
-namespace custos::registry::test {
+namespace custos::supervisor::testing {
 namespace {
+
+using namespace std::chrono_literals;
+using registry::BoundaryInfo;
+using registry::kFailpointEnv;
+using registry::kFailpointsCompiled;
+using registry::OwnershipState;
+using registry::Registry;
+using registry::staged_ownership;
+using registry::terminal_blob;
+using registry::WriteMode;
+using registry::test::fake_terminal;
+using registry::test::make_execution;
+using registry::test::TempDir;
 
 constexpr char const* kId = "ex-crash";
 constexpr char const* kAction = "act-crash";
@@ -135,7 +153,7 @@ std::string case_name(::testing::TestParamInfo<CrashCase> const& info) {
                                              : "");
 }
 
-class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
+class RecoveryCrash : public ::testing::TestWithParam<CrashCase> {
  protected:
   void SetUp() override {
     if (!kFailpointsCompiled) {
@@ -163,6 +181,17 @@ class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
   }
 
   void TearDown() override {
+    if (manager_) {
+      if (manager_->live_count() > 0) {
+        ADD_FAILURE() << manager_->live_count() << " adopted executions still live at teardown";
+        bool done = false;
+        manager_->shutdown(ShutdownPolicy::cancel, 5s, [&] { done = true; });
+        drive([&] { return done; }, 10s);
+      }
+      manager_.reset();
+    }
+    sink_.reset();
+    reg_.reset();
     reap_all();
     if (!exec_cg_.empty()) {
       if (auto dir = sys::CgroupDir::open(exec_cg_); dir) {
@@ -212,32 +241,68 @@ class RegistryCrash : public ::testing::TestWithParam<CrashCase> {
     return tree;
   }
 
-  // The registry reopened after the crash, recovered with keep_running, and the execution it
-  // re-acquired handed to KeptExecutions.
-  struct KeptAfterCrash {
-    std::unique_ptr<Registry> reg;
-    std::optional<KeptExecutions> kept;
-  };
-  ::testing::AssertionResult keep_running(KeptAfterCrash& out) {
+  // The restarted "daemon": the registry reopened, recovered as the daemon does (its subtree as
+  // the cgroup parent), and what is alive adopted by a manager writing through the registry's
+  // sink, under `policy`.
+  ::testing::AssertionResult restart(RestartPolicy policy, RecoveryReport& report) {
     auto reg = Registry::open(t_.state());
     if (!reg) return ::testing::AssertionFailure() << reg.error().message();
-    out.reg = std::move(*reg);
-    RecoveryOptions o;
-    o.policy = RestartPolicy::keep_running;
-    auto report = recover(*out.reg, o);
-    if (!report) return ::testing::AssertionFailure() << report.error().message();
-    if (auto r = apply_restart_policy(*out.reg, *report, o); !r)
-      return ::testing::AssertionFailure() << r.error().message();
-    out.kept.emplace(*out.reg, *report, o);
+    reg_ = std::move(*reg);
+    RecoveryOptions options;
+    options.execution_cgroup_parent = parent_cg_;
+    auto r = recover(*reg_, options);
+    if (!r) return ::testing::AssertionFailure() << r.error().message();
+    report = std::move(*r);
+    sink_ = std::make_unique<RegistrySink>(*reg_, io_);
+    ManagerConfig cfg;
+    cfg.state_dir = t_.path() / "manager";
+    cfg.reap_interval = 100ms;
+    cfg.sample_interval = 50ms;
+    cfg.sink = sink_.get();
+    manager_ = std::make_unique<ExecutionManager>(io_, std::move(cfg));
+    auto failed = adopt_recovered(*manager_, report, policy);
+    if (!failed.empty()) {
+      return ::testing::AssertionFailure()
+             << failed[0].first << " not adopted: " << failed[0].second.message();
+    }
     return ::testing::AssertionSuccess();
+  }
+
+  bool drive(std::function<bool()> const& pred, std::chrono::milliseconds timeout) {
+    auto const deadline = std::chrono::steady_clock::now() + timeout;
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (io_.stopped()) io_.restart();
+      io_.run_for(5ms);
+    }
+    return true;
+  }
+
+  // The adopted execution's terminal record, as waiters get it.
+  std::optional<core::TerminalRecord> terminal(std::string const& id,
+                                               std::chrono::milliseconds timeout = 20s) {
+    std::optional<Result<core::TerminalRecord>> got;
+    manager_->wait(id, timeout, [&](Result<core::TerminalRecord> r) { got = std::move(r); });
+    drive([&] { return got.has_value(); }, timeout + 5s);
+    if (!got || !*got) {
+      ADD_FAILURE() << "no terminal record for " << id
+                    << (got ? ": " + got->error().message() : std::string{});
+      return std::nullopt;
+    }
+    return **got;
   }
 
   TempDir t_;
   std::string parent_cg_;
   std::string exec_cg_;
+  boost::asio::io_context io_;
+  std::unique_ptr<Registry> reg_;
+  std::unique_ptr<RegistrySink> sink_;
+  std::unique_ptr<ExecutionManager> manager_;
 };
 
-TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
+// restart-policy cancel: whatever is alive is adopted, then cancelled through the one teardown.
+TEST_P(RecoveryCrash, RecoversExactlyOnceWithNoSurvivors) {
   auto const& param = GetParam();
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
@@ -245,20 +310,20 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   ASSERT_TRUE(crash(*marker));
   std::vector<sys::Pidfd> const tree = marked(*marker);
 
-  auto reg = Registry::open(t_.state());
-  ASSERT_TRUE(reg) << reg.error().message();
-  RecoveryOptions options;
-  options.execution_cgroup_parent = parent_cg_;  // as the daemon passes its subtree
-  auto report = recover(**reg, options);
-  ASSERT_TRUE(report) << report.error().message();
-  CUSTOS_ASSERT_OK(apply_restart_policy(**reg, *report, options));
+  RecoveryReport report;
+  ASSERT_TRUE(restart(RestartPolicy::cancel, report));
+  std::optional<core::TerminalRecord> adopted_end;
+  if (!report.executions.empty() && report.executions[0].adopted) {
+    adopted_end = terminal(kId);
+    ASSERT_TRUE(adopted_end);
+  }
   reap_all();
 
   // Zero survivors: every process of the tree has exited, none carries the marker any more.
   for (auto const& p : tree) EXPECT_FALSE(p.alive()) << "pid " << p.pid() << " survived";
   // Scan as recovery does: processes older than the execution's root cannot carry its marker.
   sys::MarkerScanOptions scan_opts;
-  if (auto stored = (*reg)->get(kId); stored && stored->ownership.start_time_ticks != 0) {
+  if (auto stored = reg_->get(kId); stored && stored->ownership.start_time_ticks != 0) {
     scan_opts.not_before_ticks = stored->ownership.start_time_ticks;
   }
   auto after = sys::marker_scan(*marker, scan_opts);
@@ -273,14 +338,15 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   }
 
   // The claim is consumed forever, whatever happened.
-  CUSTOS_EXPECT_ERRC((*reg)->consume_claim(kAction, "proc-1", "ex-retry"),
-                     Errc::registry_claim_consumed);
+  auto retry = reg_->consume_claim(kAction, "proc-1", "ex-retry");
+  ASSERT_FALSE(retry);
+  EXPECT_EQ(retry.error().code, Errc::registry_claim_consumed);
 
   if (param.point == "after_claim" && param.mode == Mode::gateway) {
     // The claim was committed alone: the record never was. The claim is an orphan, kept.
-    EXPECT_TRUE(report->executions.empty());
-    ASSERT_EQ(report->orphan_claims.size(), 1u);
-    EXPECT_EQ(report->orphan_claims[0].execution_id, kId);
+    EXPECT_TRUE(report.executions.empty());
+    ASSERT_EQ(report.orphan_claims.size(), 1u);
+    EXPECT_EQ(report.orphan_claims[0].execution_id, kId);
     EXPECT_TRUE(tree.empty());
     return;
   }
@@ -288,27 +354,27 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
     // Claim and record were one transaction: the record exists, nothing was ever staged (before
     // staged: the child was at its barrier, in the cgroup, when the crash came; it ran nothing
     // and its marker was never in an environment anyone could read).
-    EXPECT_TRUE(report->orphan_claims.empty());
+    EXPECT_TRUE(report.orphan_claims.empty());
     EXPECT_TRUE(tree.empty());
-    ASSERT_EQ(report->executions.size(), 1u);
-    EXPECT_EQ(report->executions[0].classification, core::RecoveryPath::absent_without_terminal);
-    EXPECT_TRUE(report->executions[0].terminal_written);
-    EXPECT_EQ(report->executions[0].cleanup, core::Cleanup::confirmed)
-        << report->executions[0].detail;
-    auto rec = (*reg)->get(kId);
+    ASSERT_EQ(report.executions.size(), 1u);
+    EXPECT_EQ(report.executions[0].classification, core::RecoveryPath::absent_without_terminal);
+    EXPECT_TRUE(report.executions[0].terminal_written);
+    EXPECT_EQ(report.executions[0].cleanup, core::Cleanup::confirmed)
+        << report.executions[0].detail;
+    auto rec = reg_->get(kId);
     ASSERT_TRUE(rec && rec->terminal);
     EXPECT_EQ(rec->terminal->classification, "recovery_indeterminate");
     EXPECT_EQ(rec->ownership.state, OwnershipState::unassigned);
     return;
   }
 
-  ASSERT_EQ(report->executions.size(), 1u);
-  auto const& e = report->executions[0];
+  ASSERT_EQ(report.executions.size(), 1u);
+  auto const& e = report.executions[0];
   std::set<core::RecoveryPath> allowed;
   std::set<std::string> classifications;
   if (param.point == "after_staged") {
     // The child was at its barrier: the program never ran. Either it already noticed the
-    // barrier closing and exited, or recovery found it alive and killed it.
+    // barrier closing and exited, or recovery found it alive and its adopter stopped it.
     allowed = {core::RecoveryPath::live_owned, core::RecoveryPath::absent_without_terminal};
     classifications = {"cancelled", "recovery_indeterminate"};
   } else if (param.point == "before_terminal" || param.point == "flush_with_writes_queued") {
@@ -323,40 +389,53 @@ TEST_P(RegistryCrash, RecoversExactlyOnceWithNoSurvivors) {
   EXPECT_TRUE(allowed.count(e.classification))
       << param.point << ": " << core::recovery_path_wire(e.classification) << " (" << e.detail
       << ")";
-  EXPECT_TRUE(e.terminal_written);
+  // Exactly one of the two ends it: recovery itself (gone), or the adopter's teardown (alive).
+  EXPECT_NE(e.terminal_written, e.adopted) << e.detail;
+  EXPECT_EQ(e.adopted, e.classification == core::RecoveryPath::live_owned);
   // Cleanup is confirmed exactly when nothing younger than the root could hide from the final
   // sweep; an unreadable environment of such a process keeps it honest-unconfirmed.
+  core::Cleanup const cleanup = adopted_end ? adopted_end->tree.cleanup : e.cleanup;
+  std::string const detail = adopted_end ? std::string{} : e.detail;
   if (after->unreadable.empty()) {
-    EXPECT_EQ(e.cleanup, core::Cleanup::confirmed) << e.detail;
+    EXPECT_EQ(cleanup, core::Cleanup::confirmed) << detail;
   } else {
-    EXPECT_EQ(e.cleanup, core::Cleanup::unconfirmed) << e.detail;
-    EXPECT_NE(e.detail.find("unreadable"), std::string::npos) << e.detail;
+    EXPECT_EQ(cleanup, core::Cleanup::unconfirmed) << detail;
   }
 
-  auto rec = (*reg)->get(kId);
+  auto rec = reg_->get(kId);
   ASSERT_TRUE(rec) << rec.error().message();
   EXPECT_EQ(rec->phase, core::Phase::terminal);
   ASSERT_TRUE(rec->terminal);
   EXPECT_TRUE(classifications.count(rec->terminal->classification))
       << rec->terminal->classification;
   EXPECT_EQ(rec->terminal->recovery, core::recovery_path_wire(e.classification));
-  auto decoded = decode_terminal(*rec->terminal);
+  auto decoded = registry::decode_terminal(*rec->terminal);
   ASSERT_TRUE(decoded) << decoded.error().message();
   for (auto const& [stream, acc] : decoded->output) EXPECT_FALSE(acc.complete);
-  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+  if (adopted_end) {
+    EXPECT_EQ(*decoded, *adopted_end);
+    // The trigger the previous daemon recorded decides; else the restart policy's.
+    EXPECT_EQ(decoded->trigger, param.point == "while_stopping"
+                                    ? core::Trigger::user
+                                    : core::Trigger::supervisor_shutdown);
+    EXPECT_EQ(decoded->observations.at("output"), "not_kept");
+  }
+  auto again_terminal = reg_->record_terminal(kId, fake_terminal());
+  ASSERT_FALSE(again_terminal);
+  EXPECT_EQ(again_terminal.error().code, Errc::registry_illegal_phase);
 
   // A second recovery (another restart) finds nothing left to do.
-  auto again = recover(**reg);
+  auto again = recover(*reg_);
   ASSERT_TRUE(again);
   EXPECT_TRUE(again->executions.empty());
   EXPECT_EQ(again->already_terminal, 1u);
 }
 
-// keep_running: the re-acquired execution is left running, then KeptExecutions::cancel kills
-// the whole tree through its cgroup / recovered pidfd and writes exactly one terminal record.
-class RegistryKept : public RegistryCrash {};
+// restart-policy adopt: the re-acquired execution goes on running, supervised; exec.cancel then
+// ends the whole tree through the one teardown and one terminal record is written.
+class RecoveryAdopted : public RecoveryCrash {};
 
-TEST_P(RegistryKept, CancelThroughTheRecoveredPidfdEndsTheTreeOnce) {
+TEST_P(RecoveryAdopted, CancelThroughTheManagerEndsTheTreeOnce) {
   auto const& param = GetParam();
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
@@ -364,50 +443,56 @@ TEST_P(RegistryKept, CancelThroughTheRecoveredPidfdEndsTheTreeOnce) {
   std::vector<sys::Pidfd> const tree = marked(*marker);
   ASSERT_FALSE(tree.empty());
 
-  KeptAfterCrash k;
-  ASSERT_TRUE(keep_running(k));
-  auto* reg = &k.reg;
-  KeptExecutions& kept = *k.kept;
-  ASSERT_TRUE(kept.contains(kId));
-  EXPECT_EQ(kept.ids(), std::vector<std::string>{kId});
-  for (auto const& p : tree) EXPECT_TRUE(p.alive()) << "keep_running killed pid " << p.pid();
-  EXPECT_FALSE((*reg)->get(kId)->terminal);
+  RecoveryReport report;
+  ASSERT_TRUE(restart(RestartPolicy::adopt, report));
+  ASSERT_EQ(report.executions.size(), 1U);
+  ASSERT_TRUE(report.executions[0].adopted) << report.executions[0].detail;
+  bool const stopping = param.point == "while_stopping";
+  if (!stopping) {
+    drive([] { return false; }, 100ms);
+    for (auto const& p : tree) EXPECT_TRUE(p.alive()) << "adoption killed pid " << p.pid();
+    EXPECT_EQ(manager_->get(kId)->phase, core::Phase::running);
+    EXPECT_FALSE(reg_->get(kId)->terminal);
+  }
 
-  auto c = kept.cancel(kId, core::Trigger::user);
+  auto c = manager_->cancel(kId, core::Trigger::user, "stop");
   ASSERT_TRUE(c) << c.error().message();
-  reap_all();
   // The previous daemon recorded `user` first when it crashed while stopping: still `user`, but
   // not accepted from this call.
-  EXPECT_EQ(c->accepted, param.point != "while_stopping");
+  EXPECT_EQ(c->accepted, !stopping);
   EXPECT_EQ(c->trigger, core::Trigger::user);
-  ASSERT_TRUE(c->terminal.has_value());
-  EXPECT_EQ(c->terminal->classification, core::Classification::cancelled);
-  EXPECT_EQ(c->terminal->recovery, core::RecoveryPath::live_owned);
+  auto t = terminal(kId);
+  ASSERT_TRUE(t);
+  reap_all();
+  EXPECT_EQ(t->classification, core::Classification::cancelled);
+  EXPECT_EQ(t->recovery, core::RecoveryPath::live_owned);
   for (auto const& p : tree) EXPECT_FALSE(p.alive()) << "pid " << p.pid() << " survived";
   if (!exec_cg_.empty()) {
     EXPECT_FALSE(std::filesystem::exists(exec_cg_));
   }
-  auto rec = (*reg)->get(kId);
+  auto rec = reg_->get(kId);
   ASSERT_TRUE(rec && rec->terminal);
   EXPECT_EQ(rec->terminal->recovery, "live_owned");
-  EXPECT_FALSE(kept.contains(kId));
-  CUSTOS_EXPECT_ERRC(kept.cancel(kId, core::Trigger::user), Errc::exec_not_found);
-  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+  auto late = manager_->cancel(kId, core::Trigger::user, "again");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, Errc::exec_not_running);
+  auto second = reg_->record_terminal(kId, fake_terminal());
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, Errc::registry_illegal_phase);
 }
 
-INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKept,
+INSTANTIATE_TEST_SUITE_P(Failpoints, RecoveryAdopted,
                          ::testing::Values(CrashCase{"while_running", true, Mode::deferred},
                                            CrashCase{"while_running", false, Mode::immediate},
                                            CrashCase{"while_stopping", true, Mode::immediate},
                                            CrashCase{"while_stopping", false, Mode::deferred}),
                          case_name);
 
-// keep_running, and the kept execution's root then ends on its own: the owner sees its pidfd
-// become readable and KeptExecutions::finish_exited kills what is left of the tree and writes
-// exactly one terminal record with the root's exit status and no trigger.
-class RegistryKeptExit : public RegistryCrash {};
+// Adopted, and the root then ends on its own: its exit status is recorded with no trigger, and
+// what it left behind is killed by the teardown that follows every root's exit.
+class RecoveryAdoptedExit : public RecoveryCrash {};
 
-TEST_P(RegistryKeptExit, RootThatEndsOnItsOwnIsFinishedWithItsExitStatus) {
+TEST_P(RecoveryAdoptedExit, RootThatEndsOnItsOwnIsFinishedWithItsExitStatus) {
   auto marker = sys::Marker::generate();
   ASSERT_TRUE(marker);
   std::string const go = (t_.state() / "go").string();
@@ -418,58 +503,41 @@ TEST_P(RegistryKeptExit, RootThatEndsOnItsOwnIsFinishedWithItsExitStatus) {
   std::vector<sys::Pidfd> const tree = marked(*marker);
   ASSERT_GE(tree.size(), 2U);
 
-  KeptAfterCrash k;
-  ASSERT_TRUE(keep_running(k));
-  auto* reg = &k.reg;
-  KeptExecutions& kept = *k.kept;
-  ASSERT_TRUE(kept.contains(kId));
-  // Still running: nothing to finish yet, and nothing was written.
-  CUSTOS_EXPECT_ERRC(kept.finish_exited(kId), Errc::exec_not_running);
-  EXPECT_FALSE((*reg)->get(kId)->terminal);
-  auto watch = kept.watch_fd(kId);
-  ASSERT_TRUE(watch) << watch.error().message();
-  pollfd p{watch->get(), POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the pidfd is readable while the root runs";
+  RecoveryReport report;
+  ASSERT_TRUE(restart(RestartPolicy::adopt, report));
+  ASSERT_TRUE(report.executions.at(0).adopted);
+  drive([] { return false; }, 100ms);
+  EXPECT_EQ(manager_->get(kId)->phase, core::Phase::running);
+  EXPECT_FALSE(reg_->get(kId)->terminal);
 
   { std::ofstream{go}; }
-  ASSERT_EQ(::poll(&p, 1, 10000), 1) << "the root did not exit";
-  // A cancel that comes after the exit is not accepted, records no trigger and writes nothing:
-  // the exit decided the outcome.
-  auto late = kept.cancel(kId, core::Trigger::user);
-  ASSERT_TRUE(late) << late.error().message();
-  EXPECT_FALSE(late->accepted);
-  EXPECT_FALSE(late->trigger.has_value());
-  EXPECT_FALSE(late->terminal.has_value());
-  EXPECT_FALSE((*reg)->get(kId)->terminal);
-  EXPECT_FALSE((*reg)->get(kId)->trigger);
-  ASSERT_TRUE(kept.contains(kId));
-  EXPECT_TRUE(kept.exit_observable(kId));
-  auto f = kept.finish_exited(kId);
-  ASSERT_TRUE(f) << f.error().message();
+  auto t = terminal(kId);
+  ASSERT_TRUE(t);
   reap_all();
-  EXPECT_EQ(f->terminal.recovery, core::RecoveryPath::live_owned) << f->detail;
-  EXPECT_FALSE(f->terminal.trigger.has_value());
+  EXPECT_EQ(t->recovery, core::RecoveryPath::live_owned);
+  EXPECT_FALSE(t->trigger.has_value());
   // The fixture makes this test process the subreaper that inherits the root, so the status is
-  // read with waitid without reaping it (the e2e test covers PIDFD_GET_INFO, with init as the
-  // parent).
-  EXPECT_EQ(f->terminal.classification, core::Classification::exited) << f->detail;
-  EXPECT_EQ(f->terminal.exit, core::ExitStatus::exited(7)) << f->detail;
+  // read with waitid (the e2e test covers PIDFD_GET_INFO, with init as the parent).
+  EXPECT_EQ(t->classification, core::Classification::exited);
+  EXPECT_EQ(t->exit, core::ExitStatus::exited(7));
   // What the root left behind was killed: zero survivors, the cgroup removed.
+  EXPECT_TRUE(t->escalation.forced) << "the background child was killed";
   for (auto const& q : tree) EXPECT_FALSE(q.alive()) << "pid " << q.pid() << " survived";
   if (!exec_cg_.empty()) {
-    EXPECT_TRUE(f->terminal.escalation.forced) << "the background child was killed";
     EXPECT_FALSE(std::filesystem::exists(exec_cg_));
   }
-  auto rec = (*reg)->get(kId);
+  auto rec = reg_->get(kId);
   ASSERT_TRUE(rec && rec->terminal);
   EXPECT_EQ(rec->phase, core::Phase::terminal);
-  EXPECT_FALSE(kept.contains(kId));
-  CUSTOS_EXPECT_ERRC(kept.finish_exited(kId), Errc::exec_not_found);
-  CUSTOS_EXPECT_ERRC(kept.cancel(kId, core::Trigger::user), Errc::exec_not_found);
-  CUSTOS_EXPECT_ERRC((*reg)->record_terminal(kId, fake_terminal()), Errc::registry_illegal_phase);
+  auto late = manager_->cancel(kId, core::Trigger::user, "late");
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, Errc::exec_not_running);
+  auto second = reg_->record_terminal(kId, fake_terminal());
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, Errc::registry_illegal_phase);
 }
 
-INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryKeptExit,
+INSTANTIATE_TEST_SUITE_P(Failpoints, RecoveryAdoptedExit,
                          ::testing::Values(CrashCase{"while_running", true, Mode::immediate},
                                            CrashCase{"while_running", false, Mode::deferred}),
                          case_name);
@@ -491,7 +559,7 @@ std::vector<CrashCase> all_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Failpoints, RegistryCrash, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Failpoints, RecoveryCrash, ::testing::ValuesIn(all_cases()), case_name);
 
 }  // namespace
-}  // namespace custos::registry::test
+}  // namespace custos::supervisor::testing

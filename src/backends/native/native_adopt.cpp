@@ -1,0 +1,96 @@
+// Adoption: a native execution taken over after a daemon restart through the pidfd recovery
+// re-acquired its root with (custos/backend/native_recovery.hpp). From here on it is driven like
+// any other execution — signal_tree, kill_tree, tree_state, final_scan, sample — with two
+// differences: it has no stdio (the previous daemon's pipes or terminal died with it), and its
+// root is not this process's child, so its exit status is read with PIDFD_GET_INFO once its own
+// parent reaped it.
+#include <boost/asio/post.hpp>
+
+#include "custos/sys/openat2.hpp"
+
+#include "native_execution.hpp"
+
+namespace custos::backend {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Systemd as PID 1 reaps at once; some inits poll (about every second on the build machines).
+constexpr milliseconds kAdoptedStatusWait{5000};
+constexpr milliseconds kAdoptedStatusPoll{20};
+
+}  // namespace
+
+Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
+  if (!ctx.root.valid() || ctx.view == nullptr) {
+    return Error(Errc::internal, id_ + ": adoption without a recovered pidfd or a plan");
+  }
+  PlanView const& plan = *ctx.view;
+  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
+  pty_mode_ = plan.pty;
+  if (!ctx.marker_hex.empty()) {
+    auto m = sys::Marker::from_hex(ctx.marker_hex);
+    if (!m) return m.error();
+    marker_ = *m;
+  }
+  adoption_.emplace();
+  boundary_ = ctx.boundary;
+  if (ctx.boundary == core::Boundary::cgroup && !ctx.cgroup_path.empty()) {
+    if (auto cg = sys::CgroupDir::open(ctx.cgroup_path)) {
+      cgroup_ = std::move(*cg);
+      auto const& mount = host_->cgroup_mount_;
+      if (!mount.empty() && cgroup_->path().size() > mount.size() &&
+          cgroup_->path().compare(0, mount.size(), mount) == 0) {
+        cgroup_rel_ = cgroup_->path().substr(mount.size());
+      }
+    } else {
+      // The root runs, so a cgroup it is still in exists: it left it, or the directory cannot be
+      // read. The marker still finds what carries it; the cleanup cannot be confirmed.
+      adoption_->unconfirmed =
+          "the recorded cgroup " + ctx.cgroup_path + " cannot be opened: " + cg.error().message();
+    }
+  }
+  // The disk limit is measured from here (the growth before the restart is unknown).
+  if (plan.disk_bytes) {
+    if (auto ws = sys::open_directory(plan.workspace_root)) workspace_fd_ = std::move(*ws);
+  }
+  // Nothing is known of the credentials or nsdelegate at launch: the weaker claim.
+  kernel_enforced_ = false;
+  root_pid_ = ctx.root.pid();
+  root_start_ticks_ = ctx.identity.start_time_ticks;
+  root_ = std::move(ctx.root);
+
+  Acquired acq;
+  acq.pid = root_pid_;
+  acq.identity = ctx.identity;
+  acq.boundary = boundary_;
+  acq.kernel_enforced = false;
+  acq.cgroup_path = cgroup_ ? cgroup_->path() : std::string{};
+  acq.cgroup_rel = cgroup_rel_;
+  acq.marker_value = marker_ ? marker_->env_value() : std::string{};
+  // Ours from now on: orphan reaping leaves the root to this execution (when it is the daemon's
+  // child after all) and attributes what dies in its cgroup here.
+  host_->note_root(root_pid_, this);
+  if (!cgroup_rel_.empty()) host_->note_cgroup(cgroup_rel_, id_);
+  return acq;
+}
+
+bool NativeExecution::await_adopted_status() {
+  // Without PIDFD_INFO_EXIT (kernels before 6.15) the status can never be read: nothing to wait
+  // for. Otherwise bounded: past it the end is recorded without a status.
+  if (!sys::Pidfd::exit_info_supported()) return false;
+  auto const now = std::chrono::steady_clock::now();
+  auto& until = adoption_->status_until;
+  if (!until) until = now + kAdoptedStatusWait;
+  if (now >= *until) return false;
+  port_->task_begun();
+  exit_retry_timer_.expires_after(kAdoptedStatusPoll);
+  exit_retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!self->live()) return;
+    if (!ec) self->on_exit_ready();
+    self->port_->task_ended();
+  });
+  return true;
+}
+
+}  // namespace custos::backend

@@ -35,7 +35,7 @@ class Teardown {
   // Straight to the kill, without the graceful step (an adopted execution: the previous daemon
   // was already stopping it, or its launch was never committed; supervisor/adopt.cpp).
   void kill_now();
-  void tree_changed();        // the backend saw the tree change while the kill waits
+  void tree_changed();  // the backend saw the tree change while the kill waits
   // Every support task completed after they were cancelled: the terminal record is written.
   void maybe_close(std::size_t pending_tasks);
 
@@ -70,7 +70,7 @@ class Teardown {
 
   Supervisor* owner_;
   core::TeardownState state_;
-  bool watched_ = false;  // the backend notifies tree changes (no fast polling needed)
+  bool watched_ = false;        // the backend notifies tree changes (no fast polling needed)
   bool skip_graceful_ = false;  // kill_now: the stop goes to the kill without a graceful signal
   core::Cleanup cleanup_ = core::Cleanup::unconfirmed;
   std::string cleanup_detail_;

@@ -194,7 +194,8 @@ FinalScan NativeExecution::scan_result(std::optional<Result<sys::MarkerSweepResu
       scan.unconfirmed.push_back("cgroup still populated after kill_after_ms");
   }
   if (!root_gone()) scan.unconfirmed.push_back("root process still alive after kill_after_ms");
-  if (adoption_ && !adoption_->unconfirmed.empty()) scan.unconfirmed.push_back(adoption_->unconfirmed);
+  if (adoption_ && !adoption_->unconfirmed.empty())
+    scan.unconfirmed.push_back(adoption_->unconfirmed);
   if (orphans_alive) {
     scan.unconfirmed.push_back(
         "unattributed live orphans reparented to the daemon (a process may have dropped its "

@@ -262,7 +262,12 @@ Result<std::vector<std::uint8_t>> canonical_bytes(TerminalRecord const& rec) {
   }
   if (!rec.observations.empty()) {
     w.begin_list(tag::observations, FieldType::string);
-    for (auto const& [name, value] : rec.observations) w.element_string(name + "=" + value);
+    for (auto const& [name, value] : rec.observations) {
+      std::string item = name;
+      item += '=';
+      item += value;
+      w.element_string(item);
+    }
     w.end_list();
   }
   return std::move(w).finish();

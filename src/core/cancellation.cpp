@@ -99,6 +99,7 @@ bool ExitStatus::valid() const noexcept {
   // Exit codes are the low 8 bits of the status; Linux signals are 1..64 (SIGRTMAX).
   if (code.has_value() && (*code < 0 || *code > 255)) return false;
   if (signal.has_value() && (*signal < 1 || *signal > 64)) return false;
+  if (core_dumped && !signal.has_value()) return false;
   return true;
 }
 

@@ -527,7 +527,7 @@ void NativeExecution::on_exit_ready() {
   auto st = root_->try_wait();
   std::optional<core::ExitStatus> status;
   if (st && *st) {
-    status = core::ExitStatus{(*st)->code, (*st)->signal};
+    status = **st;
   } else if (st) {
     // Ready but not waitable: the root exited while another process ptraces it, and the kernel
     // reports it to the tracer first. Look again shortly instead of spinning on readiness.
@@ -541,7 +541,7 @@ void NativeExecution::on_exit_ready() {
     return;
   } else if (auto info = root_->get_exit_info(); info && *info) {
     // Someone else reaped it (orphan reaping skips our roots); the kernel still tells how.
-    status = core::ExitStatus{(*info)->code, (*info)->signal};
+    status = **info;
   }
   exit_sd_.reset();
   root_reaped_ = true;

@@ -10,19 +10,25 @@
 
 #include "custos/core/canonical.hpp"
 #include "custos/core/digest.hpp"
-
-#include "wire_names.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
 
 namespace json = boost::json;
 
-constexpr std::array<std::string_view, 3> kBoundaryNames = {"cgroup", "marker", "reference"};
-constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
+constexpr auto kBoundaryNames = wire_names<Boundary>({
+    {Boundary::cgroup, "cgroup"},
+    {Boundary::marker, "marker"},
+    {Boundary::reference, "reference"},
+});
+static_assert(kBoundaryNames.complete());
 
-using detail::lookup;
-using detail::name_of;
+constexpr auto kContainmentNames = wire_names<Containment>({
+    {Containment::kernel_enforced, "kernel_enforced"},
+    {Containment::escapable, "escapable"},
+});
+static_assert(kContainmentNames.complete());
 
 // ---- canonical layout (docs/canonical-encoding.md, "Terminal record") ----------------------
 // Record kinds in the lifecycle range 0x0100-0x01FF. Enumerations travel as their wire strings,
@@ -149,16 +155,16 @@ Result<std::optional<std::int32_t>> opt_i32(json::value const& v, std::string co
 }  // namespace
 
 std::string_view boundary_wire(Boundary b) noexcept {
-  return name_of(kBoundaryNames, b);
+  return kBoundaryNames.wire(b);
 }
 std::optional<Boundary> boundary_from_wire(std::string_view wire) noexcept {
-  return lookup<Boundary>(kBoundaryNames, wire);
+  return kBoundaryNames.from_wire(wire);
 }
 std::string_view containment_wire(Containment c) noexcept {
-  return name_of(kContainmentNames, c);
+  return kContainmentNames.wire(c);
 }
 std::optional<Containment> containment_from_wire(std::string_view wire) noexcept {
-  return lookup<Containment>(kContainmentNames, wire);
+  return kContainmentNames.from_wire(wire);
 }
 
 // ---- consistency ---------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // Embedded defaults and validation of the daemon configuration.
 #include "custos/daemon/config.hpp"
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::daemon {
 
 namespace fs = std::filesystem;
@@ -45,31 +47,71 @@ Result<DaemonConfig> resolve(DaemonConfig c, std::uint32_t euid, fs::path const&
   return c;
 }
 
+namespace {
+
+// The configuration's names (flags and host.info), one table per setting.
+constexpr auto kLogTargetNames = core::wire_names<LogTarget>({
+    {LogTarget::automatic, "auto"},
+    {LogTarget::journal, "journal"},
+    {LogTarget::console, "console"},
+    {LogTarget::file, "file"},
+});
+static_assert(kLogTargetNames.complete());
+
+constexpr auto kShutdownNames = core::wire_names<ShutdownMode>({
+    {ShutdownMode::cancel, "cancel"},
+    {ShutdownMode::detach, "detach"},
+});
+static_assert(kShutdownNames.complete());
+
+constexpr auto kBoundaryNames = core::wire_names<BoundaryMode>({
+    {BoundaryMode::automatic, "auto"},
+    {BoundaryMode::cgroup, "cgroup"},
+    {BoundaryMode::marker, "marker"},
+});
+static_assert(kBoundaryNames.complete());
+
+// The restart-policy setting names the policies shorter than the registry's wire names
+// (registry::restart_policy_wire: "cancel_and_reap").
+constexpr auto kRestartPolicyNames = core::wire_names<registry::RestartPolicy>({
+    {registry::RestartPolicy::cancel_and_reap, "cancel"},
+    {registry::RestartPolicy::keep_running, "keep_running"},
+});
+static_assert(kRestartPolicyNames.complete());
+
+}  // namespace
+
 std::optional<LogTarget> parse_log_target(std::string_view s) noexcept {
-  if (s == "auto") return LogTarget::automatic;
-  if (s == "journal") return LogTarget::journal;
-  if (s == "console" || s == "stderr") return LogTarget::console;
-  if (s == "file") return LogTarget::file;
-  return std::nullopt;
+  if (s == "stderr") return LogTarget::console;  // an accepted alias, never printed
+  return kLogTargetNames.from_wire(s);
 }
 
 std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept {
-  if (s == "cancel") return ShutdownMode::cancel;
-  if (s == "detach") return ShutdownMode::detach;
-  return std::nullopt;
+  return kShutdownNames.from_wire(s);
 }
 
 std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept {
-  if (s == "auto") return BoundaryMode::automatic;
-  if (s == "cgroup") return BoundaryMode::cgroup;
-  if (s == "marker") return BoundaryMode::marker;
-  return std::nullopt;
+  return kBoundaryNames.from_wire(s);
 }
 
 std::optional<registry::RestartPolicy> parse_restart_policy(std::string_view s) noexcept {
-  if (s == "cancel") return registry::RestartPolicy::cancel_and_reap;
-  if (s == "keep_running") return registry::RestartPolicy::keep_running;
-  return std::nullopt;
+  return kRestartPolicyNames.from_wire(s);
+}
+
+std::string_view config_name(LogTarget t) noexcept {
+  return kLogTargetNames.wire(t);
+}
+
+std::string_view config_name(ShutdownMode m) noexcept {
+  return kShutdownNames.wire(m);
+}
+
+std::string_view config_name(BoundaryMode b) noexcept {
+  return kBoundaryNames.wire(b);
+}
+
+std::string_view config_name(registry::RestartPolicy p) noexcept {
+  return kRestartPolicyNames.wire(p);
 }
 
 }  // namespace custos::daemon

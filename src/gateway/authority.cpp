@@ -10,51 +10,47 @@
 #include <initializer_list>
 #include <limits>
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::gateway {
 
 namespace json = boost::json;
 
 // ------------------------------------------------------------------------------ enums
 
+namespace {
+
+constexpr auto kRoleNames = core::wire_names<Role>({
+    {Role::observer, "observer"},
+    {Role::runner, "runner"},
+    {Role::admin, "admin"},
+});
+static_assert(kRoleNames.complete(1));
+
+constexpr auto kOperationNames = core::wire_names<OperationClass>({
+    {OperationClass::exec_native, "exec.native"},
+    {OperationClass::exec_reference, "exec.reference"},
+    {OperationClass::exec_docker, "exec.docker"},
+    {OperationClass::exec_podman, "exec.podman"},
+});
+static_assert(kOperationNames.complete(1));
+
+}  // namespace
+
 std::string_view role_wire(Role r) noexcept {
-  switch (r) {
-    case Role::observer:
-      return "observer";
-    case Role::runner:
-      return "runner";
-    case Role::admin:
-      return "admin";
-  }
-  return "observer";
+  return kRoleNames.wire(r);
 }
 
 std::optional<Role> role_from_wire(std::string_view w) noexcept {
-  for (Role r : {Role::observer, Role::runner, Role::admin}) {
-    if (role_wire(r) == w) return r;
-  }
-  return std::nullopt;
+  return kRoleNames.from_wire(w);
 }
 
 std::string_view operation_wire(OperationClass c) noexcept {
-  switch (c) {
-    case OperationClass::exec_native:
-      return "exec.native";
-    case OperationClass::exec_reference:
-      return "exec.reference";
-    case OperationClass::exec_docker:
-      return "exec.docker";
-    case OperationClass::exec_podman:
-      return "exec.podman";
-  }
-  return "exec.native";
+  return kOperationNames.wire(c);
 }
 
 std::optional<OperationClass> operation_from_wire(std::string_view w) noexcept {
-  for (OperationClass c : {OperationClass::exec_native, OperationClass::exec_reference,
-                           OperationClass::exec_docker, OperationClass::exec_podman}) {
-    if (operation_wire(c) == w) return c;
-  }
-  return std::nullopt;
+  return kOperationNames.from_wire(w);
 }
 
 OperationClass operation_of(core::BackendKind k) noexcept {

@@ -123,20 +123,6 @@ Result<Parsed> parse_launch(json::object const& p) {
   return out;
 }
 
-std::string_view backend_wire(core::BackendKind k) {
-  switch (k) {
-    case core::BackendKind::native:
-      return "native";
-    case core::BackendKind::reference:
-      return "reference";
-    case core::BackendKind::docker:
-      return "docker";
-    case core::BackendKind::podman:
-      return "podman";
-  }
-  return "native";
-}
-
 // The durable record of an execution the manager does not hold, in the shape of exec.get:
 // identity decoded from the stored canonical plan, accounting from the stored stream progress,
 // the terminal record decoded from its stored canonical bytes.
@@ -272,7 +258,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           json::array missing;
           if (!native)
             missing.emplace_back(std::string{"backend."} +
-                                 std::string{backend_wire(parsed->plan.backend.kind)});
+                                 std::string{core::to_string(parsed->plan.backend.kind)});
           json::object admission{
               {"admitted", native},
               {"missing", std::move(missing)},
@@ -282,7 +268,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
               // The sandbox issue has not landed: the only admissible requirement set is the empty
               // one, which compiles to no checked sandbox plan, hence no digest.
               {"sandbox_digest", nullptr},
-              {"backend", backend_wire(parsed->plan.backend.kind)},
+              {"backend", core::to_string(parsed->plan.backend.kind)},
               {"admission", std::move(admission)}}));
         });
 

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <unistd.h>
 
+#include "custos/core/wire_names.hpp"
 #include "custos/sys/openat2.hpp"
 
 namespace custos::sys {
@@ -58,26 +59,49 @@ struct KernelSigaction {
 };
 constexpr int kMaxSignal = 64;
 
-enum ChildStep : int {
-  kStepSignals = 0,
-  kStepSetsid,
-  kStepControllingTty,
-  kStepStdio,
-  kStepCloseRange,
-  kStepRlimit,
-  kStepSetgroups,
-  kStepSetresgid,
-  kStepSetresuid,
-  kStepChdir,
-  kStepBarrier,
-  kStepExecve,
-  kStepReady,  // not a failure: the child finished its setup and now waits on the barrier
-  kStepCount,
-};
+// The child reports a failed step by its SpawnStep number (plain ints: the child code only
+// copies them into its report), or kReportReady once its setup is done.
+constexpr int step_no(SpawnStep s) noexcept {
+  return static_cast<int>(s);
+}
+constexpr int kStepSignals = step_no(SpawnStep::signals);
+constexpr int kStepSetsid = step_no(SpawnStep::setsid);
+constexpr int kStepControllingTty = step_no(SpawnStep::controlling_tty);
+constexpr int kStepStdio = step_no(SpawnStep::stdio);
+constexpr int kStepCloseRange = step_no(SpawnStep::close_range);
+constexpr int kStepRlimit = step_no(SpawnStep::setrlimit);
+constexpr int kStepSetgroups = step_no(SpawnStep::setgroups);
+constexpr int kStepSetresgid = step_no(SpawnStep::setresgid);
+constexpr int kStepSetresuid = step_no(SpawnStep::setresuid);
+constexpr int kStepChdir = step_no(SpawnStep::fchdir);
+constexpr int kStepBarrier = step_no(SpawnStep::barrier);
+constexpr int kStepExecve = step_no(SpawnStep::execve);
+constexpr int kReportReady = 0xff;  // not a failure: the child now waits on the barrier
 
-constexpr std::array<char const*, kStepCount> kStepNames{
-    "signals",   "setsid",    "controlling_tty", "stdio",   "close_range", "setrlimit", "setgroups",
-    "setresgid", "setresuid", "fchdir",          "barrier", "execve",      "ready"};
+constexpr auto kStepNames = core::wire_names<SpawnStep>({
+    {SpawnStep::signals, "signals"},
+    {SpawnStep::setsid, "setsid"},
+    {SpawnStep::controlling_tty, "controlling_tty"},
+    {SpawnStep::stdio, "stdio"},
+    {SpawnStep::close_range, "close_range"},
+    {SpawnStep::setrlimit, "setrlimit"},
+    {SpawnStep::setgroups, "setgroups"},
+    {SpawnStep::setresgid, "setresgid"},
+    {SpawnStep::setresuid, "setresuid"},
+    {SpawnStep::fchdir, "fchdir"},
+    {SpawnStep::barrier, "barrier"},
+    {SpawnStep::execve, "execve"},
+    {SpawnStep::clone3, "clone3"},
+    {SpawnStep::setup, "setup"},
+    {SpawnStep::unknown, "unknown"},
+});
+static_assert(kStepNames.complete());
+
+// The step a child's report names: one the child runs (signals .. execve), else unknown.
+SpawnStep reported_step(int no) noexcept {
+  if (no < 0 || no > kStepExecve) return SpawnStep::unknown;
+  return static_cast<SpawnStep>(no);
+}
 
 using detail::ChildReport;
 
@@ -243,7 +267,7 @@ CUSTOS_CHILD_INLINE long arg(T v) {
   // 8. Barrier: tell the parent that setup is complete, then wait. Nothing of the target runs
   //    until the parent has recorded ownership. EOF means the parent gave up (or died): leave
   //    without running anything.
-  ChildReport const ready{0, kStepReady};
+  ChildReport const ready{0, kReportReady};
   if (raw_syscall(SYS_write, plan.error_fd, arg(&ready), sizeof ready) != sizeof ready) {
     raw_syscall(SYS_exit_group, 127);
   }
@@ -497,31 +521,32 @@ Result<std::size_t> read_report(UniqueFd const& fd, ChildReport& report,
 
 // A report that is not "ready", `got` bytes of it read: a whole one names the step that failed
 // and its errno; less (the child died before it reported) is a setup failure.
-Error report_failure(std::size_t got, ChildReport const& report, std::string const& executable) {
+SpawnError report_failure(std::size_t got, ChildReport const& report,
+                          std::string const& executable) {
   bool const whole = got == sizeof report;
-  std::string context = "step=" + std::string(whole ? spawn_step_name(report.step) : "setup") +
-                        " executable=" + executable;
+  SpawnStep const step = whole ? reported_step(report.step) : SpawnStep::setup;
+  std::string context = "step=" + std::string(spawn_step_wire(step)) + " executable=" + executable;
   if (got == 0) context += " (child exited during setup)";
-  return Error(Errc::spawn_failed, context, whole ? report.err : ECHILD);
+  return SpawnError(step, Error(Errc::spawn_failed, context, whole ? report.err : ECHILD));
 }
 
 // Reads the child's setup report: ok for "ready"; otherwise the child failed its setup (or
 // died without a word) and is reaped when it reported, and the error names the step.
-Result<void> collect_setup_report(UniqueFd const& channel, Pidfd& pidfd,
-                                  std::string const& executable,
-                                  std::chrono::milliseconds timeout) {
+SpawnResult<void> collect_setup_report(UniqueFd const& channel, Pidfd& pidfd,
+                                       std::string const& executable,
+                                       std::chrono::milliseconds timeout) {
   ChildReport report{};
-  std::size_t const got = CUSTOS_TRY(read_report(channel, report, timeout));
-  if (got == sizeof report && report.step == kStepReady) return ok();
-  if (got == sizeof report) static_cast<void>(pidfd.wait());  // reap; the guard is then a no-op
-  return report_failure(got, report, executable);
+  auto const got = read_report(channel, report, timeout);
+  if (!got) return SpawnError(SpawnStep::setup, got.error());
+  if (*got == sizeof report && report.step == kReportReady) return {};
+  if (*got == sizeof report) static_cast<void>(pidfd.wait());  // reap; the guard is then a no-op
+  return report_failure(*got, report, executable);
 }
 
 }  // namespace
 
-char const* spawn_step_name(int step) noexcept {
-  if (step < 0 || step >= kStepCount) return "unknown";
-  return kStepNames[static_cast<std::size_t>(step)];
+std::string_view spawn_step_wire(SpawnStep step) noexcept {
+  return kStepNames.wire(step);
 }
 
 namespace detail {
@@ -619,7 +644,7 @@ void StagedChild::kill_and_reap() noexcept {
   pidfd_ = Pidfd();
 }
 
-Result<RunningChild> StagedChild::release() && {
+SpawnResult<RunningChild> StagedChild::release() && {
   StagedChild self = std::move(*this);
   self.send_go();
   // Then the verdict: EOF (the child's CLOEXEC end closed by a successful execve, or by the
@@ -633,11 +658,14 @@ Result<RunningChild> StagedChild::release() && {
     pollfd p{self.channel_.get(), POLLIN, 0};
     int const ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno != EINTR) {
-      return Error(Errc::spawn_failed, "polling the child's error pipe", errno);
+      return SpawnError(SpawnStep::execve,
+                        Error(Errc::spawn_failed, "polling the child's error pipe", errno));
     }
     if (ready == 0) {
       // `self` goes out of scope armed: the child is killed and reaped.
-      return Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT);
+      return SpawnError(
+          SpawnStep::execve,
+          Error(Errc::spawn_failed, "the child did not finish its setup in time", ETIMEDOUT));
     }
   }
   return std::move(self).finish();
@@ -657,12 +685,12 @@ Result<UniqueFd> StagedChild::watch_channel() const {
   return channel_.dup();
 }
 
-Result<bool> StagedChild::poll_verdict() {
+SpawnResult<bool> StagedChild::poll_verdict() {
   if (verdict_) return true;
   auto* bytes = reinterpret_cast<char*>(&report_);
   for (;;) {
     if (got_ == sizeof report_) {
-      if (setup_pending_ && report_.step == kStepReady) {
+      if (setup_pending_ && report_.step == kReportReady) {
         setup_pending_ = false;  // set up; the verdict of the barrier and execve follows
         got_ = 0;
         report_ = ChildReport{0, -1};  // a torn verdict then names no step ("unknown")
@@ -676,18 +704,20 @@ Result<bool> StagedChild::poll_verdict() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      return Error(Errc::spawn_failed, "reading the child's error pipe", errno);
+      return SpawnError(SpawnStep::execve,
+                        Error(Errc::spawn_failed, "reading the child's error pipe", errno));
     }
     if (n == 0) {
       if (setup_pending_) {
         verdict_ = report_failure(got_, report_, executable_);  // gone before "ready"
       } else if (got_ != 0) {
-        verdict_ = Error(Errc::spawn_failed,
-                         std::string("step=") + spawn_step_name(report_.step) +
-                             " executable=" + executable_ + " (truncated report)",
-                         EIO);
+        SpawnStep const step = reported_step(report_.step);
+        verdict_ = SpawnError(step, Error(Errc::spawn_failed,
+                                          "step=" + std::string(spawn_step_wire(step)) +
+                                              " executable=" + executable_ + " (truncated report)",
+                                          EIO));
       } else {
-        verdict_ = ok();  // execve closed the child's end: it runs the target now
+        verdict_ = SpawnResult<void>();  // execve closed the child's end: it runs the target now
       }
       return true;
     }
@@ -695,10 +725,11 @@ Result<bool> StagedChild::poll_verdict() {
   }
 }
 
-Result<RunningChild> StagedChild::finish() && {
+SpawnResult<RunningChild> StagedChild::finish() && {
   StagedChild self = std::move(*this);
-  if (!self.verdict_) {
-    return Error(Errc::internal, "StagedChild::finish before its verdict");  // dtor kills+reaps
+  if (!self.verdict_) {  // the destructor kills and reaps the child
+    return SpawnError(SpawnStep::execve,
+                      Error(Errc::internal, "StagedChild::finish before its verdict"));
   }
   self.channel_.reset();
   if (*self.verdict_) {
@@ -727,55 +758,41 @@ RunningChild::~RunningChild() {
   static_cast<void>(pidfd_.wait());
 }
 
-Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
-  CUSTOS_TRYV(validate(spec));
+namespace {
 
-  // Working directory first: an escape is the caller's error and must cost no process.
-  UniqueFd cwd;
-  if (spec.workspace_root_fd >= 0) {
-    UniqueFd opened = CUSTOS_TRY(open_beneath(spec.workspace_root_fd, spec.cwd, true));
-    cwd = CUSTOS_TRY(above_stdio(std::move(opened)));
-  }
+// Everything made for one child before clone3: its descriptors, and its arena holding the plan
+// and the stack it starts on. The plan points into the arena, which does not move.
+struct PreparedChild {
+  UniqueFd cwd;             // the working directory, opened beneath the workspace root
+  UniqueFd devnull;         // for the stdio streams the spec leaves unset
+  UniqueFd channel_parent;  // our end of the barrier and report channel
+  UniqueFd channel_child;   // the child's end: closed here once the child holds its copy
+  detail::ChildArena arena;
+  ChildPlan* plan = nullptr;
+  char* stack_low = nullptr;
+};
 
-  UniqueFd devnull;
-  bool const use_pty = spec.pty_slave_fd >= 0;
-  if (!use_pty && (spec.stdin_fd < 0 || spec.stdout_fd < 0 || spec.stderr_fd < 0)) {
-    devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC | O_NOCTTY));
-    if (!devnull.valid()) return Error(Errc::sys_error, "open /dev/null", errno);
-  }
-
-  // One socketpair is both the barrier and the report channel: the child writes its reports
-  // ({errno, step}, "ready") to its end and reads the go byte from it; its end is O_CLOEXEC, so
-  // a successful execve closes it and the parent reads EOF.
-  int sv[2] = {-1, -1};
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    return Error(Errc::sys_error, "socketpair for the spawn barrier", errno);
-  }
-  UniqueFd channel_parent(sv[0]);
-  UniqueFd channel_child = CUSTOS_TRY(above_stdio(UniqueFd(sv[1])));
-
-  // The plan, argv/envp and the child's stack live in the arena; the child reads nothing else
-  // of ours.
-  detail::ChildArena arena = CUSTOS_TRY(make_arena(plan_bytes(spec)));
-  char* const arena_base = static_cast<char*>(arena.base());
-  char* const stack_low = arena_base + kPage;
-  char* const data = stack_low + kChildStack;
-  ArenaWriter w(data, arena_base + arena.size());
+// Lays the plan out in the arena: argv/envp, stdio, the descriptors kept past close_range,
+// limits and credentials. Nothing here can fail but the bound, which plan_bytes() guarantees.
+Result<void> write_plan(SpawnSpec const& spec, PreparedChild& c) {
+  char* const arena_base = static_cast<char*>(c.arena.base());
+  c.stack_low = arena_base + kPage;
+  ArenaWriter w(c.stack_low + kChildStack, arena_base + c.arena.size());
   ChildPlan* const plan = new (w.take<ChildPlan>(1)) ChildPlan();
   plan->path = w.copy(spec.executable);
   plan->argv = w.pointers(spec.argv);
   plan->envp = w.pointers(spec.envp);
-  if (use_pty) {
+  if (spec.pty_slave_fd >= 0) {
     for (int& fd : plan->stdio) fd = spec.pty_slave_fd;
     if (spec.controlling_tty) plan->ctty_fd = spec.pty_slave_fd;
   } else {
-    plan->stdio[0] = spec.stdin_fd >= 0 ? spec.stdin_fd : devnull.get();
-    plan->stdio[1] = spec.stdout_fd >= 0 ? spec.stdout_fd : devnull.get();
-    plan->stdio[2] = spec.stderr_fd >= 0 ? spec.stderr_fd : devnull.get();
+    plan->stdio[0] = spec.stdin_fd >= 0 ? spec.stdin_fd : c.devnull.get();
+    plan->stdio[1] = spec.stdout_fd >= 0 ? spec.stdout_fd : c.devnull.get();
+    plan->stdio[2] = spec.stderr_fd >= 0 ? spec.stderr_fd : c.devnull.get();
   }
   plan->new_session = spec.new_session;
-  plan->keep[0] = channel_child.get();
-  plan->keep[1] = cwd.valid() ? cwd.get() : -1;
+  plan->keep[0] = c.channel_child.get();
+  plan->keep[1] = c.cwd.valid() ? c.cwd.get() : -1;
   // Ascending with the -1 (absent) entry last.
   if (plan->keep[1] >= 0 && plan->keep[1] < plan->keep[0]) std::swap(plan->keep[0], plan->keep[1]);
   if (!spec.rlimits.empty()) {
@@ -794,22 +811,52 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     plan->groups = g;
     plan->group_count = groups.size();
   }
-  plan->cwd_fd = cwd.valid() ? cwd.get() : -1;
-  plan->barrier_fd = channel_child.get();
-  plan->error_fd = channel_child.get();
+  plan->cwd_fd = c.cwd.valid() ? c.cwd.get() : -1;
+  plan->barrier_fd = c.channel_child.get();
+  plan->error_fd = c.channel_child.get();
   if (w.overflowed()) {
     // plan_bytes() is an upper bound of what the writer takes; this cannot happen.
     return Error(Errc::sys_error, "spawn plan larger than its arena", EOVERFLOW);
   }
+  c.plan = plan;
+  return ok();
+}
 
-  bool const clear_sighand = !g_no_clear_sighand.load(std::memory_order_relaxed);
-  std::uint64_t const reset_signals =
-      (g_ignored_signals.load(std::memory_order_relaxed) & kStandardSignals) | ~kStandardSignals;
-  bool reset_all = !clear_sighand;
-  plan->reset_all = reset_all;
-  plan->reset_signals = reset_signals;
+// The parent's half of a spawn before clone3: the spec checked, the working directory opened,
+// the channel made, the plan written. No process exists yet.
+Result<PreparedChild> prepare_child(SpawnSpec const& spec) {
+  CUSTOS_TRYV(validate(spec));
+  PreparedChild c;
+  // Working directory first: an escape is the caller's error and must cost no process.
+  if (spec.workspace_root_fd >= 0) {
+    UniqueFd opened = CUSTOS_TRY(open_beneath(spec.workspace_root_fd, spec.cwd, true));
+    c.cwd = CUSTOS_TRY(above_stdio(std::move(opened)));
+  }
+  if (spec.pty_slave_fd < 0 && (spec.stdin_fd < 0 || spec.stdout_fd < 0 || spec.stderr_fd < 0)) {
+    c.devnull.reset(::open("/dev/null", O_RDWR | O_CLOEXEC | O_NOCTTY));
+    if (!c.devnull.valid()) return Error(Errc::sys_error, "open /dev/null", errno);
+  }
+  // One socketpair is both the barrier and the report channel: the child writes its reports
+  // ({errno, step}, "ready") to its end and reads the go byte from it; its end is O_CLOEXEC, so
+  // a successful execve closes it and the parent reads EOF.
+  int sv[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return Error(Errc::sys_error, "socketpair for the spawn barrier", errno);
+  }
+  c.channel_parent = UniqueFd(sv[0]);
+  c.channel_child = CUSTOS_TRY(above_stdio(UniqueFd(sv[1])));
+  // The plan, argv/envp and the child's stack live in the arena; the child reads nothing else
+  // of ours.
+  c.arena = CUSTOS_TRY(make_arena(plan_bytes(spec)));
+  CUSTOS_TRYV(write_plan(spec, c));
+  return c;
+}
 
-  int pidfd_raw = -1;
+// clone3 into child_main on the arena's stack, all signals blocked meanwhile. Returns the pid
+// and sets `pidfd_raw`; on a kernel before 5.5 (no CLONE_CLEAR_SIGHAND) it retries without the
+// flag and sets `reset_all`. Errors: sys.unsupported without clone3; spawn.failed otherwise.
+Result<long> clone_child(SpawnSpec const& spec, PreparedChild& c, bool clear_sighand,
+                         bool& reset_all, int& pidfd_raw) {
   CloneArgs args{};
   args.flags = kCloneVm | kClonePidfd | (clear_sighand ? kCloneClearSighand : 0);
   if (spec.cgroup_fd >= 0) {
@@ -819,7 +866,7 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
   }
   args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd_raw);
   args.exit_signal = SIGCHLD;
-  args.stack = reinterpret_cast<std::uint64_t>(stack_low);
+  args.stack = reinterpret_cast<std::uint64_t>(c.stack_low);
   args.stack_size = kChildStack;
 
   long pid = -1;
@@ -828,15 +875,15 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     // CLONE_VM without CLONE_VFORK: no copy of the daemon's address space (page tables, anon
     // VMAs) and nothing to tear down at execve, while the parent still goes on to record the
     // child's identity. The child runs child_main on the arena's stack.
-    pid = clone3_on_stack(&args, &child_main, plan);
+    pid = clone3_on_stack(&args, &child_main, c.plan);
     if (pid == -EINVAL && clear_sighand) {
       // A kernel before 5.5 does not know CLONE_CLEAR_SIGHAND: without it, the child resets
       // every signal itself. Remembered only if the retry is accepted (EINVAL can have other
       // causes, which the retry reports).
       args.flags &= ~kCloneClearSighand;
       reset_all = true;
-      plan->reset_all = true;
-      pid = clone3_on_stack(&args, &child_main, plan);
+      c.plan->reset_all = true;
+      pid = clone3_on_stack(&args, &child_main, c.plan);
       if (pid >= 0) g_no_clear_sighand.store(true, std::memory_order_relaxed);
     }
   }
@@ -847,17 +894,37 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     }
     return Error(Errc::spawn_failed, "step=clone3 executable=" + spec.executable, clone_errno);
   }
+  return pid;
+}
+
+}  // namespace
+
+SpawnResult<StagedChild> spawn_staged(SpawnSpec const& spec) {
+  auto at_clone3 = [](Error e) { return SpawnError(SpawnStep::clone3, std::move(e)); };
+  auto prepared = prepare_child(spec);
+  if (!prepared) return at_clone3(std::move(prepared).error());
+  PreparedChild& c = *prepared;
+
+  bool const clear_sighand = !g_no_clear_sighand.load(std::memory_order_relaxed);
+  std::uint64_t const reset_signals =
+      (g_ignored_signals.load(std::memory_order_relaxed) & kStandardSignals) | ~kStandardSignals;
+  bool reset_all = !clear_sighand;
+  c.plan->reset_all = reset_all;
+  c.plan->reset_signals = reset_signals;
+  int pidfd_raw = -1;
+  auto const pid = clone_child(spec, c, clear_sighand, reset_all, pidfd_raw);
+  if (!pid) return at_clone3(pid.error());
 
   // From here on the StagedChild is the guard: any early return kills and reaps the child.
-  StagedChild staged(Pidfd::adopt(UniqueFd(pidfd_raw), static_cast<std::int32_t>(pid)),
-                     std::move(channel_parent), std::move(arena), spec.executable,
+  StagedChild staged(Pidfd::adopt(UniqueFd(pidfd_raw), static_cast<std::int32_t>(*pid)),
+                     std::move(c.channel_parent), std::move(c.arena), spec.executable,
                      spec.setup_timeout);
 
   // Wait until the child has finished its setup and sits on the barrier, so that a setup
   // failure (cwd, credentials, limits ...) is reported here, before any ownership is recorded,
   // and so that everything the setup changed (limits, session, cgroup) is in place when the
   // caller looks at the staged child.
-  channel_child.reset();  // the child's copy is now the only one: its exit or execve means EOF
+  c.channel_child.reset();  // the child's copy is now the only one: its exit or execve means EOF
   // The identity (pidfs inode, boot id, start time) is read while the child runs its setup on
   // another CPU rather than after it: it does not depend on the setup. A child that failed its
   // setup meanwhile reports that failure below, which takes precedence.
@@ -879,9 +946,13 @@ Result<StagedChild> spawn_staged(SpawnSpec const& spec) {
     staged.setup_pending_ = true;
     return staged;
   }
-  CUSTOS_TRYV(
-      collect_setup_report(staged.channel_, staged.pidfd_, spec.executable, spec.setup_timeout));
-  staged.identity_ = CUSTOS_TRY(std::move(identity));
+  if (auto setup =
+          collect_setup_report(staged.channel_, staged.pidfd_, spec.executable, spec.setup_timeout);
+      !setup) {
+    return std::move(setup).error();
+  }
+  if (!identity) return at_clone3(std::move(identity).error());
+  staged.identity_ = std::move(*identity);
   // cwd and devnull close as the function returns; the child holds its copies.
   return staged;
 }

@@ -87,7 +87,7 @@ class NativeExecution final : public BackendExecution,
   [[nodiscard]] Step<Acquired> stage(LaunchContext const& ctx);
   void await_verdict();
   void on_verdict();
-  void finish_release(Result<sys::RunningChild> running);
+  void finish_release(sys::SpawnResult<sys::RunningChild> running);
   void arm_reader(std::size_t index);
   void on_readable(std::size_t index);
   void end_reader(std::size_t index, bool complete);

@@ -194,8 +194,7 @@ void read_spawn_error(FieldReader& r, json::value const& v, std::optional<SpawnF
   if (r.count() == before) out = std::move(f);
 }
 
-void read_observations(FieldReader& r, json::value const& v,
-                       Observations& out) {
+void read_observations(FieldReader& r, json::value const& v, Observations& out) {
   auto const* m = r.object(v, "/observations");
   if (m == nullptr) return;
   for (auto const& [name, value] : *m) {
@@ -325,7 +324,12 @@ Result<std::vector<std::uint8_t>> canonical_bytes(TerminalRecord const& rec) {
   }
   if (!rec.observations.empty()) {
     w.begin_list(tag::observations, FieldType::string);
-    for (auto const& [name, value] : rec.observations) w.element_string(name + "=" + value);
+    for (auto const& [name, value] : rec.observations) {
+      std::string entry = name;
+      entry += '=';
+      entry += value;
+      w.element_string(entry);
+    }
     w.end_list();
   }
   return std::move(w).finish();
@@ -340,6 +344,51 @@ Result<std::int32_t> i64_to_i32(Result<std::int64_t> v, std::string_view what) {
     return malformed(std::string{what} + " out of the 32-bit range");
   }
   return static_cast<std::int32_t>(*v);
+}
+
+// The output list: one record per stream, in strictly increasing stream order.
+Result<void> decode_output(CanonicalReader& r, TerminalRecord& rec) {
+  auto list = CUSTOS_TRY(r.list(tag::output, FieldType::record));
+  std::optional<Stream> prev;
+  while (!list.done()) {
+    auto e = CUSTOS_TRY(list.next_record());
+    if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
+    auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
+    // Strictly increasing stream order: no duplicates, and one byte string per record.
+    if (prev.has_value() && *prev >= stream)
+      return malformed("output streams out of order or repeated");
+    prev = stream;
+    StreamAccounting acc;
+    acc.observed = CUSTOS_TRY(e.u64(2));
+    acc.retained = CUSTOS_TRY(e.u64(3));
+    acc.dropped = CUSTOS_TRY(e.u64(4));
+    acc.complete = CUSTOS_TRY(e.boolean(5));
+    CUSTOS_TRYV(e.finish());
+    rec.output.emplace(stream, acc);
+  }
+  CUSTOS_TRYV(list.finish());
+  return ok();
+}
+
+// The resources list: every dimension, in dimension order.
+Result<void> decode_resources(CanonicalReader& r, TerminalRecord& rec) {
+  auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
+  if (list.size() != kResourceDimCount)
+    return malformed("resources must list all eight dimensions");
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+    auto e = CUSTOS_TRY(list.next_record());
+    if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
+    auto const dim =
+        CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
+    if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
+    auto& d = rec.resources.dims[i];
+    d.value = CUSTOS_TRY(e.optional_u64(2));
+    d.limit = CUSTOS_TRY(e.optional_u64(3));
+    d.fidelity = CUSTOS_TRY(decode_enum(e.string(4), &fidelity_from_wire, "fidelity"));
+    CUSTOS_TRYV(e.finish());
+  }
+  CUSTOS_TRYV(list.finish());
+  return ok();
 }
 
 }  // namespace
@@ -366,45 +415,8 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
     rec.escalation.forced = CUSTOS_TRY(es.boolean(2));
     CUSTOS_TRYV(es.finish());
   }
-  {
-    auto list = CUSTOS_TRY(r.list(tag::output, FieldType::record));
-    std::optional<Stream> prev;
-    while (!list.done()) {
-      auto e = CUSTOS_TRY(list.next_record());
-      if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
-      auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
-      // Strictly increasing stream order: no duplicates, and one byte string per record.
-      if (prev.has_value() && *prev >= stream)
-        return malformed("output streams out of order or repeated");
-      prev = stream;
-      StreamAccounting acc;
-      acc.observed = CUSTOS_TRY(e.u64(2));
-      acc.retained = CUSTOS_TRY(e.u64(3));
-      acc.dropped = CUSTOS_TRY(e.u64(4));
-      acc.complete = CUSTOS_TRY(e.boolean(5));
-      CUSTOS_TRYV(e.finish());
-      rec.output.emplace(stream, acc);
-    }
-    CUSTOS_TRYV(list.finish());
-  }
-  {
-    auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
-    if (list.size() != kResourceDimCount)
-      return malformed("resources must list all eight dimensions");
-    for (std::size_t i = 0; i < kResourceDimCount; ++i) {
-      auto e = CUSTOS_TRY(list.next_record());
-      if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
-      auto const dim =
-          CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
-      if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
-      auto& d = rec.resources.dims[i];
-      d.value = CUSTOS_TRY(e.optional_u64(2));
-      d.limit = CUSTOS_TRY(e.optional_u64(3));
-      d.fidelity = CUSTOS_TRY(decode_enum(e.string(4), &fidelity_from_wire, "fidelity"));
-      CUSTOS_TRYV(e.finish());
-    }
-    CUSTOS_TRYV(list.finish());
-  }
+  CUSTOS_TRYV(decode_output(r, rec));
+  CUSTOS_TRYV(decode_resources(r, rec));
   {
     auto t = CUSTOS_TRY(r.record(tag::tree, kKindTree));
     rec.tree.boundary = CUSTOS_TRY(decode_enum(t.string(1), &boundary_from_wire, "boundary"));

@@ -548,23 +548,13 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
 
 }  // namespace
 
-Result<CheckOutcome> cross_check(CheckInput const& in) {
-  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr ||
-      in.current == nullptr) {
-    return Error{Errc::internal, "cross_check: incomplete input"};
-  }
+namespace {
+
+// 1-2. The live grant is the caller's, gives runner, and is what the caller saw: the current
+// epoch and revision, not expired, for this very plan.
+Result<void> check_grant(CheckInput const& in, Grant const& g) {
   auto const& claim = *in.claim;
   auto const& cur = *in.current;
-  auto const& id = *in.identity;
-  auto const& plan = *in.plan;
-  if (!claim.grant_id) return check_implicit(in);
-
-  // 1. The grant exists, is live, and is the caller's.
-  if (!cur.grant || cur.grant->revoked) {
-    return mismatch(Errc::auth_unknown_grant,
-                    "grant " + *claim.grant_id + (cur.grant ? " was revoked" : " does not exist"));
-  }
-  Grant const& g = *cur.grant;
   if (!in.caller.is(g.principal)) {
     return mismatch(Errc::auth_denied, "grant " + g.id + " belongs to " + g.principal.to_string());
   }
@@ -589,7 +579,14 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
     return mismatch(Errc::auth_digest_mismatch,
                     "authority.plan_digest is not the plan's digest " + in.plan_digest);
   }
-  // 3. What is run, where, with what.
+  return ok();
+}
+
+// 3. What is run, where, with what: operation class, executable, workspace, environment and
+// resource ids, environment entries, user, limit ceilings.
+Result<void> check_scope(CheckInput const& in, Grant const& g) {
+  auto const& id = *in.identity;
+  auto const& plan = *in.plan;
   OperationClass const op = operation_of(plan.backend.kind);
   if (std::find(g.operations.begin(), g.operations.end(), op) == g.operations.end()) {
     return mismatch(Errc::auth_operation_class,
@@ -650,9 +647,13 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
                           std::to_string(**ceilings[i]));
     }
   }
-  // 4. Budget: the plan's limits are reserved until the terminal record settles them.
-  CheckOutcome out;
-  BudgetUse const& u = cur.budget_use;
+  return ok();
+}
+
+// 4. Budget: the plan's limits are reserved until the terminal record settles them.
+Result<void> check_budget(CheckInput const& in, Grant const& g, CheckOutcome& out) {
+  auto const& plan = *in.plan;
+  BudgetUse const& u = in.current->budget_use;
   if (g.budget.executions && u.executions + 1 > *g.budget.executions) {
     return mismatch(Errc::auth_budget_exhausted,
                     "grant " + g.id + " has used " + std::to_string(u.executions) + " of " +
@@ -681,6 +682,30 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
                       u.cpu_ms_reserved, out.cpu_ms_reserve));
   CUSTOS_TRYV(reserve("wall_ms", g.budget.wall_ms, plan.limits.wall_ms, u.wall_ms_used,
                       u.wall_ms_reserved, out.wall_ms_reserve));
+  return ok();
+}
+
+}  // namespace
+
+Result<CheckOutcome> cross_check(CheckInput const& in) {
+  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr ||
+      in.current == nullptr) {
+    return Error{Errc::internal, "cross_check: incomplete input"};
+  }
+  auto const& claim = *in.claim;
+  auto const& cur = *in.current;
+  if (!claim.grant_id) return check_implicit(in);
+
+  // 1. The grant exists, is live, and is the caller's.
+  if (!cur.grant || cur.grant->revoked) {
+    return mismatch(Errc::auth_unknown_grant,
+                    "grant " + *claim.grant_id + (cur.grant ? " was revoked" : " does not exist"));
+  }
+  Grant const& g = *cur.grant;
+  CUSTOS_TRYV(check_grant(in, g));
+  CUSTOS_TRYV(check_scope(in, g));
+  CheckOutcome out;
+  CUSTOS_TRYV(check_budget(in, g, out));
   // 5. The lease, last: it is the one piece another holder can change at any moment.
   out.lease_id = CUSTOS_TRY(check_lease(in, true));
   return out;

@@ -255,6 +255,55 @@ int hex_value(char c) {
   return -1;
 }
 
+// When a process started, and its cache entry when the cache is used: from the cache while the
+// pid still names the process it recorded (the same /proc/<pid> inode), else from its stat file.
+struct Dated {
+  ProcStartCache::Entry* cached = nullptr;
+  std::optional<std::uint64_t> started;
+};
+
+Dated date_process(ProcStartCache* cache, int proc_fd, ProcListing::Entry const& e,
+                   std::int32_t pid, std::string const& proc_root, bool trust_readdir) {
+  Dated d;
+  if (cache == nullptr) {
+    d.started = start_ticks(proc_root, pid);
+    return d;
+  }
+  std::uint64_t dir_inode = 0;
+  // 0 or 1 from readdir: procfs could not instantiate the entry (the process is going).
+  if (trust_readdir && e.d_ino > 1) {
+    dir_inode = static_cast<std::uint64_t>(e.d_ino);
+  } else {
+    // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
+    struct stat st {};
+    if (::fstatat(proc_fd, e.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      dir_inode = static_cast<std::uint64_t>(st.st_ino);
+    }
+  }
+  if (dir_inode > 1) d.cached = cache->find(pid, dir_inode);
+  if (d.cached != nullptr) {
+    cache->count_hit();
+    d.started = d.cached->start_ticks;
+    return d;
+  }
+  d.started = start_ticks(proc_root, pid);
+  cache->count_stat_read();
+  // A process that vanished between the two reads leaves a harmless stale entry: its pid comes
+  // back, if ever, under another inode number.
+  if (d.started && dir_inode > 1) d.cached = &cache->store(pid, dir_inode, *d.started);
+  return d;
+}
+
+// The pid namespace of a process: from its cache entry when it was read before (a process never
+// changes its own pid namespace), else from /proc, remembered in the entry.
+NsProbe pid_ns_of(ProcStartCache::Entry* cached, std::string const& proc_root, std::int32_t pid) {
+  if (cached != nullptr && cached->ns_inode)
+    return NsProbe{cached->ns_inode, EnvironState::unmarked};
+  NsProbe probe = process_pid_ns(proc_root, pid);
+  if (probe.inode && cached != nullptr) cached->ns_inode = probe.inode;
+  return probe;
+}
+
 }  // namespace
 
 namespace detail {
@@ -293,6 +342,38 @@ Result<std::uint64_t> expected_ns(std::optional<std::uint64_t> given,
   return pid_namespace_inode("self", proc_root);
 }
 
+namespace {
+
+// The buffers of one pass, kept across its processes.
+struct Scratch {
+  std::vector<std::size_t> candidates;
+  std::vector<std::string const*> needles;
+  std::vector<char> found;
+};
+
+// Reads the environ of `pid` once for all the candidate targets and records, for each, a match
+// or an unreadable process.
+void read_candidates(std::vector<ScanTarget> const& targets, ScanParams const& sp, std::int32_t pid,
+                     Scratch& x, std::vector<MarkerScanResult>& out) {
+  auto const& candidates = x.candidates;
+  auto& needles = x.needles;
+  auto& found = x.found;
+  needles.clear();
+  for (std::size_t const t : candidates) needles.push_back(&targets[t].needle);
+  EnvironState const st =
+      read_environ_multi(sp.proc_root, pid, needles, sp.max_environ_bytes, found);
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    MarkerScanResult& r = out[candidates[k]];
+    if (found[k] != 0) {
+      r.matched.push_back(pid);
+    } else if (st == EnvironState::unreadable) {
+      r.unreadable.push_back(pid);
+    }
+  }
+}
+
+}  // namespace
+
 // One pass over <proc_root> for the targets listed in `active` (indexes into `targets`);
 // out[i] is filled for each active i. Every process is dated once (cache or stat), its
 // namespace checked once, and its environ read once for all the targets it may belong to.
@@ -325,9 +406,8 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
   if (cache != nullptr) cache->begin_pass(now);
   bool const trust_readdir = readdir_inode_is_live();
   std::int32_t const self = static_cast<std::int32_t>(::getpid());
-  std::vector<std::size_t> candidates;
-  std::vector<std::string const*> needles;
-  std::vector<char> found;
+  Scratch scratch;
+  std::vector<std::size_t>& candidates = scratch.candidates;
   for (;;) {
     ProcListing::Entry const* e = listing->next();
     if (e == nullptr) {
@@ -343,32 +423,9 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
     ProcStartCache::Entry* cached = nullptr;
     std::optional<std::uint64_t> started;
     if (any_bound) {
-      std::uint64_t dir_inode = 0;
-      if (cache != nullptr) {
-        // 0 or 1 from readdir: procfs could not instantiate the entry (the process is going).
-        if (trust_readdir && e->d_ino > 1) {
-          dir_inode = static_cast<std::uint64_t>(e->d_ino);
-        } else {
-          // fstatat revalidates /proc/<pid>: the inode number is that of the live process.
-          struct stat st {};
-          if (::fstatat(listing->fd(), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-            dir_inode = static_cast<std::uint64_t>(st.st_ino);
-          }
-        }
-        if (dir_inode > 1) cached = cache->find(pid, dir_inode);
-      }
-      if (cached != nullptr) {
-        cache->count_hit();
-        started = cached->start_ticks;
-      } else {
-        started = start_ticks(proc_root, pid);
-        if (cache != nullptr) {
-          cache->count_stat_read();
-          // A process that vanished between the two reads leaves a harmless stale entry: its
-          // pid comes back, if ever, under another inode number.
-          if (started && dir_inode > 1) cached = &cache->store(pid, dir_inode, *started);
-        }
-      }
+      Dated const d = date_process(cache, listing->fd(), *e, pid, proc_root, trust_readdir);
+      cached = d.cached;
+      started = d.started;
     }
     // Started before an execution's first process: cannot be one of its descendants. An
     // unreadable stat is no proof of age, so such a process is inspected for every target.
@@ -383,34 +440,16 @@ Result<void> scan_pass(std::vector<ScanTarget> const& targets,
     }
     if (candidates.empty()) continue;
 
-    std::optional<std::uint64_t> ns;
-    if (cached != nullptr && cached->ns_inode) {
-      ns = cached->ns_inode;  // a process never changes its own pid namespace
-    } else {
-      NsProbe const probe = process_pid_ns(proc_root, pid);
-      if (!probe.inode) {
-        if (probe.state == EnvironState::unreadable) {
-          for (std::size_t const t : candidates) out[t].unreadable.push_back(pid);
-        }
-        continue;
+    NsProbe const probe = pid_ns_of(cached, proc_root, pid);
+    if (!probe.inode) {
+      if (probe.state == EnvironState::unreadable) {
+        for (std::size_t const t : candidates) out[t].unreadable.push_back(pid);
       }
-      ns = probe.inode;
-      if (cached != nullptr) cached->ns_inode = ns;
+      continue;
     }
-    if (*ns != sp.ns_inode) continue;  // another pid namespace: never ours to touch
+    if (*probe.inode != sp.ns_inode) continue;  // another pid namespace: never ours to touch
 
-    needles.clear();
-    for (std::size_t const t : candidates) needles.push_back(&targets[t].needle);
-    EnvironState const st =
-        read_environ_multi(proc_root, pid, needles, sp.max_environ_bytes, found);
-    for (std::size_t k = 0; k < candidates.size(); ++k) {
-      MarkerScanResult& r = out[candidates[k]];
-      if (found[k] != 0) {
-        r.matched.push_back(pid);
-      } else if (st == EnvironState::unreadable) {
-        r.unreadable.push_back(pid);
-      }
-    }
+    read_candidates(targets, sp, pid, scratch, out);
   }
   if (cache != nullptr) cache->end_pass(now);
   return ok();

@@ -2,11 +2,8 @@
 
 #include <boost/asio/post.hpp>
 
-#include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <fcntl.h>
-#include <filesystem>
 #include <signal.h>
 #include <unistd.h>
 #include <utility>
@@ -23,8 +20,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kExitRetry{10};
-// How long unattributed orphans may take to finish dying before they count as survivors.
-constexpr milliseconds kOrphanSettle{200};
 // Reads per readiness wake-up before yielding to other executions on the loop.
 constexpr int kReadsPerWake = 16;
 // Pipe size for a stream once it fills whole chunks (the default pipe-max-size for non-root).
@@ -49,40 +44,79 @@ void set_nonblocking(asio::posix::stream_descriptor& sd) {
   (void)sd.non_blocking(true, ec);  // a failure leaves it to asio's own attempt at its first wait
 }
 
-// The 0:: entry of /proc/<pid>/cgroup, read by pid; used only as a re-check after a pidfd was
-// opened for a pid listed in cgroup.procs (the pidfd pins the process, so a match after the
-// open means the pidfd names a member).
-std::optional<std::string> cgroup_of(std::int32_t pid) {
-  auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
-  if (!dir) return std::nullopt;
-  auto text = sys::read_file_at(*dir, "cgroup");
-  if (!text) return std::nullopt;
-  auto own = sys::parse_own_cgroup(*text);
-  if (!own) return std::nullopt;
-  return *own;
-}
-
-// usage_usec of the cgroup's cpu.stat (it includes exited members).
-std::optional<std::uint64_t> cgroup_cpu_usec(sys::CgroupDir const& cg) {
-  auto text = sys::read_shown_file_at(cg.fd(), "cpu.stat");
-  if (!text) return std::nullopt;
-  std::string_view rest = *text;
-  constexpr std::string_view kKey = "usage_usec ";
-  if (!rest.starts_with(kKey)) {
-    auto const at = rest.find("\nusage_usec ");
-    if (at == std::string_view::npos) return std::nullopt;
-    rest.remove_prefix(at + 1);
-  }
-  rest.remove_prefix(kKey.size());
-  std::uint64_t v = 0;
-  auto const [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
-  if (ec != std::errc{} || end == rest.data()) return std::nullopt;
-  return v;
-}
-
 std::optional<std::uint64_t> measured(sys::Measured const& m) {
   if (m.fidelity == sys::Fidelity::unavailable) return std::nullopt;
   return m.value;
+}
+
+// Both ends of a launch's stdio: three pipes, or one terminal.
+struct Stdio {
+  sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
+  std::optional<sys::Pty> pty;
+};
+
+Step<Stdio> open_stdio(PlanView const& plan) {
+  Stdio io;
+  if (plan.pty) {
+    auto p = sys::Pty::open(plan.rows, plan.cols);
+    if (!p) return failure("pty", p.error());
+    io.pty = std::move(*p);
+    return io;
+  }
+  auto in = sys::make_pipe();
+  if (!in) return failure("pipe", in.error());
+  auto out = sys::make_pipe();
+  if (!out) return failure("pipe", out.error());
+  auto err = sys::make_pipe();
+  if (!err) return failure("pipe", err.error());
+  io.child_in = std::move(in->first);
+  io.our_in = std::move(in->second);
+  io.our_out = std::move(out->first);
+  io.child_out = std::move(out->second);
+  io.our_err = std::move(err->first);
+  io.child_err = std::move(err->second);
+  return io;
+}
+
+// The credentials the root runs with: none (the daemon's own) when it runs as the daemon's user.
+std::optional<sys::SpawnCredentials> credentials_for(RunAs const& run_as) {
+  if (run_as.uid == ::geteuid() && run_as.gid == ::getegid() && !run_as.explicit_user) {
+    return std::nullopt;
+  }
+  sys::SpawnCredentials c;
+  c.uid = run_as.uid;
+  c.gid = run_as.gid;
+  // Without a plan user the caller's supplementary groups are unknown (SO_PEERCRED has only
+  // uid/gid), so they are cleared rather than inheriting the daemon's.
+  c.groups = run_as.groups;
+  return c;
+}
+
+// The root's spawn as the plan and its stdio say: command, stdio, cwd, descriptor limit, a new
+// session. The caller adds what is the execution's: environment, workspace, cgroup, credentials.
+sys::SpawnSpec root_spec(PlanView const& plan, Stdio const& io) {
+  sys::SpawnSpec spec;
+  spec.executable = plan.executable;
+  spec.argv = plan.argv;
+  if (io.pty) {
+    spec.pty_slave_fd = io.pty->slave().get();
+    spec.controlling_tty = true;
+  } else {
+    spec.stdin_fd = io.child_in.get();
+    spec.stdout_fd = io.child_out.get();
+    spec.stderr_fd = io.child_err.get();
+  }
+  spec.cwd = plan.cwd;
+  if (plan.open_files) {
+    spec.rlimits.push_back(sys::Rlimit{RLIMIT_NOFILE, *plan.open_files, *plan.open_files});
+  }
+  spec.new_session = true;
+  // One wait on the child (in release) instead of two: the child sets itself up while the staged
+  // ownership is recorded. The barrier still holds the target until release, so the record
+  // precedes any of its code; a setup failure (credentials, limits, tty) becomes spawn_failed
+  // with its step from the verdict, as an execve failure does, after the staged record.
+  spec.wait_for_setup = false;
+  return spec;
 }
 
 }  // namespace
@@ -132,6 +166,32 @@ void NativeExecution::acquire(LaunchContext const& ctx, std::function<void(Step<
   done(stage(ctx));
 }
 
+// The execution's boundary: its own cgroup under the subtree when the host has one (with the
+// plan's memory and pids limits set where the controllers are), else the marker alone. A failure
+// only when the configuration demands the cgroup.
+std::optional<core::SpawnFailure> NativeExecution::stage_boundary(PlanView const& plan,
+                                                                  Acquired& acq) {
+  boundary_ = core::Boundary::marker;
+  if (host_->boundary() != core::Boundary::cgroup) return std::nullopt;
+  auto cg = sys::CgroupDir::create(*host_->subtree_, id_);
+  if (!cg) {
+    if (host_->config_.boundary == BoundaryPreference::cgroup) return failure("cgroup", cg.error());
+    return std::nullopt;
+  }
+  cgroup_ = std::move(*cg);
+  boundary_ = core::Boundary::cgroup;
+  auto const& mount = host_->cgroup_mount_;
+  if (cgroup_->path().size() > mount.size() &&
+      cgroup_->path().compare(0, mount.size(), mount) == 0) {
+    cgroup_rel_ = cgroup_->path().substr(mount.size());
+  }
+  // Kernel limits where this host has the controllers; elsewhere the sampler enforces them
+  // (fidelity sampled) — sys.unsupported here is expected, not an error.
+  if (plan.memory_bytes) acq.memory_hard = cgroup_->set_memory_max(*plan.memory_bytes).has_value();
+  if (plan.processes) acq.pids_hard = cgroup_->set_pids_max(*plan.processes).has_value();
+  return std::nullopt;
+}
+
 Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   PlanView const& plan = *ctx.view;
   chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
@@ -140,17 +200,6 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   auto marker = sys::Marker::generate();
   if (!marker) return failure("marker", marker.error());
   marker_ = *marker;
-
-  std::optional<sys::SpawnCredentials> creds;
-  if (ctx.run_as.uid != ::geteuid() || ctx.run_as.gid != ::getegid() || ctx.run_as.explicit_user) {
-    sys::SpawnCredentials c;
-    c.uid = ctx.run_as.uid;
-    c.gid = ctx.run_as.gid;
-    // Without a plan user the caller's supplementary groups are unknown (SO_PEERCRED has only
-    // uid/gid), so they are cleared rather than inheriting the daemon's.
-    c.groups = ctx.run_as.groups;
-    creds = std::move(c);
-  }
 
   auto ws = sys::open_directory(plan.workspace_root);
   if (!ws) return failure("workspace", ws.error());
@@ -163,79 +212,22 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   }
 
   Acquired acq;
-  boundary_ = core::Boundary::marker;
-  if (host_->boundary() == core::Boundary::cgroup) {
-    auto cg = sys::CgroupDir::create(*host_->subtree_, id_);
-    if (cg) {
-      cgroup_ = std::move(*cg);
-      boundary_ = core::Boundary::cgroup;
-      auto const& mount = host_->cgroup_mount_;
-      if (cgroup_->path().size() > mount.size() &&
-          cgroup_->path().compare(0, mount.size(), mount) == 0) {
-        cgroup_rel_ = cgroup_->path().substr(mount.size());
-      }
-      // Kernel limits where this host has the controllers; elsewhere the sampler enforces them
-      // (fidelity sampled) — sys.unsupported here is expected, not an error.
-      if (plan.memory_bytes)
-        acq.memory_hard = cgroup_->set_memory_max(*plan.memory_bytes).has_value();
-      if (plan.processes) acq.pids_hard = cgroup_->set_pids_max(*plan.processes).has_value();
-    } else if (host_->config_.boundary == BoundaryPreference::cgroup) {
-      return failure("cgroup", cg.error());
-    }
-  }
+  if (auto f = stage_boundary(plan, acq)) return std::move(*f);
   kernel_enforced_ =
       boundary_ == core::Boundary::cgroup && (ctx.run_as.uid != 0 || host_->config_.nsdelegate);
 
-  // stdio: three pipes, or one terminal.
-  sys::UniqueFd child_in, child_out, child_err, our_in, our_out, our_err;
-  std::optional<sys::Pty> pty;
-  if (plan.pty) {
-    auto p = sys::Pty::open(plan.rows, plan.cols);
-    if (!p) return failure("pty", p.error());
-    pty = std::move(*p);
-  } else {
-    auto in = sys::make_pipe();
-    if (!in) return failure("pipe", in.error());
-    auto out = sys::make_pipe();
-    if (!out) return failure("pipe", out.error());
-    auto err = sys::make_pipe();
-    if (!err) return failure("pipe", err.error());
-    child_in = std::move(in->first);
-    our_in = std::move(in->second);
-    our_out = std::move(out->first);
-    child_out = std::move(out->second);
-    our_err = std::move(err->first);
-    child_err = std::move(err->second);
-  }
+  auto opened = open_stdio(plan);
+  if (auto* f = std::get_if<core::SpawnFailure>(&opened)) return std::move(*f);
+  Stdio& io = std::get<Stdio>(opened);
 
-  sys::SpawnSpec spec;
-  spec.executable = plan.executable;
-  spec.argv = plan.argv;
+  sys::SpawnSpec spec = root_spec(plan, io);
   spec.envp = build_env(ctx);
-  if (pty) {
-    spec.pty_slave_fd = pty->slave().get();
-    spec.controlling_tty = true;
-  } else {
-    spec.stdin_fd = child_in.get();
-    spec.stdout_fd = child_out.get();
-    spec.stderr_fd = child_err.get();
-  }
   spec.workspace_root_fd = workspace_fd_.get();
-  spec.cwd = plan.cwd;
-  if (plan.open_files) {
-    spec.rlimits.push_back(sys::Rlimit{RLIMIT_NOFILE, *plan.open_files, *plan.open_files});
-  }
   if (cgroup_) {
     spec.cgroup_fd = cgroup_->fd().get();
     spec.new_cgroup_namespace = true;
   }
-  spec.credentials = std::move(creds);
-  spec.new_session = true;
-  // One wait on the child (in release) instead of two: the child sets itself up while the staged
-  // ownership is recorded. The barrier still holds the target until release, so the record
-  // precedes any of its code; a setup failure (credentials, limits, tty) becomes spawn_failed
-  // with its step from the verdict, as an execve failure does, after the staged record.
-  spec.wait_for_setup = false;
+  spec.credentials = credentials_for(ctx.run_as);
 
   auto staged = sys::spawn_staged(spec);
   if (!staged) {
@@ -253,13 +245,13 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   acq.marker_value = marker_->env_value();
 
   launching_ = std::make_unique<Launching>(std::move(*staged), io_);
-  launching_->child_in = std::move(child_in);
-  launching_->child_out = std::move(child_out);
-  launching_->child_err = std::move(child_err);
-  launching_->our_in = std::move(our_in);
-  launching_->our_out = std::move(our_out);
-  launching_->our_err = std::move(our_err);
-  launching_->pty = std::move(pty);
+  launching_->child_in = std::move(io.child_in);
+  launching_->child_out = std::move(io.child_out);
+  launching_->child_err = std::move(io.child_err);
+  launching_->our_in = std::move(io.our_in);
+  launching_->our_out = std::move(io.our_out);
+  launching_->our_err = std::move(io.our_err);
+  launching_->pty = std::move(io.pty);
   // Staged: the root and its cgroup are this execution's from now on (orphan reaping leaves the
   // root to the launch, and attributes what dies in the cgroup here).
   host_->note_root(root_pid_, this);
@@ -556,200 +548,6 @@ bool NativeExecution::is_root_pid(std::int32_t pid) const noexcept {
 
 bool NativeExecution::root_gone() const noexcept {
   return root_reaped_ || !root_ || !root_->alive();
-}
-
-// ------------------------------------------------------------------------------ teardown
-
-std::uint32_t NativeExecution::signal_tree(int sig) {
-  std::uint32_t n = 0;
-  if (root_ && !root_reaped_) {
-    if (auto d = root_->send_signal(sig); d && *d) ++n;
-  }
-  if (cgroup_) {
-    if (auto procs = cgroup_->procs()) {
-      for (auto pid : procs.value()) {
-        if (pid == root_pid_) continue;
-        auto fd = sys::Pidfd::open(pid);
-        if (!fd) continue;  // exited meanwhile
-        // Re-check membership after the pidfd pins the process: the pid read from cgroup.procs
-        // could have been recycled by a process outside the tree in between.
-        if (cgroup_rel_.empty() || cgroup_of(pid) != cgroup_rel_) continue;
-        if (auto d = fd.value().send_signal(sig); d && *d) ++n;
-      }
-    }
-  } else if (marker_) {
-    // A graceful signal does not end processes: one pass, no re-signalling.
-    if (auto r = sys::marker_sweep(*marker_, sweep_options(sig, 1))) n += r->signalled;
-  }
-  return n;
-}
-
-std::uint32_t NativeExecution::kill_tree() {
-  bool something = false;
-  if (root_ && !root_reaped_) {
-    if (auto d = root_->send_signal(SIGKILL); d && *d) something = true;
-  }
-  if (cgroup_ && tree_state() != TreeState::empty) {
-    something = true;
-    (void)cgroup_->kill();
-  }
-  std::uint32_t swept = 0;
-  if (boundary_ == core::Boundary::marker && marker_) {
-    auto o = sweep_options(SIGKILL, host_->config_.marker_sweep_rounds);
-    if (auto r = sys::marker_sweep(*marker_, o)) swept = r->signalled;
-  }
-  return swept + (something ? 1U : 0U);
-}
-
-TreeState NativeExecution::tree_state() const {
-  if (!cgroup_) return TreeState::unknown;  // marker boundary: only the final sweep can tell
-  auto p = cgroup_->populated();
-  // Unreadable counts as populated: never claim empty without seeing it.
-  return p && !*p ? TreeState::empty : TreeState::populated;
-}
-
-bool NativeExecution::watch_tree() {
-  if (!cgroup_ || !live()) return false;
-  if (events_wd_ < 0) events_wd_ = host_->watch_events(cgroup_->path() + "/cgroup.events", this);
-  return events_wd_ >= 0;
-}
-
-void NativeExecution::unwatch_tree() {
-  if (events_wd_ < 0) return;
-  host_->unwatch_events(events_wd_);
-  events_wd_ = -1;
-}
-
-void NativeExecution::on_events_changed() {
-  if (live() && events_wd_ >= 0) port_->on_tree_change();
-}
-
-sys::MarkerSweepOptions NativeExecution::sweep_options(int sig, std::uint32_t rounds) const {
-  sys::MarkerSweepOptions o;
-  o.signal = sig;
-  o.max_rounds = rounds;
-  // Nothing that started before the root can descend from it: skipped before being read.
-  if (root_start_ticks_ > 0) o.not_before_ticks = root_start_ticks_;
-  return o;
-}
-
-void NativeExecution::collect_orphan_candidates(std::vector<sys::Pidfd>& out, bool& looked) const {
-  // Children of this process (the subreaper) that no live execution owns as its root: with the
-  // marker boundary they may be descendants of this execution that scrubbed their marker. They
-  // cannot be attributed, so they are not signalled — but the cleanup cannot be confirmed.
-  looked = false;
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/proc/self/task", ec);
-  if (ec) return;  // cannot look: cannot confirm
-  looked = true;
-  for (auto const& t : it) {
-    auto dir = sys::open_dir_path(t.path().string());
-    if (!dir) continue;
-    auto children = sys::read_file_at(*dir, "children");
-    if (!children) continue;
-    std::string_view rest = *children;
-    while (!rest.empty()) {
-      auto sp = rest.find(' ');
-      auto tok = rest.substr(0, sp);
-      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-      std::int32_t pid = 0;
-      if (std::from_chars(tok.data(), tok.data() + tok.size(), pid).ec != std::errc{} || pid <= 0) {
-        continue;
-      }
-      if (host_->is_root(pid)) continue;
-      // Inside another execution's cgroup: that execution's, not an escapee of this one.
-      if (host_->owner_of(pid)) continue;
-      // A zombie or an exiting process reads as not alive through its pidfd.
-      if (auto fd = sys::Pidfd::open(pid); fd && fd->alive()) out.push_back(std::move(*fd));
-    }
-  }
-}
-
-void NativeExecution::final_scan(std::function<void(FinalScan)> done) {
-  // Every teardown ends with a marker sweep, whatever the boundary: it catches a process that
-  // left the cgroup (root without nsdelegate) but kept its environment. It reads every process
-  // that started after the root (older ones are skipped by start time before any environ read),
-  // a fraction of a millisecond per /proc pass: on the worker thread, through the backend's
-  // MarkerSweeper, so teardowns ending at the same time share their passes.
-  auto orphans = std::make_shared<std::vector<sys::Pidfd>>();
-  bool looked = true;
-  bool const check_orphans = boundary_ == core::Boundary::marker;
-  if (check_orphans) collect_orphan_candidates(*orphans, looked);
-  port_->task_begun();
-  // Runs on the worker (or inline, below) with the sweep's result (none without a marker).
-  auto finish = [self = shared_from_this(), orphans, looked, check_orphans, done = std::move(done)](
-                    std::optional<Result<sys::MarkerSweepResult>> sweep) mutable {
-    bool orphans_alive = false;
-    if (check_orphans) {
-      // Processes still in the middle of dying from the kill get a short bounded moment.
-      auto const until = Clock::now() + kOrphanSettle;
-      while (!orphans->empty()) {
-        std::erase_if(*orphans, [](sys::Pidfd const& p) { return !p.alive(); });
-        if (orphans->empty() || Clock::now() >= until) break;
-        ::usleep(2000);  // the worker's own time: the loop is not blocked
-      }
-      orphans_alive = !looked || !orphans->empty();
-    }
-    auto s = std::make_shared<std::optional<Result<sys::MarkerSweepResult>>>(std::move(sweep));
-    asio::post(self->io_, [self, s, orphans_alive, done = std::move(done)]() mutable {
-      if (!self->live()) return;
-      FinalScan scan;
-      if (*s) {
-        auto const& sw = **s;
-        if (!sw) {
-          scan.unconfirmed.push_back("marker sweep failed: " + sw.error().message());
-        } else {
-          auto const& swr = sw.value();  // not operator->: GCC 12 -O2 warning
-          if (!swr.confirmed) {
-            std::string pids;
-            for (auto pid : swr.unreadable_pids) pids += " " + std::to_string(pid);
-            scan.unconfirmed.push_back(
-                "marker sweep unconfirmed: " + std::to_string(swr.remaining) + " marked left, " +
-                std::to_string(swr.unreadable) + " unreadable" +
-                (pids.empty() ? "" : " (" + pids.substr(1) + ")"));
-          }
-          scan.signalled = swr.signalled;
-          self->final_signalled_ += swr.signalled;
-        }
-      }
-      if (self->cgroup_) {
-        // Only cpu.stat: the full stats() would read six more files here for nothing.
-        if (auto usec = cgroup_cpu_usec(*self->cgroup_)) scan.usage.cpu_ms = *usec / 1000;
-        if (self->tree_state() != TreeState::empty)
-          scan.unconfirmed.push_back("cgroup still populated after kill_after_ms");
-      }
-      if (!self->root_gone())
-        scan.unconfirmed.push_back("root process still alive after kill_after_ms");
-      if (orphans_alive) {
-        scan.unconfirmed.push_back(
-            "unattributed live orphans reparented to the daemon (a process may have dropped its "
-            "marker)");
-      }
-      done(std::move(scan));
-      self->port_->task_ended();
-    });
-  };
-  if (!marker_) {
-    asio::post(host_->workers_, [finish = std::move(finish)]() mutable { finish(std::nullopt); });
-    return;
-  }
-  auto const opts = sweep_options(SIGKILL, host_->config_.marker_sweep_rounds);
-  auto shared_finish = std::make_shared<decltype(finish)>(std::move(finish));
-  sys::MarkerSweeper::Request req{
-      sys::MarkerSweepTarget{*marker_, opts.not_before_ticks},
-      [shared_finish](Result<sys::MarkerSweepResult> r) { (*shared_finish)(std::move(r)); }};
-  // A run already scheduled (or running) serves this request too; otherwise schedule one.
-  if (!host_->sweeper_.enqueue(std::move(req))) return;
-  // When no other root is live there is nothing else on the loop for the sweep to
-  // hold up, and the two hand-offs to and from the worker (a cross-CPU wake-up each, ~30 us on
-  // a small VM) would be most of its cost over a ~0.15 ms pass: run it here. Only for a cgroup
-  // boundary: the marker boundary's completion may wait up to kOrphanSettle for orphans to
-  // die, which belongs on the worker.
-  if (!check_orphans && host_->roots_.empty()) {
-    host_->sweeper_.run_pending();
-    return;
-  }
-  asio::post(host_->workers_, [host = host_]() { host->sweeper_.run_pending(); });
 }
 
 // ------------------------------------------------------------------------------ resources

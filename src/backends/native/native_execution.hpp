@@ -85,6 +85,8 @@ class NativeExecution final : public BackendExecution,
 
   [[nodiscard]] std::vector<std::string> build_env(LaunchContext const& ctx) const;
   [[nodiscard]] Step<Acquired> stage(LaunchContext const& ctx);
+  [[nodiscard]] std::optional<core::SpawnFailure> stage_boundary(PlanView const& plan,
+                                                                 Acquired& acq);
   void await_verdict();
   void on_verdict();
   void finish_release(sys::SpawnResult<sys::RunningChild> running);

@@ -152,14 +152,10 @@ void print_header() {
              "STATE", "EXEC", "OPERATIONS");
 }
 
-}  // namespace
-
-void add_grant(CLI::App& app, Globals& g) {
-  auto* grant = app.add_subcommand("grant", "Manage grants (admin)");
-  grant->require_subcommand(1);
-
+// `custos grant add`: a grant from its flags, or whole from --spec.
+void add_grant_add(CLI::App& grant, Globals& g) {
   auto f = std::make_shared<GrantFlags>();
-  auto* add = grant->add_subcommand("add", "Create a grant (authority.grant)");
+  auto* add = grant.add_subcommand("add", "Create a grant (authority.grant)");
   add->add_option("--spec", f->spec_file, "The whole grant as a JSON file (docs/authority.md)");
   add->add_option("--id", f->id, "Grant id (default: chosen by the daemon)");
   add->add_option("--principal", f->principal, "uid:N or gid:N");
@@ -195,6 +191,15 @@ void add_grant(CLI::App& app, Globals& g) {
                  limit_text(r.if_contains("epoch")));
     });
   });
+}
+
+}  // namespace
+
+void add_grant(CLI::App& app, Globals& g) {
+  auto* grant = app.add_subcommand("grant", "Manage grants (admin)");
+  grant->require_subcommand(1);
+
+  add_grant_add(*grant, g);
 
   auto* list = grant->add_subcommand("list", "List grants (admins: all; others: their own)");
   list->callback([&g] {

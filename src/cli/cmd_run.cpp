@@ -108,35 +108,10 @@ std::string random_hex(std::size_t n) {
   return out;
 }
 
-Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
-  json::object params;
-  auto const exe = CUSTOS_TRY(resolve_executable(f.command.front()));
-  fs::path const here = fs::current_path();
-  fs::path const workspace =
-      (f.workspace.empty() ? here : fs::absolute(f.workspace)).lexically_normal();
-  fs::path cwd = f.cwd.empty() ? here : fs::absolute(f.cwd).lexically_normal();
-  std::string rel = cwd.lexically_relative(workspace).native();
-  if (rel.empty()) rel = ".";
-  std::string ws_root = workspace.native();
-  if (ws_root.size() > 1 && ws_root.back() == '/') ws_root.pop_back();
-
-  std::string const run = "run-" + random_hex(16);
-  json::object identity{
-      {"project_id", f.project_id},
-      {"session_id", f.session.empty() ? "cli-" + std::to_string(::getuid()) : f.session},
-      {"run_id", run},
-      {"attempt_id", "a1"},
-      {"turn_id", "t1"},
-      {"action_id", "act-" + random_hex(16)},
-      {"process_id", "proc-1"},
-      {"workspace_id", f.workspace_id},
-      {"resource_id", f.resource_id},
-      {"environment_id", f.environment_id},
-      {"generation", f.generation},
-      {"revision", 0}};
-
-  json::array argv;
-  for (auto const& a : f.command) argv.emplace_back(a);
+// The plan's environment: the default names inherited (unless --clean-env), the names --env
+// gave without a value inherited, and --env NAME=VALUE literals. A literal wins over a default
+// inheritance of the same name; the daemon supplies inherited values, none travels from here.
+json::array plan_env(RunFlags const& f) {
   json::array env;
   std::map<std::string, bool> seen;
   auto inherit = [&](std::string const& name) {
@@ -169,6 +144,39 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
     seen[k] = true;
     env.push_back(json::object{{"name", k}, {"value", v}});
   }
+  return env;
+}
+
+Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
+  json::object params;
+  auto const exe = CUSTOS_TRY(resolve_executable(f.command.front()));
+  fs::path const here = fs::current_path();
+  fs::path const workspace =
+      (f.workspace.empty() ? here : fs::absolute(f.workspace)).lexically_normal();
+  fs::path cwd = f.cwd.empty() ? here : fs::absolute(f.cwd).lexically_normal();
+  std::string rel = cwd.lexically_relative(workspace).native();
+  if (rel.empty()) rel = ".";
+  std::string ws_root = workspace.native();
+  if (ws_root.size() > 1 && ws_root.back() == '/') ws_root.pop_back();
+
+  std::string const run = "run-" + random_hex(16);
+  json::object identity{
+      {"project_id", f.project_id},
+      {"session_id", f.session.empty() ? "cli-" + std::to_string(::getuid()) : f.session},
+      {"run_id", run},
+      {"attempt_id", "a1"},
+      {"turn_id", "t1"},
+      {"action_id", "act-" + random_hex(16)},
+      {"process_id", "proc-1"},
+      {"workspace_id", f.workspace_id},
+      {"resource_id", f.resource_id},
+      {"environment_id", f.environment_id},
+      {"generation", f.generation},
+      {"revision", 0}};
+
+  json::array argv;
+  for (auto const& a : f.command) argv.emplace_back(a);
+  json::array env = plan_env(f);
 
   json::object io{{"mode", f.pty ? "pty" : "pipes"}};
   if (f.pty) {
@@ -309,31 +317,36 @@ class Runner {
   }
 
  private:
-  int loop() {
+  // Our stdin on its way to the execution: at most one exec.input in flight.
+  struct InputState {
     bool stdin_open = true;
-    std::optional<std::uint64_t> input_inflight;
-    std::vector<std::uint8_t> pending_input;
+    std::optional<std::uint64_t> inflight;  // the request id of the exec.input in flight
+    std::vector<std::uint8_t> pending;      // read from stdin, not yet accepted
     bool eof_pending = false;
+  };
+
+  int loop() {
+    InputState input;
     bool cancel_sent = false;
     std::optional<json::value> terminal;
 
     for (;;) {
       // Send stdin that is ready, one exec.input in flight at a time (the daemon may accept
       // fewer bytes than offered; the rest is offered again).
-      if (!input_inflight && (!pending_input.empty() || eof_pending)) {
+      if (!input.inflight && (!input.pending.empty() || input.eof_pending)) {
         json::object p{{"execution_id", id_}};
-        if (!pending_input.empty()) p["data_b64"] = core::base64_encode(pending_input);
-        if (eof_pending) p["eof"] = true;
+        if (!input.pending.empty()) p["data_b64"] = core::base64_encode(input.pending);
+        if (input.eof_pending) p["eof"] = true;
         auto sent = client_->send("exec.input", std::move(p));
         if (!sent) return finish_error(sent.error());
-        input_inflight = *sent;
-        inflight_len_ = pending_input.size();
-        inflight_eof_ = eof_pending;
+        input.inflight = *sent;
+        inflight_len_ = input.pending.size();
+        inflight_eof_ = input.eof_pending;
       }
 
       pollfd fds[3] = {
           {client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
-      bool const want_stdin = stdin_open && pending_input.empty() && !eof_pending;
+      bool const want_stdin = input.stdin_open && input.pending.empty() && !input.eof_pending;
       if (want_stdin) fds[2].events = POLLIN;
       int timeout = -1;
       if (terminal) timeout = 200;
@@ -343,30 +356,16 @@ class Runner {
         if (r == 0 && terminal) break;  // terminal seen and the stream went quiet
       }
 
-      if ((fds[1].revents & POLLIN) != 0) {
-        int const sig = signals_.read_one();
-        if (sig == SIGWINCH && f_.pty) {
-          winsize w{};
-          if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &w) == 0) {
-            (void)client_->send("exec.resize",
-                                {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
-          }
-        } else if (sig != 0 && sig != SIGWINCH && !cancel_sent) {
-          cancel_sent = true;
-          (void)client_->send(
-              "exec.cancel",
-              {{"execution_id", id_}, {"reason", "custos run: signal " + std::to_string(sig)}});
-        }
-      }
+      if ((fds[1].revents & POLLIN) != 0) on_signal(cancel_sent);
 
       if (want_stdin && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
         std::uint8_t buf[65536];
         ssize_t const n = ::read(STDIN_FILENO, buf, sizeof buf);
         if (n > 0) {
-          pending_input.assign(buf, buf + n);
+          input.pending.assign(buf, buf + n);
         } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          stdin_open = false;
-          eof_pending = true;
+          input.stdin_open = false;
+          input.eof_pending = true;
         }
       }
 
@@ -389,38 +388,58 @@ class Runner {
         auto const* idv = m.if_contains("id");
         std::uint64_t rid = 0;
         if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
-        if (input_inflight && rid == *input_inflight) {
-          input_inflight.reset();
-          if (auto const* err = m.if_contains("error"); err != nullptr) {
-            // The child closed its stdin or the input limit was reached: stop forwarding.
-            stdin_open = false;
-            pending_input.clear();
-            eof_pending = false;
-            continue;
-          }
-          std::uint64_t accepted = 0;
-          if (auto const* res = m.if_contains("result"); res != nullptr && res->is_object()) {
-            if (auto const* a = res->get_object().if_contains("accepted_bytes");
-                a != nullptr && a->is_number()) {
-              accepted = a->to_number<std::uint64_t>();
-            }
-          }
-          if (accepted >= inflight_len_) {
-            pending_input.clear();
-            if (inflight_eof_) eof_pending = false;
-          } else {
-            pending_input.erase(pending_input.begin(),
-                                pending_input.begin() + static_cast<std::ptrdiff_t>(accepted));
-            // The daemon's queue is full: give the child a moment to read.
-            ::usleep(10000);
-          }
-        }
+        if (input.inflight && rid == *input.inflight) on_input_answer(m, input);
       }
     }
     raw_.restore();
     if (!terminal) return finish_error(Error{Errc::internal, "no terminal result"});
     if (g_.json) fmt::print("{}\n", json::serialize(*terminal));
     return exit_code_for(*terminal);
+  }
+
+  // A signal to the CLI: SIGWINCH resizes the pty; any other asks (once) for a cancel.
+  void on_signal(bool& cancel_sent) {
+    int const sig = signals_.read_one();
+    if (sig == SIGWINCH && f_.pty) {
+      winsize w{};
+      if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &w) == 0) {
+        (void)client_->send("exec.resize",
+                            {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
+      }
+    } else if (sig != 0 && sig != SIGWINCH && !cancel_sent) {
+      cancel_sent = true;
+      (void)client_->send("exec.cancel", {{"execution_id", id_},
+                                          {"reason", "custos run: signal " + std::to_string(sig)}});
+    }
+  }
+
+  // The answer to the exec.input in flight: what was accepted leaves the pending bytes (the
+  // rest is offered again); an error stops the forwarding.
+  void on_input_answer(json::object const& m, InputState& in) {
+    in.inflight.reset();
+    if (auto const* err = m.if_contains("error"); err != nullptr) {
+      // The child closed its stdin or the input limit was reached: stop forwarding.
+      in.stdin_open = false;
+      in.pending.clear();
+      in.eof_pending = false;
+      return;
+    }
+    std::uint64_t accepted = 0;
+    if (auto const* res = m.if_contains("result"); res != nullptr && res->is_object()) {
+      if (auto const* a = res->get_object().if_contains("accepted_bytes");
+          a != nullptr && a->is_number()) {
+        accepted = a->to_number<std::uint64_t>();
+      }
+    }
+    if (accepted >= inflight_len_) {
+      in.pending.clear();
+      if (inflight_eof_) in.eof_pending = false;
+    } else {
+      in.pending.erase(in.pending.begin(),
+                       in.pending.begin() + static_cast<std::ptrdiff_t>(accepted));
+      // The daemon's queue is full: give the child a moment to read.
+      ::usleep(10000);
+    }
   }
 
   // Writes the stream's bytes from what we have written so far up to `upto` (or to the end of

@@ -5,10 +5,17 @@
 #include <limits>
 #include <string>
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::core {
 namespace {
 
-constexpr std::array<std::string_view, 3> kStreamNames = {"stdout", "stderr", "pty"};
+constexpr auto kStreamNames = wire_names<Stream>({
+    {Stream::stdout_stream, "stdout"},
+    {Stream::stderr_stream, "stderr"},
+    {Stream::pty, "pty"},
+});
+static_assert(kStreamNames.complete());
 
 Error overflow(std::string_view what) {
   return Error{Errc::accounting_invariant, std::string{what} + " would overflow u64"};
@@ -23,15 +30,11 @@ std::optional<std::uint64_t> add(std::uint64_t a, std::uint64_t b) noexcept {
 }  // namespace
 
 std::string_view stream_wire(Stream s) noexcept {
-  auto const i = static_cast<std::size_t>(s);
-  return i < kStreamNames.size() ? kStreamNames[i] : std::string_view{"invalid"};
+  return kStreamNames.wire(s);
 }
 
 std::optional<Stream> stream_from_wire(std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < kStreamNames.size(); ++i) {
-    if (kStreamNames[i] == wire) return static_cast<Stream>(i);
-  }
-  return std::nullopt;
+  return kStreamNames.from_wire(wire);
 }
 
 Result<> StreamAccounting::check() const {

@@ -3,39 +3,58 @@
 
 #include <limits>
 
-#include "wire_names.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
 
-using detail::lookup;
-using detail::name_of;
+constexpr auto kTriggerNames = wire_names<Trigger>({
+    {Trigger::user, "user"},
+    {Trigger::deadline, "deadline"},
+    {Trigger::output_limit, "output_limit"},
+    {Trigger::resource_limit, "resource_limit"},
+    {Trigger::lease_fence, "lease_fence"},
+    {Trigger::supervisor_shutdown, "supervisor_shutdown"},
+    {Trigger::backend_failure, "backend_failure"},
+});
+static_assert(kTriggerNames.complete() && kTriggerNames.size() == kTriggerCount);
 
-// Indexed by the enumerator value; the order must follow the enum declaration.
-constexpr std::array<std::string_view, kTriggerCount> kTriggerNames = {
-    "user",           "deadline",    "output_limit",
-    "resource_limit", "lease_fence", "supervisor_shutdown",
-    "backend_failure"};
+constexpr auto kClassificationNames = wire_names<Classification>({
+    {Classification::exited, "exited"},
+    {Classification::signaled, "signaled"},
+    {Classification::spawn_failed, "spawn_failed"},
+    {Classification::cancelled, "cancelled"},
+    {Classification::timed_out, "timed_out"},
+    {Classification::output_limit, "output_limit"},
+    {Classification::resource_limit, "resource_limit"},
+    {Classification::sandbox_denied, "sandbox_denied"},
+    {Classification::supervisor_failed, "supervisor_failed"},
+    {Classification::recovery_indeterminate, "recovery_indeterminate"},
+});
+static_assert(kClassificationNames.complete() &&
+              kClassificationNames.size() == kClassificationCount);
 
-constexpr std::array<std::string_view, kClassificationCount> kClassificationNames = {
-    "exited",
-    "signaled",
-    "spawn_failed",
-    "cancelled",
-    "timed_out",
-    "output_limit",
-    "resource_limit",
-    "sandbox_denied",
-    "supervisor_failed",
-    "recovery_indeterminate"};
+constexpr auto kRecoveryNames = wire_names<RecoveryPath>({
+    {RecoveryPath::observed, "observed"},
+    {RecoveryPath::already_terminal, "already_terminal"},
+    {RecoveryPath::live_owned, "live_owned"},
+    {RecoveryPath::absent_without_terminal, "absent_without_terminal"},
+    {RecoveryPath::indeterminate, "indeterminate"},
+});
+static_assert(kRecoveryNames.complete());
 
-constexpr std::array<std::string_view, 5> kRecoveryNames = {
-    "observed", "already_terminal", "live_owned", "absent_without_terminal", "indeterminate"};
+constexpr auto kCleanupNames = wire_names<Cleanup>({
+    {Cleanup::confirmed, "confirmed"},
+    {Cleanup::unconfirmed, "unconfirmed"},
+});
+static_assert(kCleanupNames.complete());
 
-constexpr std::array<std::string_view, 2> kCleanupNames = {"confirmed", "unconfirmed"};
-
-constexpr std::array<std::string_view, 3> kOutcomeNames = {"accepted", "ignored",
-                                                           "rejected_after_exit"};
+constexpr auto kOutcomeNames = wire_names<TriggerOutcome>({
+    {TriggerOutcome::accepted, "accepted"},
+    {TriggerOutcome::ignored, "ignored"},
+    {TriggerOutcome::rejected_after_exit, "rejected_after_exit"},
+});
+static_assert(kOutcomeNames.complete());
 
 void bump(std::uint32_t& counter) noexcept {
   // Saturate: the counts are diagnostics, and wrapping would make a flood look quiet.
@@ -45,35 +64,35 @@ void bump(std::uint32_t& counter) noexcept {
 }  // namespace
 
 std::string_view trigger_wire(Trigger t) noexcept {
-  return name_of(kTriggerNames, t);
+  return kTriggerNames.wire(t);
 }
 std::optional<Trigger> trigger_from_wire(std::string_view wire) noexcept {
-  return lookup<Trigger>(kTriggerNames, wire);
+  return kTriggerNames.from_wire(wire);
 }
 
 std::string_view classification_wire(Classification c) noexcept {
-  return name_of(kClassificationNames, c);
+  return kClassificationNames.wire(c);
 }
 std::optional<Classification> classification_from_wire(std::string_view wire) noexcept {
-  return lookup<Classification>(kClassificationNames, wire);
+  return kClassificationNames.from_wire(wire);
 }
 
 std::string_view recovery_path_wire(RecoveryPath r) noexcept {
-  return name_of(kRecoveryNames, r);
+  return kRecoveryNames.wire(r);
 }
 std::optional<RecoveryPath> recovery_path_from_wire(std::string_view wire) noexcept {
-  return lookup<RecoveryPath>(kRecoveryNames, wire);
+  return kRecoveryNames.from_wire(wire);
 }
 
 std::string_view cleanup_wire(Cleanup c) noexcept {
-  return name_of(kCleanupNames, c);
+  return kCleanupNames.wire(c);
 }
 std::optional<Cleanup> cleanup_from_wire(std::string_view wire) noexcept {
-  return lookup<Cleanup>(kCleanupNames, wire);
+  return kCleanupNames.from_wire(wire);
 }
 
 std::string_view trigger_outcome_wire(TriggerOutcome o) noexcept {
-  return name_of(kOutcomeNames, o);
+  return kOutcomeNames.wire(o);
 }
 
 Classification trigger_classification(Trigger t) noexcept {
@@ -99,6 +118,7 @@ bool ExitStatus::valid() const noexcept {
   // Exit codes are the low 8 bits of the status; Linux signals are 1..64 (SIGRTMAX).
   if (code.has_value() && (*code < 0 || *code > 255)) return false;
   if (signal.has_value() && (*signal < 1 || *signal > 64)) return false;
+  if (core_dumped && !signal.has_value()) return false;
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "custos/core/result.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos {
 namespace {
@@ -127,6 +128,18 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::internal, "internal.error", Recovery::terminal},
 };
 
+constexpr auto kRecoveryNames = core::wire_names<Recovery>({
+    {Recovery::caller_correction, "caller_correction"},
+    {Recovery::reauthorize, "reauthorize"},
+    {Recovery::preparation_retry, "preparation_retry"},
+    {Recovery::cancel_reap, "cancel_reap"},
+    {Recovery::reopen_reconcile, "reopen_reconcile"},
+    {Recovery::quarantine, "quarantine"},
+    {Recovery::publication_retry, "publication_retry"},
+    {Recovery::terminal, "terminal"},
+});
+static_assert(kRecoveryNames.complete());
+
 ErrorRow const* find_row(Errc code) noexcept {
   for (auto const& row : kErrorTable) {
     if (row.code == code) return &row;
@@ -154,25 +167,7 @@ std::optional<Errc> errc_from_wire(std::string_view wire) noexcept {
 }
 
 std::string_view recovery_wire(Recovery r) noexcept {
-  switch (r) {
-    case Recovery::caller_correction:
-      return "caller_correction";
-    case Recovery::reauthorize:
-      return "reauthorize";
-    case Recovery::preparation_retry:
-      return "preparation_retry";
-    case Recovery::cancel_reap:
-      return "cancel_reap";
-    case Recovery::reopen_reconcile:
-      return "reopen_reconcile";
-    case Recovery::quarantine:
-      return "quarantine";
-    case Recovery::publication_retry:
-      return "publication_retry";
-    case Recovery::terminal:
-      return "terminal";
-  }
-  return "terminal";
+  return kRecoveryNames.wire(r);
 }
 
 std::vector<Errc> all_errcs() {

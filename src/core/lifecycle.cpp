@@ -5,11 +5,21 @@
 #include <string>
 #include <type_traits>
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::core {
 namespace {
 
-constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
-    "authorized", "starting", "running", "stopping", "exited", "closed", "terminal"};
+constexpr auto kPhaseNames = wire_names<Phase>({
+    {Phase::authorized, "authorized"},
+    {Phase::starting, "starting"},
+    {Phase::running, "running"},
+    {Phase::stopping, "stopping"},
+    {Phase::exited, "exited"},
+    {Phase::closed, "closed"},
+    {Phase::terminal, "terminal"},
+});
+static_assert(kPhaseNames.complete() && kPhaseNames.size() == kPhaseCount);
 
 // A recovery jump is the only way to reach terminal without the supervisor having seen the end.
 bool is_recovery_jump(RecoveryPath via) noexcept {
@@ -31,15 +41,11 @@ LifecycleState with_phase(LifecycleState s, Phase p) {
 }  // namespace
 
 std::string_view phase_wire(Phase p) noexcept {
-  auto const i = static_cast<std::size_t>(p);
-  return i < kPhaseCount ? kPhaseNames[i] : std::string_view{"invalid"};
+  return kPhaseNames.wire(p);
 }
 
 std::optional<Phase> phase_from_wire(std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < kPhaseCount; ++i) {
-    if (kPhaseNames[i] == wire) return static_cast<Phase>(i);
-  }
-  return std::nullopt;
+  return kPhaseNames.from_wire(wire);
 }
 
 bool is_legal_progression(Phase from, Phase to, RecoveryPath via) noexcept {

@@ -3,9 +3,11 @@
 #include "custos/core/plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <unordered_set>
 
 #include "custos/core/json_pointer.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
@@ -92,33 +94,36 @@ std::optional<std::string> normalize_cwd(std::string_view cwd, std::string* why)
   return out;
 }
 
+namespace {
+
+// The graceful signals a plan may name (escalation.signal, the reference script's ignore).
+struct NamedSignal {
+  std::uint32_t number;
+  std::string_view name;
+};
+constexpr std::array<NamedSignal, 6> kGracefulSignals{{
+    {1, "SIGHUP"},
+    {2, "SIGINT"},
+    {3, "SIGQUIT"},
+    {10, "SIGUSR1"},
+    {12, "SIGUSR2"},
+    {15, "SIGTERM"},
+}};
+
+}  // namespace
+
 std::optional<std::uint32_t> signal_from_name(std::string_view name) noexcept {
-  if (name == "SIGHUP") return 1;
-  if (name == "SIGINT") return 2;
-  if (name == "SIGQUIT") return 3;
-  if (name == "SIGUSR1") return 10;
-  if (name == "SIGUSR2") return 12;
-  if (name == "SIGTERM") return 15;
+  for (auto const& s : kGracefulSignals) {
+    if (s.name == name) return s.number;
+  }
   return std::nullopt;
 }
 
 std::optional<std::string_view> signal_name(std::uint32_t number) noexcept {
-  switch (number) {
-    case 1:
-      return "SIGHUP";
-    case 2:
-      return "SIGINT";
-    case 3:
-      return "SIGQUIT";
-    case 10:
-      return "SIGUSR1";
-    case 12:
-      return "SIGUSR2";
-    case 15:
-      return "SIGTERM";
-    default:
-      return std::nullopt;
+  for (auto const& s : kGracefulSignals) {
+    if (s.number == number) return s.name;
   }
+  return std::nullopt;
 }
 
 std::vector<Limit*> limit_members(Limits& l) {
@@ -133,50 +138,60 @@ std::vector<Limit const*> limit_members(Limits const& l) {
 
 // ------------------------------------------------------------------------------ enums
 
+namespace {
+
+constexpr auto kWorkspaceAccessNames = wire_names<WorkspaceAccess>({
+    {WorkspaceAccess::read_only, "read_only"},
+    {WorkspaceAccess::writable, "writable"},
+});
+static_assert(kWorkspaceAccessNames.complete(1));
+
+constexpr auto kIoModeNames = wire_names<IoMode>({
+    {IoMode::pipes, "pipes"},
+    {IoMode::pty, "pty"},
+});
+static_assert(kIoModeNames.complete(1));
+
+constexpr auto kOnLimitNames = wire_names<OnLimit>({
+    {OnLimit::truncate, "truncate"},
+    {OnLimit::cancel, "cancel"},
+});
+static_assert(kOnLimitNames.complete(1));
+
+constexpr auto kBackendKindNames = wire_names<BackendKind>({
+    {BackendKind::native, "native"},
+    {BackendKind::reference, "reference"},
+    {BackendKind::docker, "docker"},
+    {BackendKind::podman, "podman"},
+});
+static_assert(kBackendKindNames.complete(1));
+
+}  // namespace
+
 std::string_view to_string(WorkspaceAccess a) noexcept {
-  return a == WorkspaceAccess::writable ? "writable" : "read_only";
+  return kWorkspaceAccessNames.wire(a);
 }
 std::string_view to_string(IoMode m) noexcept {
-  return m == IoMode::pty ? "pty" : "pipes";
+  return kIoModeNames.wire(m);
 }
 std::string_view to_string(OnLimit o) noexcept {
-  return o == OnLimit::cancel ? "cancel" : "truncate";
+  return kOnLimitNames.wire(o);
 }
 std::string_view to_string(BackendKind k) noexcept {
-  switch (k) {
-    case BackendKind::native:
-      return "native";
-    case BackendKind::reference:
-      return "reference";
-    case BackendKind::docker:
-      return "docker";
-    case BackendKind::podman:
-      return "podman";
-  }
-  return "native";
+  return kBackendKindNames.wire(k);
 }
 
 std::optional<WorkspaceAccess> workspace_access_from(std::string_view s) noexcept {
-  if (s == "read_only") return WorkspaceAccess::read_only;
-  if (s == "writable") return WorkspaceAccess::writable;
-  return std::nullopt;
+  return kWorkspaceAccessNames.from_wire(s);
 }
 std::optional<IoMode> io_mode_from(std::string_view s) noexcept {
-  if (s == "pipes") return IoMode::pipes;
-  if (s == "pty") return IoMode::pty;
-  return std::nullopt;
+  return kIoModeNames.from_wire(s);
 }
 std::optional<OnLimit> on_limit_from(std::string_view s) noexcept {
-  if (s == "truncate") return OnLimit::truncate;
-  if (s == "cancel") return OnLimit::cancel;
-  return std::nullopt;
+  return kOnLimitNames.from_wire(s);
 }
 std::optional<BackendKind> backend_kind_from(std::string_view s) noexcept {
-  if (s == "native") return BackendKind::native;
-  if (s == "reference") return BackendKind::reference;
-  if (s == "docker") return BackendKind::docker;
-  if (s == "podman") return BackendKind::podman;
-  return std::nullopt;
+  return kBackendKindNames.from_wire(s);
 }
 
 // ------------------------------------------------------------------------------ sections

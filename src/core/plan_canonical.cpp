@@ -287,6 +287,41 @@ Result<ReferenceScript> read_script(CanonicalReader& r, Tag tag) {
   return script;
 }
 
+// Field 4, the environment: literal and inherited entries, each its own record kind.
+Result<void> read_env(CanonicalReader& r, ExecutionPlan& p) {
+  auto l = CUSTOS_TRY(r.list(4, FieldType::record));
+  p.env.reserve(l.size());
+  while (!l.done()) {
+    auto e = CUSTOS_TRY(l.next_record());
+    EnvEntry entry;
+    entry.name = CUSTOS_TRY(e.string(1));
+    if (e.kind() == kind::env_literal) {
+      entry.value = CUSTOS_TRY(e.string(2));
+    } else if (e.kind() != kind::env_inherit) {
+      return malformed("env entry of record kind " + std::to_string(e.kind()));
+    }
+    CUSTOS_TRYV(e.finish());
+    p.env.push_back(std::move(entry));
+  }
+  CUSTOS_TRYV(l.finish());
+  return ok();
+}
+
+// Field 5, the io policy: pipes, or a pty with its window size.
+Result<void> read_io(CanonicalReader& r, ExecutionPlan& p) {
+  auto io = CUSTOS_TRY(r.record_any(5));
+  if (io.kind() == kind::io_pty) {
+    p.io.mode = IoMode::pty;
+    p.io.rows = CUSTOS_TRY(io.u32(1));
+    p.io.cols = CUSTOS_TRY(io.u32(2));
+    p.io.resize = CUSTOS_TRY(io.boolean(3));
+  } else if (io.kind() != kind::io_pipes) {
+    return malformed("io record of kind " + std::to_string(io.kind()));
+  }
+  CUSTOS_TRYV(io.finish());
+  return ok();
+}
+
 Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
   ExecutionPlan p;
   {
@@ -303,35 +338,8 @@ Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
     CUSTOS_TRYV(ws.finish());
   }
   p.cwd = CUSTOS_TRY(r.string(3));
-  {
-    auto l = CUSTOS_TRY(r.list(4, FieldType::record));
-    p.env.reserve(l.size());
-    while (!l.done()) {
-      auto e = CUSTOS_TRY(l.next_record());
-      EnvEntry entry;
-      entry.name = CUSTOS_TRY(e.string(1));
-      if (e.kind() == kind::env_literal) {
-        entry.value = CUSTOS_TRY(e.string(2));
-      } else if (e.kind() != kind::env_inherit) {
-        return malformed("env entry of record kind " + std::to_string(e.kind()));
-      }
-      CUSTOS_TRYV(e.finish());
-      p.env.push_back(std::move(entry));
-    }
-    CUSTOS_TRYV(l.finish());
-  }
-  {
-    auto io = CUSTOS_TRY(r.record_any(5));
-    if (io.kind() == kind::io_pty) {
-      p.io.mode = IoMode::pty;
-      p.io.rows = CUSTOS_TRY(io.u32(1));
-      p.io.cols = CUSTOS_TRY(io.u32(2));
-      p.io.resize = CUSTOS_TRY(io.boolean(3));
-    } else if (io.kind() != kind::io_pipes) {
-      return malformed("io record of kind " + std::to_string(io.kind()));
-    }
-    CUSTOS_TRYV(io.finish());
-  }
+  CUSTOS_TRYV(read_env(r, p));
+  CUSTOS_TRYV(read_io(r, p));
   {
     auto l = CUSTOS_TRY(r.record(6, kind::limits));
     Tag tag = 1;

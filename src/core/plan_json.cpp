@@ -11,6 +11,7 @@
 
 #include "custos/core/base64.hpp"
 #include "custos/core/ids.hpp"
+#include "custos/core/json_fields.hpp"
 #include "custos/core/json_pointer.hpp"
 
 namespace custos::core {
@@ -18,137 +19,15 @@ namespace json = boost::json;
 
 namespace {
 
-std::string_view kind_name(json::kind k) {
-  switch (k) {
-    case json::kind::null:
-      return "null";
-    case json::kind::bool_:
-      return "a boolean";
-    case json::kind::int64:
-    case json::kind::uint64:
-      return "an integer";
-    case json::kind::double_:
-      return "a floating-point number";
-    case json::kind::string:
-      return "a string";
-    case json::kind::array:
-      return "an array";
-    case json::kind::object:
-      return "an object";
-  }
-  return "a value";
-}
-
-// Collects diagnostics while walking one document.
-class Walker {
- public:
-  std::vector<Diagnostic> diags;
-
-  void add(Errc code, std::string ptr, std::string msg) {
-    diags.push_back(Diagnostic{code, std::move(ptr), std::move(msg)});
-  }
-
-  void wrong_type(json::value const& v, std::string ptr, std::string_view expected) {
-    add(Errc::plan_wrong_type, std::move(ptr),
-        "must be " + std::string{expected} + ", is " + std::string{kind_name(v.kind())});
-  }
-
-  json::object const* object(json::value const& v, std::string const& ptr) {
-    if (auto const* o = v.if_object()) return o;
-    wrong_type(v, ptr, "an object");
-    return nullptr;
-  }
-
-  json::array const* array(json::value const& v, std::string const& ptr) {
-    if (auto const* a = v.if_array()) return a;
-    wrong_type(v, ptr, "an array");
-    return nullptr;
-  }
-
-  // Reports every member not in `allowed`, in document order.
-  void only(json::object const& o, std::string const& ptr,
-            std::initializer_list<std::string_view> allowed) {
-    for (auto const& kv : o) {
-      if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end()) {
-        add(Errc::plan_unknown_field, pointer_append(ptr, kv.key()), "unknown member");
-      }
-    }
-  }
-
-  json::value const* required(json::object const& o, std::string const& ptr, std::string_view key) {
-    auto it = o.find(key);
-    if (it == o.end()) {
-      add(Errc::plan_missing_field, pointer_append(ptr, key), "is required");
-      return nullptr;
-    }
-    return &it->value();
-  }
-
-  static json::value const* optional(json::object const& o, std::string_view key) {
-    auto it = o.find(key);
-    return it == o.end() ? nullptr : &it->value();
-  }
-
-  bool string(json::value const& v, std::string const& ptr, std::string& out) {
-    if (auto const* s = v.if_string()) {
-      out.assign(s->data(), s->size());
-      return true;
-    }
-    wrong_type(v, ptr, "a string");
-    return false;
-  }
-
-  bool boolean(json::value const& v, std::string const& ptr, bool& out) {
-    if (auto const* b = v.if_bool()) {
-      out = *b;
-      return true;
-    }
-    wrong_type(v, ptr, "a boolean");
-    return false;
-  }
-
-  // A non-negative integer no larger than `max`; a negative or too large one is `range_code`.
-  bool unsigned_int(json::value const& v, std::string const& ptr, std::uint64_t max,
-                    Errc range_code, std::uint64_t& out) {
-    if (auto const* i = v.if_int64()) {
-      if (*i < 0) {
-        add(range_code, ptr, "must not be negative");
-        return false;
-      }
-      out = static_cast<std::uint64_t>(*i);
-    } else if (auto const* u = v.if_uint64()) {
-      out = *u;
-    } else {
-      wrong_type(v, ptr, "a non-negative integer");
-      return false;
-    }
-    if (out > max) {
-      add(range_code, ptr, "must be at most " + std::to_string(max));
-      return false;
-    }
-    return true;
-  }
-
-  // Optional numeric member: leaves `out` at its default when absent.
-  template <class T>
-  void opt_number(json::object const& o, std::string const& ptr, std::string_view key,
-                  std::uint64_t max, Errc range_code, T& out) {
-    if (auto const* v = optional(o, key)) {
-      std::uint64_t n = 0;
-      if (unsigned_int(*v, pointer_append(ptr, key), max, range_code, n)) out = static_cast<T>(n);
-    }
-  }
-};
-
 // Runs a section rule only when the section parsed without structural problems, so one mistake
 // is reported once (a missing executable is plan.missing_field, not also invalid_executable).
 template <class Rule>
-void then_validate(Walker& w, std::size_t before, Rule&& rule) {
-  if (w.diags.size() == before) rule(w.diags);
+void then_validate(FieldReader& w, std::size_t before, Rule&& rule) {
+  if (w.count() == before) rule(w.diagnostics());
 }
 
-void parse_command(Walker& w, json::value const& v, std::string const& ptr, Command& out) {
-  std::size_t const before = w.diags.size();
+void parse_command(FieldReader& w, json::value const& v, std::string const& ptr, Command& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"executable", "argv"});
@@ -167,15 +46,15 @@ void parse_command(Walker& w, json::value const& v, std::string const& ptr, Comm
   then_validate(w, before, [&](auto& d) { validate_command(out, ptr, d); });
 }
 
-void parse_workspace(Walker& w, json::value const& v, std::string const& ptr, Workspace& out) {
-  std::size_t const before = w.diags.size();
+void parse_workspace(FieldReader& w, json::value const& v, std::string const& ptr, Workspace& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"root", "access"});
   if (auto const* root = w.required(*o, ptr, "root")) {
     (void)w.string(*root, pointer_append(ptr, "root"), out.root);
   }
-  if (auto const* access = Walker::optional(*o, "access")) {
+  if (auto const* access = FieldReader::optional(*o, "access")) {
     std::string s;
     std::string const aptr = pointer_append(ptr, "access");
     if (w.string(*access, aptr, s)) {
@@ -189,10 +68,10 @@ void parse_workspace(Walker& w, json::value const& v, std::string const& ptr, Wo
   then_validate(w, before, [&](auto& d) { validate_workspace(out, ptr, d); });
 }
 
-void parse_cwd(Walker& w, json::value const& v, std::string const& ptr, std::string& out) {
+void parse_cwd(FieldReader& w, json::value const& v, std::string const& ptr, std::string& out) {
   std::string raw;
   if (!w.string(v, ptr, raw)) return;
-  std::size_t const before = w.diags.size();
+  std::size_t const before = w.count();
   if (raw.find('\0') != std::string::npos) {
     w.add(Errc::plan_nul_byte, ptr, "contains a NUL byte");
   } else if (raw.size() > kMaxPathBytes) {
@@ -208,14 +87,14 @@ void parse_cwd(Walker& w, json::value const& v, std::string const& ptr, std::str
   then_validate(w, before, [&](auto& d) { validate_cwd(out, ptr, d); });
 }
 
-void parse_env(Walker& w, json::value const& v, std::string const& ptr,
+void parse_env(FieldReader& w, json::value const& v, std::string const& ptr,
                std::vector<EnvEntry>& out) {
   auto const* a = w.array(v, ptr);
   if (a == nullptr) return;
   out.resize(a->size());
   std::vector<std::string> broken;  // pointers of entries that did not parse structurally
   for (std::size_t i = 0; i < a->size(); ++i) {
-    std::size_t const before = w.diags.size();
+    std::size_t const before = w.count();
     std::string const eptr = pointer_append(ptr, i);
     if (auto const* o = w.object((*a)[i], eptr)) {
       w.only(*o, eptr, {"name", "inherit", "value"});
@@ -224,14 +103,14 @@ void parse_env(Walker& w, json::value const& v, std::string const& ptr,
       }
       bool inherit = false;
       bool has_inherit = false;
-      if (auto const* inh = Walker::optional(*o, "inherit")) {
+      if (auto const* inh = FieldReader::optional(*o, "inherit")) {
         has_inherit = w.boolean(*inh, pointer_append(eptr, "inherit"), inherit);
         if (has_inherit && !inherit) {
           w.add(Errc::plan_env_conflict, pointer_append(eptr, "inherit"),
                 "must be true when present (a literal entry has a value and no inherit)");
         }
       }
-      if (auto const* value = Walker::optional(*o, "value")) {
+      if (auto const* value = FieldReader::optional(*o, "value")) {
         std::string s;
         if (w.string(*value, pointer_append(eptr, "value"), s)) out[i].value = std::move(s);
         if (has_inherit && inherit) {
@@ -242,7 +121,7 @@ void parse_env(Walker& w, json::value const& v, std::string const& ptr,
         w.add(Errc::plan_env_conflict, eptr, "needs either \"inherit\": true or a \"value\"");
       }
     }
-    if (w.diags.size() != before) broken.push_back(eptr + "/");
+    if (w.count() != before) broken.push_back(eptr + "/");
   }
   // The list rules (names, duplicates, totals) run over every entry; findings about an entry
   // that is already reported as malformed are dropped so each mistake is reported once.
@@ -253,12 +132,12 @@ void parse_env(Walker& w, json::value const& v, std::string const& ptr,
     bool const in_broken = std::any_of(broken.begin(), broken.end(), [&](std::string const& b) {
       return with_slash.compare(0, b.size(), b) == 0;
     });
-    if (!in_broken) w.diags.push_back(std::move(d));
+    if (!in_broken) w.diagnostics().push_back(std::move(d));
   }
 }
 
-void parse_io(Walker& w, json::value const& v, std::string const& ptr, IoPolicy& out) {
-  std::size_t const before = w.diags.size();
+void parse_io(FieldReader& w, json::value const& v, std::string const& ptr, IoPolicy& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"mode", "rows", "cols", "resize"});
@@ -274,7 +153,7 @@ void parse_io(Walker& w, json::value const& v, std::string const& ptr, IoPolicy&
       }
     }
   }
-  if (w.diags.size() != before) return;
+  if (w.count() != before) return;
   if (out.mode == IoMode::pipes) {
     for (std::string_view key : {"rows", "cols", "resize"}) {
       if (o->contains(key))
@@ -286,14 +165,14 @@ void parse_io(Walker& w, json::value const& v, std::string const& ptr, IoPolicy&
   out.cols = kDefaultPtyCols;
   w.opt_number(*o, ptr, "rows", kMaxPtyDimension, Errc::plan_invalid_io, out.rows);
   w.opt_number(*o, ptr, "cols", kMaxPtyDimension, Errc::plan_invalid_io, out.cols);
-  if (auto const* resize = Walker::optional(*o, "resize")) {
+  if (auto const* resize = FieldReader::optional(*o, "resize")) {
     (void)w.boolean(*resize, pointer_append(ptr, "resize"), out.resize);
   }
   then_validate(w, before, [&](auto& d) { validate_io(out, ptr, d); });
 }
 
-void parse_limits(Walker& w, json::value const& v, std::string const& ptr, Limits& out) {
-  std::size_t const before = w.diags.size();
+void parse_limits(FieldReader& w, json::value const& v, std::string const& ptr, Limits& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr,
@@ -301,7 +180,7 @@ void parse_limits(Walker& w, json::value const& v, std::string const& ptr, Limit
           kLimitNames[5], kLimitNames[6], kLimitNames[7]});
   auto members = limit_members(out);
   for (std::size_t i = 0; i < members.size(); ++i) {
-    auto const* lv = Walker::optional(*o, kLimitNames[i]);
+    auto const* lv = FieldReader::optional(*o, kLimitNames[i]);
     if (lv == nullptr) continue;
     std::string const lptr = pointer_append(ptr, kLimitNames[i]);
     if (auto const* s = lv->if_string()) {
@@ -318,8 +197,8 @@ void parse_limits(Walker& w, json::value const& v, std::string const& ptr, Limit
   then_validate(w, before, [&](auto& d) { validate_limits(out, ptr, d); });
 }
 
-void parse_output(Walker& w, json::value const& v, std::string const& ptr, OutputPolicy& out) {
-  std::size_t const before = w.diags.size();
+void parse_output(FieldReader& w, json::value const& v, std::string const& ptr, OutputPolicy& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"chunk_bytes", "retained_bytes", "spool_bytes", "max_events", "on_limit"});
@@ -328,7 +207,7 @@ void parse_output(Walker& w, json::value const& v, std::string const& ptr, Outpu
   w.opt_number(*o, ptr, "retained_bytes", kMaxPlanNumber, code, out.retained_bytes);
   w.opt_number(*o, ptr, "spool_bytes", kMaxPlanNumber, code, out.spool_bytes);
   w.opt_number(*o, ptr, "max_events", kMaxPlanNumber, code, out.max_events);
-  if (auto const* ol = Walker::optional(*o, "on_limit")) {
+  if (auto const* ol = FieldReader::optional(*o, "on_limit")) {
     std::string s;
     std::string const optr = pointer_append(ptr, "on_limit");
     if (w.string(*ol, optr, s)) {
@@ -342,13 +221,14 @@ void parse_output(Walker& w, json::value const& v, std::string const& ptr, Outpu
   then_validate(w, before, [&](auto& d) { validate_output(out, ptr, d); });
 }
 
-void parse_escalation(Walker& w, json::value const& v, std::string const& ptr, Escalation& out) {
-  std::size_t const before = w.diags.size();
+void parse_escalation(FieldReader& w, json::value const& v, std::string const& ptr,
+                      Escalation& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"signal", "grace_ms", "kill_after_ms"});
   auto const code = Errc::plan_invalid_escalation;
-  if (auto const* sig = Walker::optional(*o, "signal")) {
+  if (auto const* sig = FieldReader::optional(*o, "signal")) {
     std::string s;
     std::string const sptr = pointer_append(ptr, "signal");
     if (w.string(*sig, sptr, s)) {
@@ -364,9 +244,9 @@ void parse_escalation(Walker& w, json::value const& v, std::string const& ptr, E
   then_validate(w, before, [&](auto& d) { validate_escalation(out, ptr, d); });
 }
 
-void parse_user(Walker& w, json::value const& v, std::string const& ptr,
+void parse_user(FieldReader& w, json::value const& v, std::string const& ptr,
                 std::optional<UserSpec>& out) {
-  std::size_t const before = w.diags.size();
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"uid", "gid", "groups"});
@@ -382,7 +262,7 @@ void parse_user(Walker& w, json::value const& v, std::string const& ptr,
     if (w.unsigned_int(*gid, pointer_append(ptr, "gid"), kMaxId, code, n))
       u.gid = static_cast<std::uint32_t>(n);
   }
-  if (auto const* groups = Walker::optional(*o, "groups")) {
+  if (auto const* groups = FieldReader::optional(*o, "groups")) {
     std::string const gptr = pointer_append(ptr, "groups");
     if (auto const* a = w.array(*groups, gptr)) {
       if (a->size() > kMaxGroups) {
@@ -401,12 +281,12 @@ void parse_user(Walker& w, json::value const& v, std::string const& ptr,
       }
     }
   }
-  if (w.diags.size() != before) return;
-  validate_user(u, ptr, w.diags);
+  if (w.count() != before) return;
+  validate_user(u, ptr, w.diagnostics());
   out = std::move(u);
 }
 
-void parse_sandbox(Walker& w, json::value const& v, std::string const& ptr) {
+void parse_sandbox(FieldReader& w, json::value const& v, std::string const& ptr) {
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   // Sandbox requirements are not implemented by this version: accepting and dropping them
@@ -418,7 +298,7 @@ void parse_sandbox(Walker& w, json::value const& v, std::string const& ptr) {
 }
 
 // A write step's members: the stream (the step key's value) and data_b64.
-std::optional<ScriptStep> parse_write_step(Walker& w, json::object const& o,
+std::optional<ScriptStep> parse_write_step(FieldReader& w, json::object const& o,
                                            std::string const& ptr) {
   auto const code = Errc::plan_invalid_backend;
   std::string const kptr = pointer_append(ptr, "write");
@@ -450,7 +330,7 @@ std::optional<ScriptStep> parse_write_step(Walker& w, json::object const& o,
 }
 
 // A use step: an object of up to four resource values.
-std::optional<ScriptStep> parse_use_step(Walker& w, json::value const& arg,
+std::optional<ScriptStep> parse_use_step(FieldReader& w, json::value const& arg,
                                          std::string const& kptr) {
   auto const* u = w.object(arg, kptr);
   if (u == nullptr) return std::nullopt;
@@ -461,7 +341,7 @@ std::optional<ScriptStep> parse_use_step(Walker& w, json::value const& arg,
   std::array<std::optional<std::uint64_t>*, 4> const members = {&cpu, &memory, &disk, &descriptors};
   for (std::size_t m = 0; m < members.size(); ++m) {
     std::uint64_t n = 0;
-    if (auto const* mv = Walker::optional(*u, kScriptUseNames[m])) {
+    if (auto const* mv = FieldReader::optional(*u, kScriptUseNames[m])) {
       if (w.unsigned_int(*mv, pointer_append(kptr, kScriptUseNames[m]), kMaxPlanNumber,
                          Errc::plan_invalid_backend, n)) {
         *members[m] = n;
@@ -473,12 +353,12 @@ std::optional<ScriptStep> parse_use_step(Walker& w, json::value const& arg,
 
 // One script step: an object with exactly one step key (and, for write, data_b64). Returns
 // nullopt after reporting when it does not parse structurally.
-std::optional<ScriptStep> parse_script_step(Walker& w, json::value const& v,
+std::optional<ScriptStep> parse_script_step(FieldReader& w, json::value const& v,
                                             std::string const& ptr) {
   auto const code = Errc::plan_invalid_backend;
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return std::nullopt;
-  std::size_t const before = w.diags.size();
+  std::size_t const before = w.count();
   w.only(
       *o, ptr,
       {kScriptStepKeys[0], kScriptStepKeys[1], kScriptStepKeys[2], kScriptStepKeys[3],
@@ -487,7 +367,7 @@ std::optional<ScriptStep> parse_script_step(Walker& w, json::value const& v,
   for (auto k : kScriptStepKeys) {
     if (o->contains(k)) keys.push_back(k);
   }
-  if (keys.empty() && w.diags.size() != before) return std::nullopt;  // an unknown key said it
+  if (keys.empty() && w.count() != before) return std::nullopt;  // an unknown key said it
   if (keys.size() != 1) {
     w.add(code, ptr,
           keys.empty() ? "names no step (write, sleep_ms, spawn, ignore, use, read_stdin, exit, "
@@ -535,15 +415,15 @@ std::optional<ScriptStep> parse_script_step(Walker& w, json::value const& v,
       step = script::Signal{*sig};
     }
   }
-  if (w.diags.size() != before) return std::nullopt;
+  if (w.count() != before) return std::nullopt;
   return step;
 }
 
-void parse_script(Walker& w, json::value const& v, std::string const& ptr,
+void parse_script(FieldReader& w, json::value const& v, std::string const& ptr,
                   std::optional<ReferenceScript>& out) {
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
-  std::size_t const before = w.diags.size();
+  std::size_t const before = w.count();
   w.only(*o, ptr, {"steps"});
   ReferenceScript s;
   if (auto const* steps = w.required(*o, ptr, "steps")) {
@@ -564,11 +444,11 @@ void parse_script(Walker& w, json::value const& v, std::string const& ptr,
   }
   // The script rules (bounds, the end step) run in validate_backend, and only over a script
   // that parsed whole: a step that did not parse would shift every later index and total.
-  if (w.diags.size() == before) out = std::move(s);
+  if (w.count() == before) out = std::move(s);
 }
 
-void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Backend& out) {
-  std::size_t const before = w.diags.size();
+void parse_backend(FieldReader& w, json::value const& v, std::string const& ptr, Backend& out) {
+  std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
   w.only(*o, ptr, {"kind", "container", "socket", "script"});
@@ -585,12 +465,12 @@ void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Back
   }
   for (auto [key, member] : {std::pair{std::string_view{"container"}, &out.container},
                              std::pair{std::string_view{"socket"}, &out.socket}}) {
-    if (auto const* m = Walker::optional(*o, key)) {
+    if (auto const* m = FieldReader::optional(*o, key)) {
       std::string s;
       if (w.string(*m, pointer_append(ptr, key), s)) *member = std::move(s);
     }
   }
-  if (auto const* m = Walker::optional(*o, "script"); m != nullptr && w.diags.size() == before) {
+  if (auto const* m = FieldReader::optional(*o, "script"); m != nullptr && w.count() == before) {
     if (out.kind == BackendKind::reference) {
       parse_script(w, *m, pointer_append(ptr, "script"), out.script);
     } else {
@@ -604,11 +484,11 @@ void parse_backend(Walker& w, json::value const& v, std::string const& ptr, Back
 }  // namespace
 
 Result<ExecutionIdentity> parse_identity(json::value const& v, std::string_view pointer_base) {
-  Walker w;
+  FieldReader w;
   std::string const base{pointer_base};
   ExecutionIdentity id;
   auto const* o = w.object(v, base);
-  if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
+  if (o == nullptr) return std::move(w).error();
   w.only(*o, base,
          {kIdentityIdNames[0], kIdentityIdNames[1], kIdentityIdNames[2], kIdentityIdNames[3],
           kIdentityIdNames[4], kIdentityIdNames[5], kIdentityIdNames[6], kIdentityIdNames[7],
@@ -631,16 +511,16 @@ Result<ExecutionIdentity> parse_identity(json::value const& v, std::string_view 
                            Errc::plan_invalid_value, *member);
     }
   }
-  if (!w.diags.empty()) return Error::from_diagnostics(std::move(w.diags));
+  if (!w.ok()) return std::move(w).error();
   return id;
 }
 
 Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_base) {
-  Walker w;
+  FieldReader w;
   std::string const base{pointer_base};
   ExecutionPlan plan;
   auto const* o = w.object(v, base);
-  if (o == nullptr) return Error::from_diagnostics(std::move(w.diags));
+  if (o == nullptr) return std::move(w).error();
   w.only(*o, base,
          {"command", "workspace", "cwd", "env", "io", "limits", "output", "escalation", "user",
           "sandbox", "backend"});
@@ -649,20 +529,20 @@ Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_
     parse_command(w, *m, at("command"), plan.command);
   if (auto const* m = w.required(*o, base, "workspace"))
     parse_workspace(w, *m, at("workspace"), plan.workspace);
-  if (auto const* m = Walker::optional(*o, "cwd")) parse_cwd(w, *m, at("cwd"), plan.cwd);
-  if (auto const* m = Walker::optional(*o, "env")) parse_env(w, *m, at("env"), plan.env);
-  if (auto const* m = Walker::optional(*o, "io")) parse_io(w, *m, at("io"), plan.io);
-  if (auto const* m = Walker::optional(*o, "limits"))
+  if (auto const* m = FieldReader::optional(*o, "cwd")) parse_cwd(w, *m, at("cwd"), plan.cwd);
+  if (auto const* m = FieldReader::optional(*o, "env")) parse_env(w, *m, at("env"), plan.env);
+  if (auto const* m = FieldReader::optional(*o, "io")) parse_io(w, *m, at("io"), plan.io);
+  if (auto const* m = FieldReader::optional(*o, "limits"))
     parse_limits(w, *m, at("limits"), plan.limits);
-  if (auto const* m = Walker::optional(*o, "output"))
+  if (auto const* m = FieldReader::optional(*o, "output"))
     parse_output(w, *m, at("output"), plan.output);
-  if (auto const* m = Walker::optional(*o, "escalation"))
+  if (auto const* m = FieldReader::optional(*o, "escalation"))
     parse_escalation(w, *m, at("escalation"), plan.escalation);
-  if (auto const* m = Walker::optional(*o, "user")) parse_user(w, *m, at("user"), plan.user);
-  if (auto const* m = Walker::optional(*o, "sandbox")) parse_sandbox(w, *m, at("sandbox"));
-  if (auto const* m = Walker::optional(*o, "backend"))
+  if (auto const* m = FieldReader::optional(*o, "user")) parse_user(w, *m, at("user"), plan.user);
+  if (auto const* m = FieldReader::optional(*o, "sandbox")) parse_sandbox(w, *m, at("sandbox"));
+  if (auto const* m = FieldReader::optional(*o, "backend"))
     parse_backend(w, *m, at("backend"), plan.backend);
-  if (!w.diags.empty()) return Error::from_diagnostics(std::move(w.diags));
+  if (!w.ok()) return std::move(w).error();
   return plan;
 }
 

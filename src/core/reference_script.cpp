@@ -6,6 +6,7 @@
 
 #include "custos/core/json_pointer.hpp"
 #include "custos/core/plan.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
@@ -17,6 +18,12 @@ void add(std::vector<Diagnostic>& out, Errc code, std::string ptr, std::string m
 std::string num(std::uint64_t v) {
   return std::to_string(v);
 }
+
+constexpr auto kScriptStreamNames = wire_names<ScriptStream>({
+    {ScriptStream::stdout_stream, "stdout"},
+    {ScriptStream::stderr_stream, "stderr"},
+});
+static_assert(kScriptStreamNames.complete(1));
 
 struct NamedSignal {
   std::string_view name;
@@ -57,13 +64,11 @@ std::optional<std::string_view> terminating_signal_name(std::uint32_t number) no
 }
 
 std::string_view to_string(ScriptStream s) noexcept {
-  return s == ScriptStream::stderr_stream ? "stderr" : "stdout";
+  return kScriptStreamNames.wire(s);
 }
 
 std::optional<ScriptStream> script_stream_from(std::string_view s) noexcept {
-  if (s == "stdout") return ScriptStream::stdout_stream;
-  if (s == "stderr") return ScriptStream::stderr_stream;
-  return std::nullopt;
+  return kScriptStreamNames.from_wire(s);
 }
 
 std::string_view script_step_key(ScriptStep const& step) noexcept {

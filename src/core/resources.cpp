@@ -1,39 +1,46 @@
 // Wire names of resource dimensions and fidelities (see resources.hpp).
 #include "custos/core/resources.hpp"
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::core {
 namespace {
 
-constexpr std::array<std::string_view, kResourceDimCount> kDimNames = {
-    "wall_ms",      "cpu_ms",      "memory_bytes", "disk_bytes",
-    "output_bytes", "descriptors", "processes",    "concurrency"};
+constexpr auto kDimNames = wire_names<ResourceDim>({
+    {ResourceDim::wall, "wall_ms"},
+    {ResourceDim::cpu, "cpu_ms"},
+    {ResourceDim::memory, "memory_bytes"},
+    {ResourceDim::disk, "disk_bytes"},
+    {ResourceDim::output, "output_bytes"},
+    {ResourceDim::descriptors, "descriptors"},
+    {ResourceDim::processes, "processes"},
+    {ResourceDim::concurrency, "concurrency"},
+});
+static_assert(kDimNames.complete() && kDimNames.size() == kResourceDimCount);
 
-constexpr std::array<std::string_view, 3> kFidelityNames = {"hard", "sampled", "unavailable"};
+constexpr auto kFidelityNames = wire_names<Fidelity>({
+    {Fidelity::hard, "hard"},
+    {Fidelity::sampled, "sampled"},
+    {Fidelity::unavailable, "unavailable"},
+});
+static_assert(kFidelityNames.complete());
 
 }  // namespace
 
 std::string_view resource_dim_wire(ResourceDim d) noexcept {
-  auto const i = static_cast<std::size_t>(d);
-  return i < kDimNames.size() ? kDimNames[i] : std::string_view{"invalid"};
+  return kDimNames.wire(d);
 }
 
 std::optional<ResourceDim> resource_dim_from_wire(std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < kDimNames.size(); ++i) {
-    if (kDimNames[i] == wire) return static_cast<ResourceDim>(i);
-  }
-  return std::nullopt;
+  return kDimNames.from_wire(wire);
 }
 
 std::string_view fidelity_wire(Fidelity f) noexcept {
-  auto const i = static_cast<std::size_t>(f);
-  return i < kFidelityNames.size() ? kFidelityNames[i] : std::string_view{"invalid"};
+  return kFidelityNames.wire(f);
 }
 
 std::optional<Fidelity> fidelity_from_wire(std::string_view wire) noexcept {
-  for (std::size_t i = 0; i < kFidelityNames.size(); ++i) {
-    if (kFidelityNames[i] == wire) return static_cast<Fidelity>(i);
-  }
-  return std::nullopt;
+  return kFidelityNames.from_wire(wire);
 }
 
 bool ResourceReport::any_over_limit() const noexcept {

@@ -5,25 +5,42 @@
 #include <string>
 #include <type_traits>
 
-#include "wire_names.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
 
-using detail::lookup;
-using detail::name_of;
 using S = TeardownStage;
 using A = TeardownAction;
 
-// Indexed by the enumerator value; the order must follow the enum declarations.
-constexpr std::array<std::string_view, kTeardownStageCount> kStageNames = {
-    "running", "draining", "signalling", "graceful",   "killing",
-    "waiting", "sweeping", "swept",      "cancelling", "closing"};
+constexpr auto kStageNames = wire_names<TeardownStage>({
+    {S::running, "running"},
+    {S::draining, "draining"},
+    {S::signalling, "signalling"},
+    {S::graceful, "graceful"},
+    {S::killing, "killing"},
+    {S::waiting, "waiting"},
+    {S::sweeping, "sweeping"},
+    {S::swept, "swept"},
+    {S::cancelling, "cancelling"},
+    {S::closing, "closing"},
+});
+static_assert(kStageNames.complete() && kStageNames.size() == kTeardownStageCount);
 
-constexpr std::array<std::string_view, kTeardownActionCount> kActionNames = {
-    "none",           "signal_graceful", "arm_grace",        "arm_drain",        "kill_tree",
-    "await_empty",    "check_tree",      "start_final_scan", "arm_reader_bound", "cancel_support",
-    "record_terminal"};
+constexpr auto kActionNames = wire_names<TeardownAction>({
+    {A::none, "none"},
+    {A::signal_graceful, "signal_graceful"},
+    {A::arm_grace, "arm_grace"},
+    {A::arm_drain, "arm_drain"},
+    {A::kill_tree, "kill_tree"},
+    {A::await_empty, "await_empty"},
+    {A::check_tree, "check_tree"},
+    {A::start_final_scan, "start_final_scan"},
+    {A::arm_reader_bound, "arm_reader_bound"},
+    {A::cancel_support, "cancel_support"},
+    {A::record_terminal, "record_terminal"},
+});
+static_assert(kActionNames.complete() && kActionNames.size() == kTeardownActionCount);
 
 Error illegal(TeardownState const& s, TeardownEvent const& ev, std::string_view why = {}) {
   std::string ctx{teardown_event_name(ev)};
@@ -68,15 +85,15 @@ TeardownStep after_fact(TeardownState const& s) {
 }  // namespace
 
 std::string_view teardown_stage_name(TeardownStage s) noexcept {
-  return name_of(kStageNames, s);
+  return kStageNames.wire(s);
 }
 
 std::optional<TeardownStage> teardown_stage_from_name(std::string_view name) noexcept {
-  return lookup<TeardownStage>(kStageNames, name);
+  return kStageNames.from_wire(name);
 }
 
 std::string_view teardown_action_name(TeardownAction a) noexcept {
-  return name_of(kActionNames, a);
+  return kActionNames.wire(a);
 }
 
 std::string_view teardown_event_name(TeardownEvent const& e) noexcept {
@@ -88,6 +105,9 @@ std::string_view teardown_event_name(TeardownEvent const& e) noexcept {
   return e.index() < kEventNames.size() ? kEventNames[e.index()] : std::string_view{"invalid"};
 }
 
+// The transition table: one branch per event, in teardown.hpp's order. It is read (and tested
+// exhaustively) as one table, which splitting it would scatter.
+// NOLINTNEXTLINE(readability-function-size): the transition table, see above
 Result<TeardownStep> reduce(TeardownState const& s, TeardownEvent const& ev) {
   if (s.stage == S::closing) return illegal(s, ev, "close began");
   return std::visit(

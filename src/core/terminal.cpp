@@ -4,25 +4,36 @@
 #include <boost/json.hpp>
 
 #include <array>
+#include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "custos/core/canonical.hpp"
 #include "custos/core/digest.hpp"
-
-#include "wire_names.hpp"
+#include "custos/core/json_fields.hpp"
+#include "custos/core/json_pointer.hpp"
+#include "custos/core/wire_names.hpp"
 
 namespace custos::core {
 namespace {
 
 namespace json = boost::json;
 
-constexpr std::array<std::string_view, 3> kBoundaryNames = {"cgroup", "marker", "reference"};
-constexpr std::array<std::string_view, 2> kContainmentNames = {"kernel_enforced", "escapable"};
+constexpr auto kBoundaryNames = wire_names<Boundary>({
+    {Boundary::cgroup, "cgroup"},
+    {Boundary::marker, "marker"},
+    {Boundary::reference, "reference"},
+});
+static_assert(kBoundaryNames.complete());
 
-using detail::lookup;
-using detail::name_of;
+constexpr auto kContainmentNames = wire_names<Containment>({
+    {Containment::kernel_enforced, "kernel_enforced"},
+    {Containment::escapable, "escapable"},
+});
+static_assert(kContainmentNames.complete());
 
 // ---- canonical layout (docs/canonical-encoding.md, "Terminal record") ----------------------
 // Record kinds in the lifecycle range 0x0100-0x01FF. Enumerations travel as their wire strings,
@@ -54,79 +65,7 @@ Result<E> decode_enum(Result<std::string> s,
   return *e;
 }
 
-// ---- strict JSON helpers -------------------------------------------------------------------
-
-Error jerr(Errc code, std::string const& pointer, std::string message) {
-  return Error::from_diagnostics({Diagnostic{code, pointer, std::move(message)}});
-}
-
-// Every key of `o` must be in `allowed`; every key of `required` must be present.
-Result<> check_keys(json::object const& o, std::string const& ptr,
-                    std::initializer_list<std::string_view> allowed,
-                    std::initializer_list<std::string_view> required) {
-  for (auto const& kv : o) {
-    bool known = false;
-    for (auto a : allowed) known = known || kv.key() == a;
-    if (!known)
-      return jerr(Errc::plan_unknown_field, ptr + "/" + std::string{kv.key()}, "unknown field");
-  }
-  for (auto r : required) {
-    if (!o.contains(r))
-      return jerr(Errc::plan_missing_field, ptr + "/" + std::string{r}, "missing field");
-  }
-  return ok();
-}
-
-Result<json::object const*> as_object(json::value const& v, std::string const& ptr) {
-  if (!v.is_object()) return jerr(Errc::plan_wrong_type, ptr, "expected an object");
-  return &v.get_object();
-}
-
-Result<std::string_view> as_string(json::value const& v, std::string const& ptr) {
-  if (!v.is_string()) return jerr(Errc::plan_wrong_type, ptr, "expected a string");
-  return std::string_view{v.get_string()};
-}
-
-Result<bool> as_bool(json::value const& v, std::string const& ptr) {
-  if (!v.is_bool()) return jerr(Errc::plan_wrong_type, ptr, "expected a boolean");
-  return v.get_bool();
-}
-
-Result<std::uint64_t> as_u64(json::value const& v, std::string const& ptr) {
-  if (v.is_uint64()) return v.get_uint64();
-  if (v.is_int64()) {
-    if (v.get_int64() < 0) return jerr(Errc::plan_invalid_value, ptr, "must not be negative");
-    return static_cast<std::uint64_t>(v.get_int64());
-  }
-  return jerr(Errc::plan_wrong_type, ptr, "expected an unsigned integer");
-}
-
-Result<std::int32_t> as_i32(json::value const& v, std::string const& ptr) {
-  std::int64_t x = 0;
-  if (v.is_int64()) {
-    x = v.get_int64();
-  } else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(
-                                                    std::numeric_limits<std::int32_t>::max())) {
-    x = static_cast<std::int64_t>(v.get_uint64());
-  } else {
-    return jerr(Errc::plan_wrong_type, ptr, "expected a 32-bit integer");
-  }
-  if (x < std::numeric_limits<std::int32_t>::min() ||
-      x > std::numeric_limits<std::int32_t>::max()) {
-    return jerr(Errc::plan_invalid_value, ptr, "out of the 32-bit range");
-  }
-  return static_cast<std::int32_t>(x);
-}
-
-template <class E>
-Result<E> as_enum(json::value const& v, std::string const& ptr,
-                  std::optional<E> (*from_wire)(std::string_view) noexcept) {
-  auto s = CUSTOS_TRY(as_string(v, ptr));
-  auto e = from_wire(s);
-  if (!e.has_value())
-    return jerr(Errc::plan_invalid_value, ptr, "unknown value \"" + std::string{s} + "\"");
-  return *e;
-}
+// ---- JSON helpers ----------------------------------------------------------------------------
 
 json::value opt_json(std::optional<std::uint64_t> v) {
   return v.has_value() ? json::value(*v) : json::value(nullptr);
@@ -136,29 +75,152 @@ json::value opt_json(std::optional<std::int32_t> v) {
   return v.has_value() ? json::value(static_cast<std::int64_t>(*v)) : json::value(nullptr);
 }
 
-Result<std::optional<std::uint64_t>> opt_u64(json::value const& v, std::string const& ptr) {
-  if (v.is_null()) return std::optional<std::uint64_t>{};
-  return std::optional<std::uint64_t>{CUSTOS_TRY(as_u64(v, ptr))};
+// The members of `o` are exactly `keys`: every one present, no other.
+void exactly(FieldReader& r, json::object const& o, std::string const& ptr,
+             std::initializer_list<std::string_view> keys) {
+  r.only(o, ptr, keys);
+  for (auto k : keys) (void)r.required(o, ptr, k);
 }
 
-Result<std::optional<std::int32_t>> opt_i32(json::value const& v, std::string const& ptr) {
-  if (v.is_null()) return std::optional<std::int32_t>{};
-  return std::optional<std::int32_t>{CUSTOS_TRY(as_i32(v, ptr))};
+// The object at `ptr` with exactly `keys`, or nullptr after reporting why not.
+json::object const* exact_object(FieldReader& r, json::value const& v, std::string const& ptr,
+                                 std::initializer_list<std::string_view> keys) {
+  auto const* o = r.object(v, ptr);
+  if (o == nullptr) return nullptr;
+  std::size_t const before = r.count();
+  exactly(r, *o, ptr, keys);
+  return r.count() == before ? o : nullptr;
+}
+
+// A number or null (empty).
+template <class T>
+void nullable(FieldReader& r, json::value const& v, std::string const& ptr, std::optional<T>& out) {
+  out.reset();
+  if (v.is_null()) return;
+  if constexpr (std::is_same_v<T, std::int32_t>) {
+    std::int32_t n = 0;
+    if (r.int32(v, ptr, n)) out = n;
+  } else {
+    std::uint64_t n = 0;
+    if (r.unsigned_int(v, ptr, n)) out = n;
+  }
+}
+
+void read_exit(FieldReader& r, json::value const& v, ExitStatus& out) {
+  auto const* ex = exact_object(r, v, "/exit", {"code", "signal"});
+  if (ex == nullptr) return;
+  nullable(r, ex->at("code"), "/exit/code", out.code);
+  nullable(r, ex->at("signal"), "/exit/signal", out.signal);
+}
+
+void read_escalation(FieldReader& r, json::value const& v, EscalationReport& out) {
+  auto const* es = exact_object(r, v, "/escalation", {"graceful_sent", "forced"});
+  if (es == nullptr) return;
+  (void)r.boolean(es->at("graceful_sent"), "/escalation/graceful_sent", out.graceful_sent);
+  (void)r.boolean(es->at("forced"), "/escalation/forced", out.forced);
+}
+
+void read_output(FieldReader& r, json::value const& v, TerminalRecord& rec) {
+  auto const* out = r.object(v, "/output");
+  if (out == nullptr) return;
+  for (auto const& kv : *out) {
+    std::string const ptr = pointer_append("/output", kv.key());
+    auto const stream = stream_from_wire(kv.key());
+    if (!stream.has_value()) {
+      r.add(r.codes().unknown, ptr, "unknown stream");
+      continue;
+    }
+    auto const* so =
+        exact_object(r, kv.value(), ptr, {"observed", "retained", "dropped", "complete"});
+    if (so == nullptr) continue;
+    std::size_t const before = r.count();
+    StreamAccounting acc;
+    (void)r.unsigned_int(so->at("observed"), ptr + "/observed", acc.observed);
+    (void)r.unsigned_int(so->at("retained"), ptr + "/retained", acc.retained);
+    (void)r.unsigned_int(so->at("dropped"), ptr + "/dropped", acc.dropped);
+    (void)r.boolean(so->at("complete"), ptr + "/complete", acc.complete);
+    if (r.count() != before) continue;
+    if (auto c = acc.check(); !c) {
+      r.add(Errc::accounting_invariant, ptr, c.error().context);
+    } else if (!rec.output.emplace(*stream, acc).second) {
+      r.add(r.codes().invalid, ptr, "stream listed twice");
+    }
+  }
+}
+
+void read_resources(FieldReader& r, json::value const& v, ResourceReport& out) {
+  auto const* res = r.object(v, "/resources");
+  if (res == nullptr) return;
+  for (auto const& kv : *res) {
+    if (!resource_dim_from_wire(kv.key()).has_value()) {
+      r.add(r.codes().unknown, pointer_append("/resources", kv.key()),
+            "unknown resource dimension");
+    }
+  }
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+    auto const key = resource_dim_wire(static_cast<ResourceDim>(i));
+    std::string const ptr = pointer_append("/resources", key);
+    auto const* dv = FieldReader::optional(*res, key);
+    if (dv == nullptr) {
+      r.add(r.codes().missing, ptr, "every dimension is required");
+      continue;
+    }
+    auto const* d = exact_object(r, *dv, ptr, {"value", "limit", "fidelity"});
+    if (d == nullptr) continue;
+    auto& obs = out.dims[i];
+    nullable(r, d->at("value"), ptr + "/value", obs.value);
+    nullable(r, d->at("limit"), ptr + "/limit", obs.limit);
+    (void)r.name(d->at("fidelity"), ptr + "/fidelity", fidelity_from_wire, obs.fidelity);
+  }
+}
+
+void read_tree(FieldReader& r, json::value const& v, TreeReport& out) {
+  auto const* t = exact_object(r, v, "/tree", {"boundary", "cleanup", "containment"});
+  if (t == nullptr) return;
+  (void)r.name(t->at("boundary"), "/tree/boundary", boundary_from_wire, out.boundary);
+  (void)r.name(t->at("cleanup"), "/tree/cleanup", cleanup_from_wire, out.cleanup);
+  (void)r.name(t->at("containment"), "/tree/containment", containment_from_wire, out.containment);
+}
+
+void read_spawn_error(FieldReader& r, json::value const& v, std::optional<SpawnFailure>& out) {
+  if (v.is_null()) return;
+  auto const* s = exact_object(r, v, "/spawn_error", {"code", "errno", "detail"});
+  if (s == nullptr) return;
+  SpawnFailure f;
+  std::size_t const before = r.count();
+  (void)r.string(s->at("code"), "/spawn_error/code", f.code);
+  (void)r.int32(s->at("errno"), "/spawn_error/errno", f.sys_errno);
+  (void)r.string(s->at("detail"), "/spawn_error/detail", f.detail);
+  if (r.count() == before) out = std::move(f);
+}
+
+void read_observations(FieldReader& r, json::value const& v, Observations& out) {
+  auto const* m = r.object(v, "/observations");
+  if (m == nullptr) return;
+  for (auto const& [name, value] : *m) {
+    std::string const ptr = pointer_append("/observations", name);
+    if (name.empty() || name.find('=') != std::string_view::npos) {
+      r.add(r.codes().invalid, ptr, "an observation name is non-empty, without '='");
+      continue;
+    }
+    std::string text;
+    if (r.string(value, ptr, text)) out.emplace(std::string{name}, std::move(text));
+  }
 }
 
 }  // namespace
 
 std::string_view boundary_wire(Boundary b) noexcept {
-  return name_of(kBoundaryNames, b);
+  return kBoundaryNames.wire(b);
 }
 std::optional<Boundary> boundary_from_wire(std::string_view wire) noexcept {
-  return lookup<Boundary>(kBoundaryNames, wire);
+  return kBoundaryNames.from_wire(wire);
 }
 std::string_view containment_wire(Containment c) noexcept {
-  return name_of(kContainmentNames, c);
+  return kContainmentNames.wire(c);
 }
 std::optional<Containment> containment_from_wire(std::string_view wire) noexcept {
-  return lookup<Containment>(kContainmentNames, wire);
+  return kContainmentNames.from_wire(wire);
 }
 
 // ---- consistency ---------------------------------------------------------------------------
@@ -284,6 +346,51 @@ Result<std::int32_t> i64_to_i32(Result<std::int64_t> v, std::string_view what) {
   return static_cast<std::int32_t>(*v);
 }
 
+// The output list: one record per stream, in strictly increasing stream order.
+Result<void> decode_output(CanonicalReader& r, TerminalRecord& rec) {
+  auto list = CUSTOS_TRY(r.list(tag::output, FieldType::record));
+  std::optional<Stream> prev;
+  while (!list.done()) {
+    auto e = CUSTOS_TRY(list.next_record());
+    if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
+    auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
+    // Strictly increasing stream order: no duplicates, and one byte string per record.
+    if (prev.has_value() && *prev >= stream)
+      return malformed("output streams out of order or repeated");
+    prev = stream;
+    StreamAccounting acc;
+    acc.observed = CUSTOS_TRY(e.u64(2));
+    acc.retained = CUSTOS_TRY(e.u64(3));
+    acc.dropped = CUSTOS_TRY(e.u64(4));
+    acc.complete = CUSTOS_TRY(e.boolean(5));
+    CUSTOS_TRYV(e.finish());
+    rec.output.emplace(stream, acc);
+  }
+  CUSTOS_TRYV(list.finish());
+  return ok();
+}
+
+// The resources list: every dimension, in dimension order.
+Result<void> decode_resources(CanonicalReader& r, TerminalRecord& rec) {
+  auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
+  if (list.size() != kResourceDimCount)
+    return malformed("resources must list all eight dimensions");
+  for (std::size_t i = 0; i < kResourceDimCount; ++i) {
+    auto e = CUSTOS_TRY(list.next_record());
+    if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
+    auto const dim =
+        CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
+    if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
+    auto& d = rec.resources.dims[i];
+    d.value = CUSTOS_TRY(e.optional_u64(2));
+    d.limit = CUSTOS_TRY(e.optional_u64(3));
+    d.fidelity = CUSTOS_TRY(decode_enum(e.string(4), &fidelity_from_wire, "fidelity"));
+    CUSTOS_TRYV(e.finish());
+  }
+  CUSTOS_TRYV(list.finish());
+  return ok();
+}
+
 }  // namespace
 
 Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> bytes) {
@@ -308,45 +415,8 @@ Result<TerminalRecord> terminal_from_canonical(std::span<std::uint8_t const> byt
     rec.escalation.forced = CUSTOS_TRY(es.boolean(2));
     CUSTOS_TRYV(es.finish());
   }
-  {
-    auto list = CUSTOS_TRY(r.list(tag::output, FieldType::record));
-    std::optional<Stream> prev;
-    while (!list.done()) {
-      auto e = CUSTOS_TRY(list.next_record());
-      if (e.kind() != kKindStream) return malformed("output element of the wrong kind");
-      auto const stream = CUSTOS_TRY(decode_enum(e.string(1), &stream_from_wire, "stream"));
-      // Strictly increasing stream order: no duplicates, and one byte string per record.
-      if (prev.has_value() && *prev >= stream)
-        return malformed("output streams out of order or repeated");
-      prev = stream;
-      StreamAccounting acc;
-      acc.observed = CUSTOS_TRY(e.u64(2));
-      acc.retained = CUSTOS_TRY(e.u64(3));
-      acc.dropped = CUSTOS_TRY(e.u64(4));
-      acc.complete = CUSTOS_TRY(e.boolean(5));
-      CUSTOS_TRYV(e.finish());
-      rec.output.emplace(stream, acc);
-    }
-    CUSTOS_TRYV(list.finish());
-  }
-  {
-    auto list = CUSTOS_TRY(r.list(tag::resources, FieldType::record));
-    if (list.size() != kResourceDimCount)
-      return malformed("resources must list all eight dimensions");
-    for (std::size_t i = 0; i < kResourceDimCount; ++i) {
-      auto e = CUSTOS_TRY(list.next_record());
-      if (e.kind() != kKindResource) return malformed("resource element of the wrong kind");
-      auto const dim =
-          CUSTOS_TRY(decode_enum(e.string(1), &resource_dim_from_wire, "resource dimension"));
-      if (static_cast<std::size_t>(dim) != i) return malformed("resource dimensions out of order");
-      auto& d = rec.resources.dims[i];
-      d.value = CUSTOS_TRY(e.optional_u64(2));
-      d.limit = CUSTOS_TRY(e.optional_u64(3));
-      d.fidelity = CUSTOS_TRY(decode_enum(e.string(4), &fidelity_from_wire, "fidelity"));
-      CUSTOS_TRYV(e.finish());
-    }
-    CUSTOS_TRYV(list.finish());
-  }
+  CUSTOS_TRYV(decode_output(r, rec));
+  CUSTOS_TRYV(decode_resources(r, rec));
   {
     auto t = CUSTOS_TRY(r.record(tag::tree, kKindTree));
     rec.tree.boundary = CUSTOS_TRY(decode_enum(t.string(1), &boundary_from_wire, "boundary"));
@@ -435,111 +505,42 @@ Result<json::value> to_json(TerminalRecord const& rec) {
 }
 
 Result<TerminalRecord> terminal_from_json(json::value const& v) {
-  auto const* o = CUSTOS_TRY(as_object(v, ""));
-  CUSTOS_TRYV(check_keys(*o, "",
-                         {"classification", "recovery", "exit", "trigger", "escalation", "output",
-                          "resources", "tree", "spawn_error", "observations", "digest"},
-                         {"classification", "recovery", "exit", "trigger", "escalation", "output",
-                          "resources", "tree", "spawn_error"}));
+  FieldReader r;
+  auto const* o = r.object(v, "");
+  if (o == nullptr) return std::move(r).error();
+  r.only(*o, "",
+         {"classification", "recovery", "exit", "trigger", "escalation", "output", "resources",
+          "tree", "spawn_error", "observations", "digest"});
+  for (std::string_view key : {"classification", "recovery", "exit", "trigger", "escalation",
+                               "output", "resources", "tree", "spawn_error"}) {
+    (void)r.required(*o, "", key);
+  }
+  if (!r.ok()) return std::move(r).error();
   TerminalRecord rec;
-  rec.classification =
-      CUSTOS_TRY(as_enum(o->at("classification"), "/classification", &classification_from_wire));
-  rec.recovery = CUSTOS_TRY(as_enum(o->at("recovery"), "/recovery", &recovery_path_from_wire));
-  {
-    auto const* ex = CUSTOS_TRY(as_object(o->at("exit"), "/exit"));
-    CUSTOS_TRYV(check_keys(*ex, "/exit", {"code", "signal"}, {"code", "signal"}));
-    rec.exit.code = CUSTOS_TRY(opt_i32(ex->at("code"), "/exit/code"));
-    rec.exit.signal = CUSTOS_TRY(opt_i32(ex->at("signal"), "/exit/signal"));
-  }
+  (void)r.name(o->at("classification"), "/classification", classification_from_wire,
+               rec.classification);
+  (void)r.name(o->at("recovery"), "/recovery", recovery_path_from_wire, rec.recovery);
+  read_exit(r, o->at("exit"), rec.exit);
   if (!o->at("trigger").is_null()) {
-    rec.trigger = CUSTOS_TRY(as_enum(o->at("trigger"), "/trigger", &trigger_from_wire));
+    Trigger t{};
+    if (r.name(o->at("trigger"), "/trigger", trigger_from_wire, t)) rec.trigger = t;
   }
-  {
-    auto const* es = CUSTOS_TRY(as_object(o->at("escalation"), "/escalation"));
-    CUSTOS_TRYV(
-        check_keys(*es, "/escalation", {"graceful_sent", "forced"}, {"graceful_sent", "forced"}));
-    rec.escalation.graceful_sent =
-        CUSTOS_TRY(as_bool(es->at("graceful_sent"), "/escalation/graceful_sent"));
-    rec.escalation.forced = CUSTOS_TRY(as_bool(es->at("forced"), "/escalation/forced"));
+  read_escalation(r, o->at("escalation"), rec.escalation);
+  read_output(r, o->at("output"), rec);
+  read_resources(r, o->at("resources"), rec.resources);
+  read_tree(r, o->at("tree"), rec.tree);
+  read_spawn_error(r, o->at("spawn_error"), rec.spawn_error);
+  if (auto const* obs = FieldReader::optional(*o, "observations")) {
+    read_observations(r, *obs, rec.observations);
   }
-  {
-    auto const* out = CUSTOS_TRY(as_object(o->at("output"), "/output"));
-    for (auto const& kv : *out) {
-      std::string const ptr = "/output/" + std::string{kv.key()};
-      auto const stream = stream_from_wire(kv.key());
-      if (!stream.has_value()) return jerr(Errc::plan_unknown_field, ptr, "unknown stream");
-      auto const* so = CUSTOS_TRY(as_object(kv.value(), ptr));
-      CUSTOS_TRYV(check_keys(*so, ptr, {"observed", "retained", "dropped", "complete"},
-                             {"observed", "retained", "dropped", "complete"}));
-      StreamAccounting acc;
-      acc.observed = CUSTOS_TRY(as_u64(so->at("observed"), ptr + "/observed"));
-      acc.retained = CUSTOS_TRY(as_u64(so->at("retained"), ptr + "/retained"));
-      acc.dropped = CUSTOS_TRY(as_u64(so->at("dropped"), ptr + "/dropped"));
-      acc.complete = CUSTOS_TRY(as_bool(so->at("complete"), ptr + "/complete"));
-      if (auto c = acc.check(); !c) return jerr(Errc::accounting_invariant, ptr, c.error().context);
-      if (!rec.output.emplace(*stream, acc).second) {
-        return jerr(Errc::plan_invalid_value, ptr, "stream listed twice");
-      }
-    }
-  }
-  {
-    auto const* res = CUSTOS_TRY(as_object(o->at("resources"), "/resources"));
-    for (auto const& kv : *res) {
-      if (!resource_dim_from_wire(kv.key()).has_value()) {
-        return jerr(Errc::plan_unknown_field, "/resources/" + std::string{kv.key()},
-                    "unknown resource dimension");
-      }
-    }
-    for (std::size_t i = 0; i < kResourceDimCount; ++i) {
-      auto const key = resource_dim_wire(static_cast<ResourceDim>(i));
-      std::string const ptr = "/resources/" + std::string{key};
-      if (!res->contains(key))
-        return jerr(Errc::plan_missing_field, ptr, "every dimension is required");
-      auto const* d = CUSTOS_TRY(as_object(res->at(key), ptr));
-      CUSTOS_TRYV(
-          check_keys(*d, ptr, {"value", "limit", "fidelity"}, {"value", "limit", "fidelity"}));
-      auto& obs = rec.resources.dims[i];
-      obs.value = CUSTOS_TRY(opt_u64(d->at("value"), ptr + "/value"));
-      obs.limit = CUSTOS_TRY(opt_u64(d->at("limit"), ptr + "/limit"));
-      obs.fidelity = CUSTOS_TRY(as_enum(d->at("fidelity"), ptr + "/fidelity", &fidelity_from_wire));
-    }
-  }
-  {
-    auto const* t = CUSTOS_TRY(as_object(o->at("tree"), "/tree"));
-    CUSTOS_TRYV(check_keys(*t, "/tree", {"boundary", "cleanup", "containment"},
-                           {"boundary", "cleanup", "containment"}));
-    rec.tree.boundary =
-        CUSTOS_TRY(as_enum(t->at("boundary"), "/tree/boundary", &boundary_from_wire));
-    rec.tree.cleanup = CUSTOS_TRY(as_enum(t->at("cleanup"), "/tree/cleanup", &cleanup_from_wire));
-    rec.tree.containment =
-        CUSTOS_TRY(as_enum(t->at("containment"), "/tree/containment", &containment_from_wire));
-  }
-  if (!o->at("spawn_error").is_null()) {
-    auto const* s = CUSTOS_TRY(as_object(o->at("spawn_error"), "/spawn_error"));
-    CUSTOS_TRYV(
-        check_keys(*s, "/spawn_error", {"code", "errno", "detail"}, {"code", "errno", "detail"}));
-    SpawnFailure f;
-    f.code = std::string{CUSTOS_TRY(as_string(s->at("code"), "/spawn_error/code"))};
-    f.sys_errno = CUSTOS_TRY(as_i32(s->at("errno"), "/spawn_error/errno"));
-    f.detail = std::string{CUSTOS_TRY(as_string(s->at("detail"), "/spawn_error/detail"))};
-    rec.spawn_error = std::move(f);
-  }
-  if (auto const* obs = o->if_contains("observations")) {
-    auto const* m = CUSTOS_TRY(as_object(*obs, "/observations"));
-    for (auto const& [name, value] : *m) {
-      std::string const ptr = "/observations/" + std::string{name};
-      if (name.empty() || name.find('=') != std::string_view::npos)
-        return jerr(Errc::plan_invalid_value, ptr, "an observation name is non-empty, without '='");
-      rec.observations.emplace(std::string{name}, std::string{CUSTOS_TRY(as_string(value, ptr))});
-    }
-  }
+  if (!r.ok()) return std::move(r).error();
   if (auto c = validate(rec); !c) return c.error();
-  if (o->contains("digest")) {
-    auto const claimed = CUSTOS_TRY(as_string(o->at("digest"), "/digest"));
+  if (auto const* d = FieldReader::optional(*o, "digest")) {
+    std::string claimed;
+    if (!r.string(*d, "/digest", claimed)) return std::move(r).error();
     auto const actual = CUSTOS_TRY(terminal_digest(rec));
     if (claimed != actual) {
-      return Error{Errc::auth_digest_mismatch,
-                   "/digest: " + std::string{claimed} + " != " + actual};
+      return Error{Errc::auth_digest_mismatch, "/digest: " + claimed + " != " + actual};
     }
   }
   return rec;

@@ -1,6 +1,8 @@
 // Embedded defaults and validation of the daemon configuration.
 #include "custos/daemon/config.hpp"
 
+#include "custos/core/wire_names.hpp"
+
 namespace custos::daemon {
 
 namespace fs = std::filesystem;
@@ -45,25 +47,44 @@ Result<DaemonConfig> resolve(DaemonConfig c, std::uint32_t euid, fs::path const&
   return c;
 }
 
+namespace {
+
+// The configuration's names (flags and host.info), one table per setting.
+constexpr auto kLogTargetNames = core::wire_names<LogTarget>({
+    {LogTarget::automatic, "auto"},
+    {LogTarget::journal, "journal"},
+    {LogTarget::console, "console"},
+    {LogTarget::file, "file"},
+});
+static_assert(kLogTargetNames.complete());
+
+constexpr auto kShutdownNames = core::wire_names<ShutdownMode>({
+    {ShutdownMode::cancel, "cancel"},
+    {ShutdownMode::detach, "detach"},
+});
+static_assert(kShutdownNames.complete());
+
+constexpr auto kBoundaryNames = core::wire_names<BoundaryMode>({
+    {BoundaryMode::automatic, "auto"},
+    {BoundaryMode::cgroup, "cgroup"},
+    {BoundaryMode::marker, "marker"},
+});
+static_assert(kBoundaryNames.complete());
+
+
+}  // namespace
+
 std::optional<LogTarget> parse_log_target(std::string_view s) noexcept {
-  if (s == "auto") return LogTarget::automatic;
-  if (s == "journal") return LogTarget::journal;
-  if (s == "console" || s == "stderr") return LogTarget::console;
-  if (s == "file") return LogTarget::file;
-  return std::nullopt;
+  if (s == "stderr") return LogTarget::console;  // an accepted alias, never printed
+  return kLogTargetNames.from_wire(s);
 }
 
 std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept {
-  if (s == "cancel") return ShutdownMode::cancel;
-  if (s == "detach") return ShutdownMode::detach;
-  return std::nullopt;
+  return kShutdownNames.from_wire(s);
 }
 
 std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept {
-  if (s == "auto") return BoundaryMode::automatic;
-  if (s == "cgroup") return BoundaryMode::cgroup;
-  if (s == "marker") return BoundaryMode::marker;
-  return std::nullopt;
+  return kBoundaryNames.from_wire(s);
 }
 
 std::optional<supervisor::RestartPolicy> parse_restart_policy(std::string_view s) noexcept {
@@ -71,6 +92,22 @@ std::optional<supervisor::RestartPolicy> parse_restart_policy(std::string_view s
   // supervises them fully, so the old name keeps working.
   if (s == "keep_running") return supervisor::RestartPolicy::adopt;
   return supervisor::restart_policy_from_wire(s);
+}
+
+std::string_view config_name(LogTarget t) noexcept {
+  return kLogTargetNames.wire(t);
+}
+
+std::string_view config_name(ShutdownMode m) noexcept {
+  return kShutdownNames.wire(m);
+}
+
+std::string_view config_name(BoundaryMode b) noexcept {
+  return kBoundaryNames.wire(b);
+}
+
+std::string_view config_name(supervisor::RestartPolicy p) noexcept {
+  return supervisor::restart_policy_wire(p);
 }
 
 }  // namespace custos::daemon

@@ -10,51 +10,49 @@
 #include <initializer_list>
 #include <limits>
 
+#include "custos/core/json_fields.hpp"
+#include "custos/core/json_pointer.hpp"
+#include "custos/core/wire_names.hpp"
+
 namespace custos::gateway {
 
 namespace json = boost::json;
 
 // ------------------------------------------------------------------------------ enums
 
+namespace {
+
+constexpr auto kRoleNames = core::wire_names<Role>({
+    {Role::observer, "observer"},
+    {Role::runner, "runner"},
+    {Role::admin, "admin"},
+});
+static_assert(kRoleNames.complete(1));
+
+constexpr auto kOperationNames = core::wire_names<OperationClass>({
+    {OperationClass::exec_native, "exec.native"},
+    {OperationClass::exec_reference, "exec.reference"},
+    {OperationClass::exec_docker, "exec.docker"},
+    {OperationClass::exec_podman, "exec.podman"},
+});
+static_assert(kOperationNames.complete(1));
+
+}  // namespace
+
 std::string_view role_wire(Role r) noexcept {
-  switch (r) {
-    case Role::observer:
-      return "observer";
-    case Role::runner:
-      return "runner";
-    case Role::admin:
-      return "admin";
-  }
-  return "observer";
+  return kRoleNames.wire(r);
 }
 
 std::optional<Role> role_from_wire(std::string_view w) noexcept {
-  for (Role r : {Role::observer, Role::runner, Role::admin}) {
-    if (role_wire(r) == w) return r;
-  }
-  return std::nullopt;
+  return kRoleNames.from_wire(w);
 }
 
 std::string_view operation_wire(OperationClass c) noexcept {
-  switch (c) {
-    case OperationClass::exec_native:
-      return "exec.native";
-    case OperationClass::exec_reference:
-      return "exec.reference";
-    case OperationClass::exec_docker:
-      return "exec.docker";
-    case OperationClass::exec_podman:
-      return "exec.podman";
-  }
-  return "exec.native";
+  return kOperationNames.wire(c);
 }
 
 std::optional<OperationClass> operation_from_wire(std::string_view w) noexcept {
-  for (OperationClass c : {OperationClass::exec_native, OperationClass::exec_reference,
-                           OperationClass::exec_docker, OperationClass::exec_podman}) {
-    if (operation_wire(c) == w) return c;
-  }
-  return std::nullopt;
+  return kOperationNames.from_wire(w);
 }
 
 OperationClass operation_of(core::BackendKind k) noexcept {
@@ -123,77 +121,67 @@ bool is_valid_grant_id(std::string_view id) noexcept {
 
 namespace {
 
-// Collects every diagnostic of one object, then decides once (docs/architecture.md, Conventions).
+// One object of a grant or claim, at `base`, read with core's field reader: every diagnostic is
+// collected, then the caller decides once (docs/architecture.md, Conventions). A null member is
+// an absent one. Readers of nested objects share their parent's FieldReader.
 class Reader {
  public:
-  explicit Reader(std::string base) : base_(std::move(base)) {}
+  Reader(core::FieldReader& fields, std::string base) : f_(&fields), base_(std::move(base)) {}
 
-  void bad(Errc c, std::string const& key, std::string msg) {
-    diags_.push_back(Diagnostic{c, base_ + "/" + key, std::move(msg)});
+  [[nodiscard]] std::string at(std::string_view key) const {
+    return core::pointer_append(base_, key);
   }
-  [[nodiscard]] std::vector<Diagnostic>& diags() noexcept { return diags_; }
-
+  [[nodiscard]] std::string at(std::string_view key, std::size_t index) const {
+    return core::pointer_append(at(key), index);
+  }
+  void bad(Errc c, std::string pointer, std::string msg) {
+    f_->add(c, std::move(pointer), std::move(msg));
+  }
   void only(json::object const& o, std::initializer_list<std::string_view> keys) {
-    for (auto const& kv : o) {
-      if (std::find(keys.begin(), keys.end(), kv.key()) == keys.end()) {
-        bad(Errc::plan_unknown_field, std::string{kv.key()}, "unknown field");
-      }
-    }
+    f_->only(o, base_, keys);
   }
 
   std::optional<std::string> str(json::object const& o, std::string_view key, bool required) {
-    auto const* v = o.if_contains(key);
-    if (v == nullptr || v->is_null()) {
-      if (required) bad(Errc::plan_missing_field, std::string{key}, "required");
+    auto const* v = core::FieldReader::given(o, key);
+    if (v == nullptr) {
+      if (required) f_->missing(base_, key);
       return std::nullopt;
     }
-    if (!v->is_string()) {
-      bad(Errc::plan_wrong_type, std::string{key}, "must be a string");
-      return std::nullopt;
-    }
-    return std::string{v->get_string()};
+    std::string s;
+    if (!f_->string(*v, at(key), s)) return std::nullopt;
+    return s;
   }
 
   std::optional<std::uint64_t> u64(json::object const& o, std::string_view key) {
-    auto const* v = o.if_contains(key);
-    if (v == nullptr || v->is_null()) return std::nullopt;
-    if (v->is_uint64()) return check_u64(key, v->get_uint64());
-    if (v->is_int64() && v->get_int64() >= 0) {
-      return check_u64(key, static_cast<std::uint64_t>(v->get_int64()));
+    auto const* v = core::FieldReader::given(o, key);
+    std::uint64_t n = 0;
+    if (v == nullptr ||
+        !f_->unsigned_int(*v, at(key), core::kMaxPlanNumber, Errc::plan_invalid_value, n)) {
+      return std::nullopt;
     }
-    bad(Errc::plan_wrong_type, std::string{key}, "must be a non-negative integer");
-    return std::nullopt;
+    return n;
   }
 
   bool boolean(json::object const& o, std::string_view key) {
-    auto const* v = o.if_contains(key);
-    if (v == nullptr || v->is_null()) return false;
-    if (!v->is_bool()) {
-      bad(Errc::plan_wrong_type, std::string{key}, "must be a boolean");
-      return false;
-    }
-    return v->get_bool();
+    auto const* v = core::FieldReader::given(o, key);
+    bool b = false;
+    return v != nullptr && f_->boolean(*v, at(key), b) && b;
   }
 
   json::array const* array(json::object const& o, std::string_view key) {
-    auto const* v = o.if_contains(key);
-    if (v == nullptr || v->is_null()) return nullptr;
-    if (!v->is_array()) {
-      bad(Errc::plan_wrong_type, std::string{key}, "must be an array");
-      return nullptr;
-    }
-    return &v->get_array();
+    auto const* v = core::FieldReader::given(o, key);
+    return v == nullptr ? nullptr : f_->array(*v, at(key));
   }
 
+  // A set of short names: sorted, duplicates dropped.
   std::vector<std::string> strings(json::object const& o, std::string_view key) {
     std::vector<std::string> out;
     auto const* a = array(o, key);
     if (a == nullptr) return out;
     for (std::size_t i = 0; i < a->size(); ++i) {
       auto const& e = (*a)[i];
-      std::string const k = std::string{key} + "/" + std::to_string(i);
       if (!e.is_string() || e.get_string().empty() || e.get_string().size() > 255) {
-        bad(Errc::plan_wrong_type, k, "must be a non-empty string of at most 255 bytes");
+        bad(Errc::plan_wrong_type, at(key, i), "must be a non-empty string of at most 255 bytes");
         continue;
       }
       out.emplace_back(e.get_string());
@@ -204,35 +192,19 @@ class Reader {
   }
 
  private:
-  std::optional<std::uint64_t> check_u64(std::string_view key, std::uint64_t v) {
-    if (v > core::kMaxPlanNumber) {
-      bad(Errc::plan_invalid_value, std::string{key}, "at most 2^53-1");
-      return std::nullopt;
-    }
-    return v;
-  }
-
+  core::FieldReader* f_;
   std::string base_;
-  std::vector<Diagnostic> diags_;
 };
 
 json::value opt_u64(std::optional<std::uint64_t> v) {
   return v ? json::value(*v) : json::value(nullptr);
 }
 
-}  // namespace
-
-Result<Grant> grant_from_json(json::value const& v) {
-  if (!v.is_object()) return Error{Errc::plan_wrong_type, "grant must be an object"};
-  json::object const& o = v.get_object();
-  Reader r{""};
-  r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces",
-             "environment_ids", "resource_ids", "inherit_env", "literal_env", "run_as_uids",
-             "ceilings", "budget", "expires_ns"});
-  Grant g;
+// id, principal, role, operations.
+void read_grant_subject(Reader& r, json::object const& o, Grant& g) {
   if (auto id = r.str(o, "id", false)) {
     if (!is_valid_grant_id(*id)) {
-      r.bad(Errc::plan_invalid_id, "id", "grant id: 1-64 of [A-Za-z0-9_.-]");
+      r.bad(Errc::plan_invalid_id, r.at("id"), "grant id: 1-64 of [A-Za-z0-9_.-]");
     }
     g.id = *id;
   }
@@ -240,7 +212,7 @@ Result<Grant> grant_from_json(json::value const& v) {
     if (auto pr = Principal::parse(*p)) {
       g.principal = *pr;
     } else {
-      r.bad(Errc::plan_invalid_value, "principal", pr.error().context);
+      r.bad(Errc::plan_invalid_value, r.at("principal"), pr.error().context);
     }
   }
   if (auto role = r.str(o, "role", false)) {
@@ -248,7 +220,7 @@ Result<Grant> grant_from_json(json::value const& v) {
     // Admin is a configured role (root, daemon uid, admin group), never something a grant
     // hands out: a grant that could mint admins would make every grant an admin grant.
     if (!rr || *rr == Role::admin) {
-      r.bad(Errc::plan_invalid_value, "role", "runner or observer");
+      r.bad(Errc::plan_invalid_value, r.at("role"), "runner or observer");
     } else {
       g.role = *rr;
     }
@@ -257,125 +229,155 @@ Result<Grant> grant_from_json(json::value const& v) {
     if (auto c = operation_from_wire(s)) {
       g.operations.push_back(*c);
     } else {
-      r.bad(Errc::plan_invalid_value, "operations", "unknown operation class " + s);
+      r.bad(Errc::plan_invalid_value, r.at("operations"), "unknown operation class " + s);
     }
   }
-  if (auto const* a = r.array(o, "executables")) {
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      std::string const k = "executables/" + std::to_string(i);
-      ExecutableRule rule;
-      auto const& e = (*a)[i];
-      if (e.is_string()) {
-        rule.path = std::string{e.get_string()};
-      } else if (e.is_object()) {
-        Reader er{"/" + k};
-        er.only(e.get_object(), {"path", "prefix"});
-        rule.path = er.str(e.get_object(), "path", true).value_or("");
-        rule.prefix = er.boolean(e.get_object(), "prefix");
-        for (auto& d : er.diags()) r.diags().push_back(std::move(d));
-      } else {
-        r.bad(Errc::plan_wrong_type, k, "a path or {path, prefix}");
-        continue;
-      }
-      if (!core::is_normalized_absolute_path(rule.path) && rule.path != "/") {
-        r.bad(Errc::plan_invalid_executable, k, "an absolute normalized path");
-        continue;
-      }
-      g.executables.push_back(std::move(rule));
-    }
-  }
-  if (auto const* a = r.array(o, "workspaces")) {
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      std::string const k = "workspaces/" + std::to_string(i);
-      if (!(*a)[i].is_object()) {
-        r.bad(Errc::plan_wrong_type, k, "{workspace_id, root, max_access}");
-        continue;
-      }
-      auto const& wo = (*a)[i].get_object();
-      Reader wr{"/" + k};
-      wr.only(wo, {"workspace_id", "root", "max_access"});
-      WorkspaceRule w;
-      w.workspace_id = wr.str(wo, "workspace_id", true).value_or("");
-      w.root = wr.str(wo, "root", true).value_or("");
-      auto const acc = wr.str(wo, "max_access", false).value_or("read_only");
-      if (auto wa = core::workspace_access_from(acc)) {
-        w.max_access = *wa;
-      } else {
-        wr.bad(Errc::plan_invalid_workspace, "max_access", "read_only or writable");
-      }
-      if (!w.root.empty() && !core::is_normalized_absolute_path(w.root) && w.root != "/") {
-        wr.bad(Errc::plan_invalid_workspace, "root", "an absolute normalized path");
-      }
-      for (auto& d : wr.diags()) r.diags().push_back(std::move(d));
-      g.workspaces.push_back(std::move(w));
-    }
-  }
-  g.environment_ids = r.strings(o, "environment_ids");
-  g.resource_ids = r.strings(o, "resource_ids");
-  g.inherit_env = r.strings(o, "inherit_env");
-  for (auto const& n : g.inherit_env) {
-    if (!core::is_valid_env_name(n)) r.bad(Errc::plan_invalid_env_name, "inherit_env", n);
-  }
-  g.literal_env = r.boolean(o, "literal_env");
-  if (auto const* a = r.array(o, "run_as_uids")) {
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      auto const& e = (*a)[i];
-      if (!(e.is_uint64() || (e.is_int64() && e.get_int64() >= 0))) {
-        r.bad(Errc::plan_wrong_type, "run_as_uids/" + std::to_string(i), "a uid");
-        continue;
-      }
-      std::uint64_t const u =
-          e.is_uint64() ? e.get_uint64() : static_cast<std::uint64_t>(e.get_int64());
-      if (u >= 0xFFFFFFFFULL) {
-        r.bad(Errc::plan_invalid_user, "run_as_uids/" + std::to_string(i), "a uid");
-        continue;
-      }
-      g.run_as_uids.push_back(static_cast<std::uint32_t>(u));
-    }
-    std::sort(g.run_as_uids.begin(), g.run_as_uids.end());
-  }
-  if (auto const* c = o.if_contains("ceilings"); c != nullptr && !c->is_null()) {
-    if (!c->is_object()) {
-      r.bad(Errc::plan_wrong_type, "ceilings", "an object of limit -> number");
+}
+
+// Each entry a path, or {path, prefix}.
+void read_executables(Reader& r, core::FieldReader& f, json::object const& o, Grant& g) {
+  auto const* a = r.array(o, "executables");
+  if (a == nullptr) return;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::string const k = r.at("executables", i);
+    ExecutableRule rule;
+    auto const& e = (*a)[i];
+    if (e.is_string()) {
+      rule.path = std::string{e.get_string()};
+    } else if (e.is_object()) {
+      Reader er{f, k};
+      er.only(e.get_object(), {"path", "prefix"});
+      rule.path = er.str(e.get_object(), "path", true).value_or("");
+      rule.prefix = er.boolean(e.get_object(), "prefix");
     } else {
-      Reader cr{"/ceilings"};
+      r.bad(Errc::plan_wrong_type, k, "a path or {path, prefix}");
+      continue;
+    }
+    if (!core::is_normalized_absolute_path(rule.path) && rule.path != "/") {
+      r.bad(Errc::plan_invalid_executable, k, "an absolute normalized path");
+      continue;
+    }
+    g.executables.push_back(std::move(rule));
+  }
+}
+
+// Each entry {workspace_id, root, max_access}.
+void read_workspaces(Reader& r, core::FieldReader& f, json::object const& o, Grant& g) {
+  auto const* a = r.array(o, "workspaces");
+  if (a == nullptr) return;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::string const k = r.at("workspaces", i);
+    if (!(*a)[i].is_object()) {
+      r.bad(Errc::plan_wrong_type, k, "{workspace_id, root, max_access}");
+      continue;
+    }
+    auto const& wo = (*a)[i].get_object();
+    Reader wr{f, k};
+    wr.only(wo, {"workspace_id", "root", "max_access"});
+    WorkspaceRule w;
+    w.workspace_id = wr.str(wo, "workspace_id", true).value_or("");
+    w.root = wr.str(wo, "root", true).value_or("");
+    auto const acc = wr.str(wo, "max_access", false).value_or("read_only");
+    if (auto wa = core::workspace_access_from(acc)) {
+      w.max_access = *wa;
+    } else {
+      wr.bad(Errc::plan_invalid_workspace, wr.at("max_access"), "read_only or writable");
+    }
+    if (!w.root.empty() && !core::is_normalized_absolute_path(w.root) && w.root != "/") {
+      wr.bad(Errc::plan_invalid_workspace, wr.at("root"), "an absolute normalized path");
+    }
+    g.workspaces.push_back(std::move(w));
+  }
+}
+
+void read_run_as_uids(Reader& r, json::object const& o, Grant& g) {
+  auto const* a = r.array(o, "run_as_uids");
+  if (a == nullptr) return;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    auto const& e = (*a)[i];
+    if (!(e.is_uint64() || (e.is_int64() && e.get_int64() >= 0))) {
+      r.bad(Errc::plan_wrong_type, r.at("run_as_uids", i), "a uid");
+      continue;
+    }
+    std::uint64_t const u =
+        e.is_uint64() ? e.get_uint64() : static_cast<std::uint64_t>(e.get_int64());
+    if (u >= 0xFFFFFFFFULL) {
+      r.bad(Errc::plan_invalid_user, r.at("run_as_uids", i), "a uid");
+      continue;
+    }
+    g.run_as_uids.push_back(static_cast<std::uint32_t>(u));
+  }
+  std::sort(g.run_as_uids.begin(), g.run_as_uids.end());
+}
+
+// ceilings: an object of limit name -> number; budget: {executions, cpu_ms, wall_ms}.
+void read_ceilings_and_budget(Reader& r, core::FieldReader& f, json::object const& o, Grant& g) {
+  if (auto const* c = core::FieldReader::given(o, "ceilings")) {
+    if (!c->is_object()) {
+      r.bad(Errc::plan_wrong_type, r.at("ceilings"), "an object of limit -> number");
+    } else {
+      Reader cr{f, r.at("ceilings")};
       auto members = core::limit_members(g.ceilings);
       for (auto const& kv : c->get_object()) {
         auto const* it =
             std::find(std::begin(core::kLimitNames), std::end(core::kLimitNames), kv.key());
         if (it == std::end(core::kLimitNames)) {
-          cr.bad(Errc::plan_unknown_field, std::string{kv.key()}, "unknown limit");
+          cr.bad(Errc::plan_unknown_field, cr.at(kv.key()), "unknown limit");
           continue;
         }
         auto const idx = static_cast<std::size_t>(it - std::begin(core::kLimitNames));
         *members[idx] = cr.u64(c->get_object(), kv.key());
       }
-      for (auto& d : cr.diags()) r.diags().push_back(std::move(d));
     }
   }
-  if (auto const* b = o.if_contains("budget"); b != nullptr && !b->is_null()) {
+  if (auto const* b = core::FieldReader::given(o, "budget")) {
     if (!b->is_object()) {
-      r.bad(Errc::plan_wrong_type, "budget", "{executions, cpu_ms, wall_ms}");
+      r.bad(Errc::plan_wrong_type, r.at("budget"), "{executions, cpu_ms, wall_ms}");
     } else {
-      Reader br{"/budget"};
+      Reader br{f, r.at("budget")};
       br.only(b->get_object(), {"executions", "cpu_ms", "wall_ms"});
       g.budget.executions = br.u64(b->get_object(), "executions");
       g.budget.cpu_ms = br.u64(b->get_object(), "cpu_ms");
       g.budget.wall_ms = br.u64(b->get_object(), "wall_ms");
-      for (auto& d : br.diags()) r.diags().push_back(std::move(d));
     }
   }
+}
+
+}  // namespace
+
+Result<Grant> grant_from_json(json::value const& v) {
+  if (!v.is_object()) return Error{Errc::plan_wrong_type, "grant must be an object"};
+  json::object const& o = v.get_object();
+  core::FieldReader f;
+  Reader r{f, ""};
+  r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces",
+             "environment_ids", "resource_ids", "inherit_env", "literal_env", "run_as_uids",
+             "ceilings", "budget", "expires_ns"});
+  Grant g;
+  read_grant_subject(r, o, g);
+  read_executables(r, f, o, g);
+  read_workspaces(r, f, o, g);
+  g.environment_ids = r.strings(o, "environment_ids");
+  g.resource_ids = r.strings(o, "resource_ids");
+  g.inherit_env = r.strings(o, "inherit_env");
+  for (auto const& n : g.inherit_env) {
+    if (!core::is_valid_env_name(n)) r.bad(Errc::plan_invalid_env_name, r.at("inherit_env"), n);
+  }
+  g.literal_env = r.boolean(o, "literal_env");
+  read_run_as_uids(r, o, g);
+  read_ceilings_and_budget(r, f, o, g);
   // Nanoseconds since the epoch exceed 2^53; this one value is an exact JSON integer.
-  if (auto const* e = o.if_contains("expires_ns"); e != nullptr && !e->is_null()) {
+  if (auto const* e = core::FieldReader::given(o, "expires_ns")) {
     if (e->is_int64() && e->get_int64() > 0) {
       g.expires_ns = e->get_int64();
     } else if (e->is_uint64() && e->get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
       g.expires_ns = static_cast<std::int64_t>(e->get_uint64());
     } else {
-      r.bad(Errc::plan_invalid_value, "expires_ns", "a positive integer (ns since the epoch)");
+      r.bad(Errc::plan_invalid_value, r.at("expires_ns"),
+            "a positive integer (ns since the epoch)");
     }
   }
-  if (!r.diags().empty()) return Error::from_diagnostics(std::move(r.diags()));
+  if (!f.ok()) return std::move(f).error();
   return g;
 }
 
@@ -446,7 +448,8 @@ Result<AuthorityClaim> authority_from_json(json::value const* v) {
   if (v == nullptr || v->is_null()) return c;
   if (!v->is_object()) return Error{Errc::plan_wrong_type, "/authority: must be an object"};
   json::object const& o = v->get_object();
-  Reader r{"/authority"};
+  core::FieldReader f;
+  Reader r{f, "/authority"};
   r.only(o, {"epoch", "grant_id", "grant_revision", "lease_id", "lease_epoch", "plan_digest"});
   c.epoch = r.u64(o, "epoch").value_or(0);
   c.grant_id = r.str(o, "grant_id", false);
@@ -454,7 +457,7 @@ Result<AuthorityClaim> authority_from_json(json::value const* v) {
   c.lease_id = r.str(o, "lease_id", false);
   c.lease_epoch = r.u64(o, "lease_epoch");
   c.plan_digest = r.str(o, "plan_digest", false);
-  if (!r.diags().empty()) return Error::from_diagnostics(std::move(r.diags()));
+  if (!f.ok()) return std::move(f).error();
   return c;
 }
 
@@ -545,23 +548,13 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
 
 }  // namespace
 
-Result<CheckOutcome> cross_check(CheckInput const& in) {
-  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr ||
-      in.current == nullptr) {
-    return Error{Errc::internal, "cross_check: incomplete input"};
-  }
+namespace {
+
+// 1-2. The live grant is the caller's, gives runner, and is what the caller saw: the current
+// epoch and revision, not expired, for this very plan.
+Result<void> check_grant(CheckInput const& in, Grant const& g) {
   auto const& claim = *in.claim;
   auto const& cur = *in.current;
-  auto const& id = *in.identity;
-  auto const& plan = *in.plan;
-  if (!claim.grant_id) return check_implicit(in);
-
-  // 1. The grant exists, is live, and is the caller's.
-  if (!cur.grant || cur.grant->revoked) {
-    return mismatch(Errc::auth_unknown_grant,
-                    "grant " + *claim.grant_id + (cur.grant ? " was revoked" : " does not exist"));
-  }
-  Grant const& g = *cur.grant;
   if (!in.caller.is(g.principal)) {
     return mismatch(Errc::auth_denied, "grant " + g.id + " belongs to " + g.principal.to_string());
   }
@@ -586,7 +579,14 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
     return mismatch(Errc::auth_digest_mismatch,
                     "authority.plan_digest is not the plan's digest " + in.plan_digest);
   }
-  // 3. What is run, where, with what.
+  return ok();
+}
+
+// 3. What is run, where, with what: operation class, executable, workspace, environment and
+// resource ids, environment entries, user, limit ceilings.
+Result<void> check_scope(CheckInput const& in, Grant const& g) {
+  auto const& id = *in.identity;
+  auto const& plan = *in.plan;
   OperationClass const op = operation_of(plan.backend.kind);
   if (std::find(g.operations.begin(), g.operations.end(), op) == g.operations.end()) {
     return mismatch(Errc::auth_operation_class,
@@ -647,9 +647,13 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
                           std::to_string(**ceilings[i]));
     }
   }
-  // 4. Budget: the plan's limits are reserved until the terminal record settles them.
-  CheckOutcome out;
-  BudgetUse const& u = cur.budget_use;
+  return ok();
+}
+
+// 4. Budget: the plan's limits are reserved until the terminal record settles them.
+Result<void> check_budget(CheckInput const& in, Grant const& g, CheckOutcome& out) {
+  auto const& plan = *in.plan;
+  BudgetUse const& u = in.current->budget_use;
   if (g.budget.executions && u.executions + 1 > *g.budget.executions) {
     return mismatch(Errc::auth_budget_exhausted,
                     "grant " + g.id + " has used " + std::to_string(u.executions) + " of " +
@@ -678,6 +682,30 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
                       u.cpu_ms_reserved, out.cpu_ms_reserve));
   CUSTOS_TRYV(reserve("wall_ms", g.budget.wall_ms, plan.limits.wall_ms, u.wall_ms_used,
                       u.wall_ms_reserved, out.wall_ms_reserve));
+  return ok();
+}
+
+}  // namespace
+
+Result<CheckOutcome> cross_check(CheckInput const& in) {
+  if (in.identity == nullptr || in.plan == nullptr || in.claim == nullptr ||
+      in.current == nullptr) {
+    return Error{Errc::internal, "cross_check: incomplete input"};
+  }
+  auto const& claim = *in.claim;
+  auto const& cur = *in.current;
+  if (!claim.grant_id) return check_implicit(in);
+
+  // 1. The grant exists, is live, and is the caller's.
+  if (!cur.grant || cur.grant->revoked) {
+    return mismatch(Errc::auth_unknown_grant,
+                    "grant " + *claim.grant_id + (cur.grant ? " was revoked" : " does not exist"));
+  }
+  Grant const& g = *cur.grant;
+  CUSTOS_TRYV(check_grant(in, g));
+  CUSTOS_TRYV(check_scope(in, g));
+  CheckOutcome out;
+  CUSTOS_TRYV(check_budget(in, g, out));
   // 5. The lease, last: it is the one piece another holder can change at any moment.
   out.lease_id = CUSTOS_TRY(check_lease(in, true));
   return out;

@@ -618,6 +618,66 @@ json::object QuiescenceResult::to_json() const {
   return o;
 }
 
+namespace {
+
+// The registry's executions of the holder's session at this generation. A record whose identity
+// no longer decodes cannot be excluded: it counts.
+Result<void> add_registry_ids(registry::Registry& reg, std::string const& session_id,
+                              std::uint64_t generation, std::set<std::string>& ids) {
+  registry::ListFilter f;
+  f.session_id = session_id;
+  f.limit = 1000;
+  while (true) {
+    auto page = CUSTOS_TRY(reg.list(f));
+    for (auto const& rec : page) {
+      auto req = core::decode_execution(rec.plan_canonical);
+      if (!req || req->identity.generation == generation) ids.insert(rec.execution_id);
+    }
+    if (page.size() < f.limit) return ok();
+    f.after_id = page.back().execution_id;
+  }
+}
+
+// Why the registry's record of an execution the manager does not hold blocks quiescence, or
+// nullptr when it is terminal with its tree confirmed empty.
+char const* registry_verdict(registry::Registry& reg, std::string const& id, bool with_use) {
+  auto rec = reg.get(id);
+  if (!rec) {
+    return rec.error().code == Errc::registry_not_found && with_use ? "orphan_claim" : "unresolved";
+  }
+  if (rec->phase != core::Phase::terminal || !rec->terminal) return "unresolved";
+  auto t = registry::decode_terminal(*rec->terminal);
+  if (!t) return "unresolved";
+  if (t->tree.cleanup != core::Cleanup::confirmed) return "cleanup_unconfirmed";
+  return nullptr;
+}
+
+// The evidence of a quiescent holder. Its digest binds the holder and the exact set scanned, so
+// it cannot be replayed for another holder or a later set of executions.
+Result<json::object> quiescence_evidence(std::string const& session_id, std::uint64_t generation,
+                                         std::optional<std::string> const& actor,
+                                         std::set<std::string> const& ids, bool scanned_registry) {
+  std::string bound = "custos.quiescence.v1";
+  bound += '\0' + session_id + '\0' + std::to_string(generation) + '\0' + actor.value_or("");
+  json::array list;
+  for (auto const& id : ids) {
+    bound += '\0' + id;
+    list.emplace_back(id);
+  }
+  auto d = core::sha256(std::span<std::uint8_t const>(
+      reinterpret_cast<std::uint8_t const*>(bound.data()), bound.size()));
+  if (!d) return d.error();
+  return json::object{{"session_id", session_id},
+                      {"generation", generation},
+                      {"actor", actor ? json::value(*actor) : json::value(nullptr)},
+                      {"executions", std::move(list)},
+                      {"registry_scanned", scanned_registry},
+                      {"scanned_at_ns", realtime_ns()},
+                      {"digest", d->to_string()}};
+}
+
+}  // namespace
+
 Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
                                                       std::string const& session_id,
                                                       std::uint64_t generation,
@@ -638,19 +698,7 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
   }
   bool const scanned_registry = options_.registry != nullptr;
   if (scanned_registry) {
-    registry::ListFilter f;
-    f.session_id = session_id;
-    f.limit = 1000;
-    while (true) {
-      auto page = CUSTOS_TRY(options_.registry->list(f));
-      for (auto const& rec : page) {
-        auto req = core::decode_execution(rec.plan_canonical);
-        // A record whose identity no longer decodes cannot be excluded: it blocks.
-        if (!req || req->identity.generation == generation) ids.insert(rec.execution_id);
-      }
-      if (page.size() < f.limit) break;
-      f.after_id = page.back().execution_id;
-    }
+    CUSTOS_TRYV(add_registry_ids(*options_.registry, session_id, generation, ids));
   }
   // Starts of the holder still in flight (start_async: authorizing or launching) are its
   // executions too, committed or not yet.
@@ -698,45 +746,14 @@ Result<QuiescenceResult> ExecutionGateway::quiescence(Caller const& caller,
       block(id, "unresolved");
       continue;
     }
-    auto rec = options_.registry->get(id);
-    if (!rec) {
-      block(id, rec.error().code == Errc::registry_not_found && with_use.contains(id)
-                    ? "orphan_claim"
-                    : "unresolved");
-      continue;
-    }
-    if (rec->phase != core::Phase::terminal || !rec->terminal) {
-      block(id, "unresolved");
-      continue;
-    }
-    auto t = registry::decode_terminal(*rec->terminal);
-    if (!t) {
-      block(id, "unresolved");
-    } else if (t->tree.cleanup != core::Cleanup::confirmed) {
-      block(id, "cleanup_unconfirmed");
+    if (auto const* why = registry_verdict(*options_.registry, id, with_use.contains(id))) {
+      block(id, why);
     }
   }
   res.quiescent = res.blocking.empty();
   if (res.quiescent) {
-    // The digest binds the holder and the exact set scanned, so the evidence cannot be
-    // replayed for another holder or a later set of executions.
-    std::string bound = "custos.quiescence.v1";
-    bound += '\0' + session_id + '\0' + std::to_string(generation) + '\0' + actor.value_or("");
-    json::array list;
-    for (auto const& id : ids) {
-      bound += '\0' + id;
-      list.emplace_back(id);
-    }
-    auto d = core::sha256(std::span<std::uint8_t const>(
-        reinterpret_cast<std::uint8_t const*>(bound.data()), bound.size()));
-    if (!d) return d.error();
-    res.evidence = json::object{{"session_id", session_id},
-                                {"generation", generation},
-                                {"actor", actor ? json::value(*actor) : json::value(nullptr)},
-                                {"executions", std::move(list)},
-                                {"registry_scanned", scanned_registry},
-                                {"scanned_at_ns", realtime_ns()},
-                                {"digest", d->to_string()}};
+    res.evidence =
+        CUSTOS_TRY(quiescence_evidence(session_id, generation, actor, ids, scanned_registry));
   }
   return res;
 }

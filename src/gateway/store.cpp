@@ -432,6 +432,76 @@ Result<std::vector<Lease>> AuthorityStore::list_leases(bool active_only) {
   return out;
 }
 
+namespace {
+
+// The claim's (action_id, process_id) was not consumed before. Errors: auth.replay.
+Result<void> refuse_replay(Db& db, core::ExecutionIdentity const& id) {
+  // Scoped: the registry's claim step leases this same cached statement after us.
+  StmtLease c = CUSTOS_TRY(
+      db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
+  CUSTOS_TRYV(c->bind(1, std::string_view{id.action_id}));
+  CUSTOS_TRYV(c->bind(2, std::string_view{id.process_id}));
+  if (CUSTOS_TRY(c->step())) {
+    return Error{Errc::auth_replay, "action " + id.action_id + " / process " + id.process_id +
+                                        " was consumed by execution " + c->text(0)};
+  }
+  return ok();
+}
+
+// The authority as it stands in this transaction: epoch, the claimed grant with its budget use,
+// the claimed lease and the workspace's active lease.
+Result<AuthoritySnapshot> load_snapshot(Db& db, AuthorizeRequest const& req) {
+  AuthoritySnapshot snap;
+  snap.epoch = CUSTOS_TRY(read_epoch(db));
+  if (req.claim.grant_id) {
+    if (auto g = CUSTOS_TRY(load_grant(db, *req.claim.grant_id))) {
+      snap.grant = std::move(g->first);
+      snap.budget_use = g->second;
+    }
+  }
+  if (req.claim.lease_id) {
+    snap.lease = CUSTOS_TRY(load_lease(db, LeaseBy::id, *req.claim.lease_id));
+  }
+  snap.workspace_lease =
+      CUSTOS_TRY(load_lease(db, LeaseBy::active_on_workspace, req.identity->workspace_id));
+  return snap;
+}
+
+// The use's reservation against its grant's budget, and the use itself.
+Result<void> record_use(Db& db, AuthorityUse const& use) {
+  if (use.grant_id) {
+    StmtLease b =
+        CUSTOS_TRY(db.cached("UPDATE budgets SET executions = executions + 1, "
+                             "cpu_ms_reserved = cpu_ms_reserved + ?, "
+                             "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
+    CUSTOS_TRYV(b->bind(1, i64(use.cpu_ms_reserved)));
+    CUSTOS_TRYV(b->bind(2, i64(use.wall_ms_reserved)));
+    CUSTOS_TRYV(b->bind(3, std::string_view{*use.grant_id}));
+    CUSTOS_TRYV(b->run());
+  }
+  StmtLease ins = CUSTOS_TRY(db.cached(
+      "INSERT INTO authority_uses (execution_id, action_id, process_id, session_id, "
+      "generation, actor, grant_id, lease_id, cpu_ms_reserved, wall_ms_reserved, settled, "
+      "expires_ns, authorized_ns) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)"));
+  CUSTOS_TRYV(ins->bind(1, std::string_view{use.execution_id}));
+  CUSTOS_TRYV(ins->bind(2, std::string_view{use.action_id}));
+  CUSTOS_TRYV(ins->bind(3, std::string_view{use.process_id}));
+  CUSTOS_TRYV(ins->bind(4, std::string_view{use.session_id}));
+  CUSTOS_TRYV(ins->bind(5, i64(use.generation)));
+  CUSTOS_TRYV(ins->bind(6, std::string_view{use.actor}));
+  CUSTOS_TRYV(ins->bind(7, use.grant_id ? std::optional<std::string_view>{*use.grant_id}
+                                        : std::optional<std::string_view>{}));
+  CUSTOS_TRYV(ins->bind(8, use.lease_id ? std::optional<std::string_view>{*use.lease_id}
+                                        : std::optional<std::string_view>{}));
+  CUSTOS_TRYV(ins->bind(9, i64(use.cpu_ms_reserved)));
+  CUSTOS_TRYV(ins->bind(10, i64(use.wall_ms_reserved)));
+  CUSTOS_TRYV(ins->bind(11, use.expires_ns));
+  CUSTOS_TRYV(ins->bind(12, use.authorized_ns));
+  return ins->run();
+}
+
+}  // namespace
+
 Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
   if (req.identity == nullptr || req.plan == nullptr || req.execution_id.empty()) {
     return Error{Errc::internal, "authorize: incomplete request"};
@@ -454,30 +524,8 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
   // creates the record in the same job, so a refusal anywhere undoes all of it.
   auto checks_and_writes = [&](Db& db) -> Result<void> {
     // Replay first: a consumed pair is refused whatever the authority says now.
-    {
-      // Scoped: the registry's claim step leases this same cached statement after us.
-      StmtLease c = CUSTOS_TRY(
-          db.cached("SELECT execution_id FROM claims WHERE action_id = ? AND process_id = ?"));
-      CUSTOS_TRYV(c->bind(1, std::string_view{id.action_id}));
-      CUSTOS_TRYV(c->bind(2, std::string_view{id.process_id}));
-      if (CUSTOS_TRY(c->step())) {
-        return Error{Errc::auth_replay, "action " + id.action_id + " / process " + id.process_id +
-                                            " was consumed by execution " + c->text(0)};
-      }
-    }
-    AuthoritySnapshot snap;
-    snap.epoch = CUSTOS_TRY(read_epoch(db));
-    if (req.claim.grant_id) {
-      if (auto g = CUSTOS_TRY(load_grant(db, *req.claim.grant_id))) {
-        snap.grant = std::move(g->first);
-        snap.budget_use = g->second;
-      }
-    }
-    if (req.claim.lease_id) {
-      snap.lease = CUSTOS_TRY(load_lease(db, LeaseBy::id, *req.claim.lease_id));
-    }
-    snap.workspace_lease =
-        CUSTOS_TRY(load_lease(db, LeaseBy::active_on_workspace, id.workspace_id));
+    CUSTOS_TRYV(refuse_replay(db, id));
+    AuthoritySnapshot const snap = CUSTOS_TRY(load_snapshot(db, req));
     CheckInput in;
     in.caller = req.caller;
     in.identity = req.identity;
@@ -494,35 +542,7 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
     use.lease_id = out.lease_id;
     use.cpu_ms_reserved = out.cpu_ms_reserve;
     use.wall_ms_reserved = out.wall_ms_reserve;
-    if (use.grant_id) {
-      StmtLease b =
-          CUSTOS_TRY(db.cached("UPDATE budgets SET executions = executions + 1, "
-                               "cpu_ms_reserved = cpu_ms_reserved + ?, "
-                               "wall_ms_reserved = wall_ms_reserved + ? WHERE grant_id = ?"));
-      CUSTOS_TRYV(b->bind(1, i64(use.cpu_ms_reserved)));
-      CUSTOS_TRYV(b->bind(2, i64(use.wall_ms_reserved)));
-      CUSTOS_TRYV(b->bind(3, std::string_view{*use.grant_id}));
-      CUSTOS_TRYV(b->run());
-    }
-    StmtLease ins = CUSTOS_TRY(db.cached(
-        "INSERT INTO authority_uses (execution_id, action_id, process_id, session_id, "
-        "generation, actor, grant_id, lease_id, cpu_ms_reserved, wall_ms_reserved, settled, "
-        "expires_ns, authorized_ns) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)"));
-    CUSTOS_TRYV(ins->bind(1, std::string_view{use.execution_id}));
-    CUSTOS_TRYV(ins->bind(2, std::string_view{use.action_id}));
-    CUSTOS_TRYV(ins->bind(3, std::string_view{use.process_id}));
-    CUSTOS_TRYV(ins->bind(4, std::string_view{use.session_id}));
-    CUSTOS_TRYV(ins->bind(5, i64(use.generation)));
-    CUSTOS_TRYV(ins->bind(6, std::string_view{use.actor}));
-    CUSTOS_TRYV(ins->bind(7, use.grant_id ? std::optional<std::string_view>{*use.grant_id}
-                                          : std::optional<std::string_view>{}));
-    CUSTOS_TRYV(ins->bind(8, use.lease_id ? std::optional<std::string_view>{*use.lease_id}
-                                          : std::optional<std::string_view>{}));
-    CUSTOS_TRYV(ins->bind(9, i64(use.cpu_ms_reserved)));
-    CUSTOS_TRYV(ins->bind(10, i64(use.wall_ms_reserved)));
-    CUSTOS_TRYV(ins->bind(11, use.expires_ns));
-    CUSTOS_TRYV(ins->bind(12, use.authorized_ns));
-    return ins->run();
+    return record_use(db, use);
   };
   Result<void> const txn =
       req.record != nullptr

@@ -3,11 +3,21 @@
 #include "custos/core/canonical.hpp"
 #include "custos/core/digest.hpp"
 #include "custos/core/plan_canonical.hpp"
+#include "custos/core/wire_names.hpp"
 #include "custos/registry/registry.hpp"
 
 namespace custos::registry {
 
 namespace {
+
+constexpr auto kOwnershipStateNames = core::wire_names<OwnershipState>({
+    {OwnershipState::unassigned, "unassigned"},
+    {OwnershipState::staged, "staged"},
+    {OwnershipState::committed, "committed"},
+    {OwnershipState::legacy_unverified, "legacy_unverified"},
+    {OwnershipState::modelled, "modelled"},
+});
+static_assert(kOwnershipStateNames.complete());
 
 // Record kinds of the registry range (canonical.hpp: 0x0300-0x03FF).
 constexpr core::RecordKind kKindExecutionRecord = 0x0300;
@@ -69,27 +79,11 @@ std::optional<BoundaryKind> boundary_kind_from_wire(std::string_view w) noexcept
 }
 
 std::string_view ownership_state_wire(OwnershipState s) noexcept {
-  switch (s) {
-    case OwnershipState::unassigned:
-      return "unassigned";
-    case OwnershipState::staged:
-      return "staged";
-    case OwnershipState::committed:
-      return "committed";
-    case OwnershipState::legacy_unverified:
-      return "legacy_unverified";
-    case OwnershipState::modelled:
-      return "modelled";
-  }
-  return "unassigned";
+  return kOwnershipStateNames.wire(s);
 }
 
 std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept {
-  for (auto s : {OwnershipState::unassigned, OwnershipState::staged, OwnershipState::committed,
-                 OwnershipState::legacy_unverified, OwnershipState::modelled}) {
-    if (ownership_state_wire(s) == w) return s;
-  }
-  return std::nullopt;
+  return kOwnershipStateNames.from_wire(w);
 }
 
 std::string sha256_tagged(std::span<std::uint8_t const> bytes) {

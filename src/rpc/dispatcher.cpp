@@ -2,6 +2,7 @@
 #include "custos/rpc/dispatcher.hpp"
 
 #include <exception>
+#include <optional>
 
 #include "custos/core/plan_json.hpp"
 
@@ -60,43 +61,93 @@ struct BatchState {
   std::function<void(std::string)> emit;
 };
 
+// One request's envelope (JSON-RPC 2.0 §4): its id, method and params, or why it is invalid.
+struct Envelope {
+  json::value id;  // what to answer with: null when absent or itself invalid
+  bool notification = false;
+  std::string_view method;
+  json::value const* params = nullptr;
+  std::optional<Error> invalid;  // set: answer this error, with `id`
+};
+
+Envelope read_envelope(json::value const& msg) {
+  Envelope env;
+  if (!msg.is_object()) {
+    env.invalid = Error{Errc::rpc_invalid_request, "a request must be an object"};
+    return env;
+  }
+  auto const& obj = msg.get_object();
+  auto const* id = obj.if_contains("id");
+  env.notification = id == nullptr;
+  if (id != nullptr && !valid_id(*id)) {
+    env.invalid = Error{Errc::rpc_invalid_request, "id must be a string, a number or null"};
+    return env;
+  }
+  if (id != nullptr) env.id = *id;
+  auto const* version = obj.if_contains("jsonrpc");
+  auto const* method = obj.if_contains("method");
+  env.params = obj.if_contains("params");
+  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
+    env.invalid = Error{Errc::rpc_invalid_request, "jsonrpc must be \"2.0\""};
+  } else if (method == nullptr || !method->is_string()) {
+    env.invalid = Error{Errc::rpc_invalid_request, "method must be a string"};
+  } else if (env.params != nullptr && !env.params->is_object() && !env.params->is_array()) {
+    env.invalid = Error{Errc::rpc_invalid_request, "params must be an object or an array"};
+  } else {
+    env.method = method->get_string();
+  }
+  return env;
+}
+
+// A call's completion. Completions run later, from the manager's callbacks on the loop thread:
+// exactly one response (the first) is forwarded, and an exception while building or forwarding it
+// (bad_alloc while serializing, a throwing continuation) becomes internal.error for this call
+// instead of unwinding through io_context::run().
+Reply once_reply(DispatchStats& stats, json::value reply_id, bool is_notification,
+                 std::function<void(std::string)> done) {
+  auto once = std::make_shared<bool>(false);
+  return [once, done = std::move(done), reply_id = std::move(reply_id), is_notification,
+          &stats](Result<json::value> const& r) {
+    if (*once) return;
+    *once = true;
+    auto respond_later = [&](Result<json::value> const& res) {
+      return response_text(stats, reply_id, is_notification, res);
+    };
+    std::string response;
+    try {
+      response = respond_later(r);
+    } catch (std::exception const& ex) {
+      response =
+          respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()});
+    } catch (...) {
+      response = respond_later(Error{Errc::internal, "completion failed"});
+    }
+    try {
+      done(std::move(response));
+    } catch (std::exception const& ex) {
+      // The continuation itself threw: it gets one more chance with an error, never a second
+      // result (the first forwarding may have had side effects before it threw).
+      done(respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()}));
+    } catch (...) {
+      done(respond_later(Error{Errc::internal, "completion failed"}));
+    }
+  };
+}
+
 }  // namespace
 
 void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value const& msg,
                             std::function<void(std::string)> done, bool in_batch) {
-  json::value const null_id;
-  auto refuse = [&](json::value const& id, Error const& e) {
-    ++stats_.errors;
-    done(json::serialize(error_response(id, e)));
-  };
-  if (!msg.is_object()) {
-    refuse(null_id, Error{Errc::rpc_invalid_request, "a request must be an object"});
-    return;
-  }
-  auto const& obj = msg.get_object();
-  auto const* id = obj.if_contains("id");
-  bool const is_notification = id == nullptr;
-  if (id != nullptr && !valid_id(*id)) {
-    refuse(null_id, Error{Errc::rpc_invalid_request, "id must be a string, a number or null"});
-    return;
-  }
-  json::value const reply_id = id != nullptr ? *id : json::value{};
-  auto const* version = obj.if_contains("jsonrpc");
-  auto const* method = obj.if_contains("method");
-  auto const* params = obj.if_contains("params");
-  char const* problem = nullptr;
-  if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
-    problem = "jsonrpc must be \"2.0\"";
-  } else if (method == nullptr || !method->is_string()) {
-    problem = "method must be a string";
-  } else if (params != nullptr && !params->is_object() && !params->is_array()) {
-    problem = "params must be an object or an array";
-  }
-  if (problem != nullptr) {
+  auto const env = read_envelope(msg);
+  if (env.invalid) {
     // An invalid request is answered even without an id (JSON-RPC 2.0 §5, id null).
-    refuse(reply_id, Error{Errc::rpc_invalid_request, problem});
+    ++stats_.errors;
+    done(json::serialize(error_response(env.id, *env.invalid)));
     return;
   }
+  json::value const& reply_id = env.id;
+  bool const is_notification = env.notification;
+  json::value const* params = env.params;
   if (is_notification)
     ++stats_.notifications;
   else
@@ -106,7 +157,7 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
     return response_text(stats_, reply_id, is_notification, r);
   };
 
-  std::string_view const name = method->get_string();
+  std::string_view const name = env.method;
   auto it = methods_.find(name);
   if (it == methods_.end()) {
     done(respond(Error{Errc::rpc_method_not_found, "no method named " + std::string{name}}));
@@ -147,36 +198,7 @@ void Dispatcher::handle_one(std::shared_ptr<Session> const& session, json::value
   }
 
   // The handler may complete now or later; exactly one completion is forwarded.
-  auto once = std::make_shared<bool>(false);
-  // Completions run later, from the manager's callbacks on the loop thread; an exception while
-  // building or forwarding the response (bad_alloc while serializing, a throwing continuation)
-  // becomes internal.error for this call instead of unwinding through io_context::run().
-  Reply reply = [once, done = std::move(done), reply_id, is_notification,
-                 this](Result<json::value> const& r) {
-    if (*once) return;
-    *once = true;
-    auto respond_later = [&](Result<json::value> const& res) {
-      return response_text(stats_, reply_id, is_notification, res);
-    };
-    std::string response;
-    try {
-      response = respond_later(r);
-    } catch (std::exception const& ex) {
-      response =
-          respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()});
-    } catch (...) {
-      response = respond_later(Error{Errc::internal, "completion failed"});
-    }
-    try {
-      done(std::move(response));
-    } catch (std::exception const& ex) {
-      // The continuation itself threw: it gets one more chance with an error, never a second
-      // result (the first forwarding may have had side effects before it threw).
-      done(respond_later(Error{Errc::internal, std::string{"completion failed: "} + ex.what()}));
-    } catch (...) {
-      done(respond_later(Error{Errc::internal, "completion failed"}));
-    }
-  };
+  Reply reply = once_reply(stats_, reply_id, is_notification, std::move(done));
   try {
     if (it->second.call) {
       it->second.call(session, p, CallInfo{in_batch, is_notification}, reply);

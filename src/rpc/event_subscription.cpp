@@ -8,17 +8,6 @@ namespace custos::rpc::detail {
 
 namespace json = boost::json;
 
-Result<bool> subscribe_flag(json::object const& params) {
-  auto const* v = params.if_contains("subscribe");
-  if (v == nullptr || v->is_null()) return false;
-  if (!v->is_bool()) {
-    Error e{Errc::rpc_invalid_params, "subscribe must be a boolean"};
-    e.diagnostics.push_back(Diagnostic{Errc::rpc_invalid_params, "/subscribe", "not a boolean"});
-    return e;
-  }
-  return v->get_bool();
-}
-
 EventSubscription::EventSubscription(supervisor::ExecutionManager& manager,
                                      std::weak_ptr<Session> session)
     : manager_(manager), session_(std::move(session)) {}

@@ -6,12 +6,18 @@
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "custos/core/identity.hpp"
+#include "custos/core/json_fields.hpp"
+#include "custos/core/plan.hpp"
 #include "custos/core/result.hpp"
 #include "custos/rpc/dispatcher.hpp"
 
@@ -25,13 +31,68 @@ struct Event;
 
 namespace custos::rpc::detail {
 
+// The codes of a method's param findings: all rpc.invalid_params.
+[[nodiscard]] core::FieldCodes rpc_param_codes() noexcept;
+
+// One method's params, read with core's field reader (core/json_fields.hpp): every problem is a
+// diagnostic with its pointer ("/execution_id"), all of them reported in one error, so a typo is
+// an error and not a silent default. A null member counts as absent.
+//
+//   Params in(p, {"execution_id", "timeout_ms"});
+//   auto const id = in.required_string("execution_id");
+//   auto const timeout = in.optional_u64("timeout_ms", kMaxTimeout);
+//   if (auto e = std::move(in).error()) return reply(std::move(*e));
+class Params {
+ public:
+  // Reports every member not in `allowed`.
+  Params(boost::json::object const& params, std::initializer_list<std::string_view> allowed,
+         core::FieldCodes codes = rpc_param_codes());
+
+  [[nodiscard]] boost::json::object const& object() const noexcept { return params_; }
+  [[nodiscard]] core::FieldReader& fields() noexcept { return fields_; }
+  [[nodiscard]] static std::string at(std::string_view key);
+
+  // A non-empty string; empty after reporting it missing or wrong.
+  std::string required_string(std::string_view key);
+  // A string, or nullopt when absent (or after reporting a wrong type).
+  std::optional<std::string> optional_string(std::string_view key);
+  // A non-negative integer up to `max`, or nullopt when absent (or after reporting it).
+  std::optional<std::uint64_t> optional_u64(
+      std::string_view key, std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+  // A non-negative integer; 0 after reporting it missing or wrong.
+  std::uint64_t required_u64(std::string_view key);
+  // A boolean, `absent` when absent (or after reporting a wrong type).
+  bool optional_bool(std::string_view key, bool absent = false);
+  // A finding about the member `key`, with the method's code.
+  void bad(std::string_view key, std::string message);
+
+  // Nothing when every param read; else everything found, as one error.
+  [[nodiscard]] std::optional<Error> error() &&;
+
+ private:
+  boost::json::object const& params_;
+  core::FieldReader fields_;
+};
+
 // One exec.input call carries at most this many decoded bytes (a 512 KiB chunk stays well under
 // the server's line limit once base64-encoded).
 inline constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 
 // exec.input's `data_b64`: absent or null = no bytes; otherwise padded base64 of at most
-// kMaxInputChunk bytes. rpc.invalid_params for anything else.
-[[nodiscard]] Result<std::vector<std::uint8_t>> input_bytes(boost::json::object const& params);
+// kMaxInputChunk bytes. Anything else is a finding at /data_b64.
+[[nodiscard]] std::vector<std::uint8_t> input_bytes(Params& in);
+
+// exec.start's and exec.check's identity, plan and `subscribe`, each member's findings (the
+// plan's codes, and rpc.invalid_params for subscribe) into `in`, which the caller created with
+// launch_param_codes(). `subscribe` is read apart from the identity and plan, so it never
+// reaches the plan, its canonical bytes or its digest.
+struct LaunchParts {
+  core::ExecutionIdentity identity;
+  core::ExecutionPlan plan;
+  bool subscribe = false;
+};
+[[nodiscard]] core::FieldCodes launch_param_codes() noexcept;
+[[nodiscard]] LaunchParts read_launch(Params& in);
 
 // exec.list (phase, session_id, limit, cursor): first the executions the manager holds (newest
 // first), then the registry's records it does not hold, in id order. `only` (when non-null)
@@ -39,11 +100,6 @@ inline constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 void list_executions(supervisor::ExecutionManager& manager, registry::Registry* registry,
                      boost::json::object const& params, std::set<std::string> const* only,
                      Reply reply);
-
-// exec.start's and exec.check's `subscribe`: absent or null = false; anything but a boolean is
-// rpc.invalid_params with a /subscribe diagnostic. It is read apart from the identity, plan and
-// authority, so it never reaches the plan, its canonical bytes or its digest.
-[[nodiscard]] Result<bool> subscribe_flag(boost::json::object const& params);
 
 // One subscription of a connection to one execution's events: exec.subscribe, and exec.start
 // with `subscribe: true`. Events go out as exec.event notifications under the slow-subscriber

@@ -29,51 +29,7 @@ namespace {
 constexpr std::uint64_t kDefaultOutputSlice = 64 * 1024;
 constexpr std::uint64_t kMaxOutputSlice = 1024 * 1024;  // keeps one response under the line limit
 
-Error bad_param(std::string what) {
-  return Error{Errc::rpc_invalid_params, std::move(what)};
-}
-
-Result<std::string> required_string(json::object const& p, std::string_view key) {
-  auto const* v = p.if_contains(key);
-  if (v == nullptr) return bad_param(std::string{key} + " is required");
-  if (!v->is_string() || v->get_string().empty()) {
-    return bad_param(std::string{key} + " must be a non-empty string");
-  }
-  return std::string{v->get_string()};
-}
-
-Result<std::optional<std::uint64_t>> optional_u64(
-    json::object const& p, std::string_view key,
-    std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
-  auto const* v = p.if_contains(key);
-  if (v == nullptr || v->is_null()) return std::optional<std::uint64_t>{};
-  std::uint64_t n = 0;
-  if (v->is_uint64())
-    n = v->get_uint64();
-  else if (v->is_int64() && v->get_int64() >= 0)
-    n = static_cast<std::uint64_t>(v->get_int64());
-  else
-    return bad_param(std::string{key} + " must be a non-negative integer");
-  if (n > max) return bad_param(std::string{key} + " must be at most " + std::to_string(max));
-  return std::optional<std::uint64_t>{n};
-}
-
-Result<bool> optional_bool(json::object const& p, std::string_view key) {
-  auto const* v = p.if_contains(key);
-  if (v == nullptr || v->is_null()) return false;
-  if (!v->is_bool()) return bad_param(std::string{key} + " must be a boolean");
-  return v->get_bool();
-}
-
-// Rejects members the method does not know, so a typo is an error and not a silent default.
-Result<void> only_keys(json::object const& p, std::initializer_list<std::string_view> allowed) {
-  for (auto const& kv : p) {
-    if (std::find(allowed.begin(), allowed.end(), kv.key()) == allowed.end()) {
-      return bad_param("unknown parameter " + std::string{kv.key()});
-    }
-  }
-  return ok();
-}
+using detail::Params;
 
 struct Parsed {
   core::ExecutionIdentity identity;
@@ -86,55 +42,13 @@ struct Parsed {
 // `subscribe` is checked as exec.start checks it and then ignored: a dry run streams nothing,
 // and the flag is no part of the plan or its digest.
 Result<Parsed> parse_launch(json::object const& p) {
-  CUSTOS_TRYV(only_keys(p, {"identity", "plan", "authority", "subscribe"}));
-  auto const* id = p.if_contains("identity");
-  auto const* plan = p.if_contains("plan");
-  std::vector<Diagnostic> diags;
-  if (id == nullptr)
-    diags.push_back({Errc::plan_missing_field, "/identity", "identity is required"});
-  if (plan == nullptr) diags.push_back({Errc::plan_missing_field, "/plan", "plan is required"});
-  Parsed out;
-  if (id != nullptr) {
-    auto r = core::parse_identity(*id, "/identity");
-    if (r)
-      out.identity = std::move(*r);
-    else if (r.error().diagnostics.empty())
-      diags.push_back({r.error().code, "/identity", r.error().context});
-    else
-      for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
+  Params in(p, {"identity", "plan", "authority", "subscribe"}, detail::launch_param_codes());
+  auto parts = detail::read_launch(in);
+  if (auto const* a = core::FieldReader::given(p, "authority"); a != nullptr && !a->is_object()) {
+    in.fields().add(Errc::plan_wrong_type, "/authority", "authority must be an object");
   }
-  if (plan != nullptr) {
-    auto r = core::parse_plan(*plan, "/plan");
-    if (r)
-      out.plan = std::move(*r);
-    else if (r.error().diagnostics.empty())
-      diags.push_back({r.error().code, "/plan", r.error().context});
-    else
-      for (auto& d : r.error().diagnostics) diags.push_back(std::move(d));
-  }
-  if (auto const* a = p.if_contains("authority");
-      a != nullptr && !a->is_object() && !a->is_null()) {
-    diags.push_back({Errc::plan_wrong_type, "/authority", "authority must be an object"});
-  }
-  if (auto f = detail::subscribe_flag(p); !f) {
-    for (auto& d : f.error().diagnostics) diags.push_back(std::move(d));
-  }
-  if (!diags.empty()) return Error::from_diagnostics(std::move(diags));
-  return out;
-}
-
-std::string_view backend_wire(core::BackendKind k) {
-  switch (k) {
-    case core::BackendKind::native:
-      return "native";
-    case core::BackendKind::reference:
-      return "reference";
-    case core::BackendKind::docker:
-      return "docker";
-    case core::BackendKind::podman:
-      return "podman";
-  }
-  return "native";
+  if (auto e = std::move(in).error()) return std::move(*e);
+  return Parsed{std::move(parts.identity), std::move(parts.plan)};
 }
 
 // The durable record of an execution the manager does not hold, in the shape of exec.get:
@@ -194,15 +108,12 @@ Result<json::object> record_view(registry::Registry* reg, std::string const& id)
 // next_cursor values are plain decimal u64 strings. std::stoull would accept "-1" (wrapping to
 // 2^64-1), leading blanks and a "+", and throw on garbage; here only 1..20 ASCII digits that fit
 // in 64 bits are accepted.
-Result<std::uint64_t> parse_cursor(std::string_view text) {
+std::optional<std::uint64_t> parse_cursor(std::string_view text) {
   std::uint64_t value = 0;
   auto const* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value, 10);
   if (text.empty() || text.front() < '0' || text.front() > '9' || ec != std::errc{} || ptr != end) {
-    Error e = bad_param("cursor must be a decimal string from next_cursor");
-    e.diagnostics.push_back(
-        Diagnostic{Errc::rpc_invalid_params, "/cursor", "not an unsigned decimal 64-bit integer"});
-    return e;
+    return std::nullopt;
   }
   return value;
 }
@@ -244,14 +155,10 @@ bool valid_utf8(std::string_view s) {
 }
 
 // A cancel reason is kept to 1024 bytes, cut at a code point boundary so that the stored and
-// reported reason stays valid UTF-8; a reason that is not UTF-8 at all is refused.
-Result<std::string> bounded_reason(std::string_view text) {
+// reported reason stays valid UTF-8; a reason that is not UTF-8 at all is refused (nullopt).
+std::optional<std::string> bounded_reason(std::string_view text) {
   constexpr std::size_t kMaxReason = 1024;
-  if (!valid_utf8(text)) {
-    Error e = bad_param("reason must be valid UTF-8");
-    e.diagnostics.push_back(Diagnostic{Errc::rpc_invalid_params, "/reason", "not valid UTF-8"});
-    return e;
-  }
+  if (!valid_utf8(text)) return std::nullopt;
   if (text.size() <= kMaxReason) return std::string{text};
   std::size_t cut = kMaxReason;
   // Back off over continuation bytes (10xxxxxx) to the start of the split code point.
@@ -259,8 +166,47 @@ Result<std::string> bounded_reason(std::string_view text) {
   return std::string{text.substr(0, cut)};
 }
 
+// exec.list's params: the filters (for the manager's and the registry's listing), the page size
+// and the cursor.
+struct ListQuery {
+  supervisor::ListFilter filter;
+  registry::ListFilter rfilter;
+  std::uint64_t page = 100;
+  std::uint64_t offset = 0;
+};
+
+Result<ListQuery> read_list_query(json::object const& p) {
+  Params in(p, {"phase", "session_id", "limit", "cursor"});
+  ListQuery q;
+  if (auto const* ph = core::FieldReader::given(p, "phase")) {
+    core::Phase phase{};
+    if (in.fields().name(*ph, Params::at("phase"), core::phase_from_wire, phase)) {
+      q.filter.phase = phase;
+      q.rfilter.phase = phase;
+    }
+  }
+  q.filter.session_id = in.optional_string("session_id");
+  q.rfilter.session_id = q.filter.session_id;
+  q.page = in.optional_u64("limit", 1000).value_or(100);
+  // The cursor is the number of executions already returned: first the ones this daemon
+  // supervises (newest first), then the registry's records it does not hold (terminal
+  // ones and those a previous daemon left), in id order. next_cursor values are strings.
+  if (auto const cursor = in.optional_string("cursor")) {
+    if (auto parsed = parse_cursor(*cursor)) {
+      q.offset = *parsed;
+    } else {
+      in.bad("cursor", "not an unsigned decimal 64-bit integer (a next_cursor value)");
+    }
+  }
+  if (auto e = std::move(in).error()) return std::move(*e);
+  return q;
+}
+
 }  // namespace
 
+// The method table: one registration per RPC method, each handler reading its params, making one
+// call and answering; kept in one place so the methods and their access read as the API does.
+// NOLINTNEXTLINE(readability-function-size): a table of short handlers, see above
 void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registry* reg) {
   d.add("exec.check", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
@@ -281,7 +227,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
               // The sandbox issue has not landed: the only admissible requirement set is the empty
               // one, which compiles to no checked sandbox plan, hence no digest.
               {"sandbox_digest", nullptr},
-              {"backend", backend_wire(parsed->plan.backend.kind)},
+              {"backend", core::to_string(parsed->plan.backend.kind)},
               {"admission", std::move(admission)}}));
         });
 
@@ -290,13 +236,13 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.get", Access::admin,
         [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id"}); !k) return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto v = m.get(*id);
+          Params in(p, {"execution_id"});
+          auto const id = in.required_string("execution_id");
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          auto v = m.get(id);
           if (v) return reply(json::value(v->to_json()));
           if (v.error().code != Errc::exec_not_found) return reply(v.error());
-          auto r = record_view(reg, *id);
+          auto r = record_view(reg, id);
           if (!r) return reply(r.error());
           reply(json::value(std::move(*r)));
         });
@@ -308,22 +254,21 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.wait", Access::admin,
         [&m, reg](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "timeout_ms"}); !k) return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto t = optional_u64(p, "timeout_ms", 7ULL * 24 * 3600 * 1000);
-          if (!t) return reply(t.error());
+          Params in(p, {"execution_id", "timeout_ms"});
+          auto const id = in.required_string("execution_id");
+          auto const t = in.optional_u64("timeout_ms", 7ULL * 24 * 3600 * 1000);
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
           std::optional<std::chrono::milliseconds> timeout;
-          if (*t) timeout = std::chrono::milliseconds{static_cast<std::int64_t>(**t)};
-          if (auto held = m.get(*id); !held && held.error().code == Errc::exec_not_found) {
+          if (t) timeout = std::chrono::milliseconds{static_cast<std::int64_t>(*t)};
+          if (auto held = m.get(id); !held && held.error().code == Errc::exec_not_found) {
             // Not the manager's: a terminal record in the registry answers at once; a record
             // without one cannot be waited for by this daemon (recovery gave every such record a
             // terminal, or the manager adopted it; only one whose adoption failed is left).
-            auto r = record_view(reg, *id);
+            auto r = record_view(reg, id);
             if (!r) return reply(r.error());
             if (auto* rec_terminal = r->if_contains("terminal"))
               return reply(std::move(*rec_terminal));
-            return reply(Error{Errc::exec_not_running, *id + " is not supervised by this daemon"});
+            return reply(Error{Errc::exec_not_running, id + " is not supervised by this daemon"});
           }
           // The manager keeps this waiter until the execution ends or the timeout fires, which
           // can be days. When the connection closes first, the wait is withdrawn from the
@@ -340,7 +285,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (*hook == 0) return;  // already closed: nobody to answer
           std::weak_ptr<Session> weak = s;
           // The answer is always posted, never run inside wait(): the handle is stored first.
-          *handle = m.wait(*id, timeout, [slot, hook, weak](Result<core::TerminalRecord> r) {
+          *handle = m.wait(id, timeout, [slot, hook, weak](Result<core::TerminalRecord> r) {
             if (!slot->has_value()) return;  // the client went away
             auto answer = std::move(**slot);
             slot->reset();
@@ -354,17 +299,18 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.cancel", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "reason"}); !k) return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
+          Params in(p, {"execution_id", "reason"});
+          auto const id = in.required_string("execution_id");
           std::string reason = "exec.cancel";
-          if (auto const* r = p.if_contains("reason"); r != nullptr && !r->is_null()) {
-            if (!r->is_string()) return reply(bad_param("reason must be a string"));
-            auto cut = bounded_reason(r->get_string());
-            if (!cut) return reply(cut.error());
-            reason = std::move(*cut);
+          if (auto const given = in.optional_string("reason")) {
+            if (auto cut = bounded_reason(*given)) {
+              reason = std::move(*cut);
+            } else {
+              in.bad("reason", "not valid UTF-8");
+            }
           }
-          auto r = m.cancel(*id, core::Trigger::user, std::move(reason));
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          auto r = m.cancel(id, core::Trigger::user, std::move(reason));
           if (!r) return reply(r.error());
           json::value trigger = nullptr;
           if (r->trigger) trigger = json::string{core::trigger_wire(*r->trigger)};
@@ -374,50 +320,49 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.input", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "data_b64", "eof"}); !k)
-            return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto eof = optional_bool(p, "eof");
-          if (!eof) return reply(eof.error());
-          auto data = detail::input_bytes(p);
-          if (!data) return reply(data.error());
-          auto r = m.input(*id, *data, *eof);
+          Params in(p, {"execution_id", "data_b64", "eof"});
+          auto const id = in.required_string("execution_id");
+          bool const eof = in.optional_bool("eof");
+          auto const data = detail::input_bytes(in);
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          auto r = m.input(id, data, eof);
           if (!r) return reply(r.error());
           reply(json::value(json::object{{"accepted_bytes", *r}}));
         });
 
   d.add("exec.resize", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "rows", "cols"}); !k) return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto rows = optional_u64(p, "rows", 65535);
-          if (!rows) return reply(rows.error());
-          auto cols = optional_u64(p, "cols", 65535);
-          if (!cols) return reply(cols.error());
-          if (!*rows || !*cols || **rows == 0 || **cols == 0) {
-            return reply(bad_param("rows and cols are required, 1..65535"));
+          Params in(p, {"execution_id", "rows", "cols"});
+          auto const id = in.required_string("execution_id");
+          std::uint16_t size[2] = {0, 0};
+          for (int i = 0; i < 2; ++i) {
+            std::string_view const key = i == 0 ? "rows" : "cols";
+            if (core::FieldReader::given(p, key) == nullptr) {
+              in.bad(key, "is required, 1..65535");
+            } else if (auto n = in.optional_u64(key, 65535); n && *n == 0) {
+              in.bad(key, "must be 1..65535");
+            } else if (n) {
+              size[i] = static_cast<std::uint16_t>(*n);
+            }
           }
-          auto r =
-              m.resize(*id, static_cast<std::uint16_t>(**rows), static_cast<std::uint16_t>(**cols));
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          auto r = m.resize(id, size[0], size[1]);
           if (!r) return reply(r.error());
           reply(json::value(json::object{}));
         });
 
   d.add("exec.subscribe", Access::admin,
         [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "from_seq"}); !k) return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto from = optional_u64(p, "from_seq");
-          if (!from) return reply(from.error());
-          if (auto exists = m.get(*id); !exists) return reply(exists.error());
+          Params in(p, {"execution_id", "from_seq"});
+          auto const id = in.required_string("execution_id");
+          auto const from = in.optional_u64("from_seq");
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          if (auto exists = m.get(id); !exists) return reply(exists.error());
           auto sub = detail::EventSubscription::reserve(m, s);
           if (!sub) return reply(sub.error());
           // Replayed events are queued as they are replayed, before this answer (docs/api.md);
           // exec.start with `subscribe` is the call whose answer comes first.
-          auto replay_from = (*sub)->attach(*id, *from, false);
+          auto replay_from = (*sub)->attach(id, from, false);
           if (!replay_from) return reply(replay_from.error());
           reply(json::value(
               json::object{{"subscription", (*sub)->id()}, {"replay_from", *replay_from}}));
@@ -425,30 +370,26 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.unsubscribe", Access::admin,
         [](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"subscription"}); !k) return reply(k.error());
-          auto id = required_string(p, "subscription");
-          if (!id) return reply(id.error());
-          auto r = s->remove_subscription(*id);
+          Params in(p, {"subscription"});
+          auto const id = in.required_string("subscription");
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          auto r = s->remove_subscription(id);
           if (!r) return reply(r.error());
           reply(json::value(json::object{}));
         });
 
   d.add("exec.output", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
-          if (auto k = only_keys(p, {"execution_id", "stream", "offset", "max_bytes"}); !k)
-            return reply(k.error());
-          auto id = required_string(p, "execution_id");
-          if (!id) return reply(id.error());
-          auto stream_name = required_string(p, "stream");
-          if (!stream_name) return reply(stream_name.error());
-          auto stream = core::stream_from_wire(*stream_name);
-          if (!stream) return reply(bad_param("stream must be stdout, stderr or pty"));
-          auto offset = optional_u64(p, "offset");
-          if (!offset) return reply(offset.error());
-          auto max = optional_u64(p, "max_bytes");
-          if (!max) return reply(max.error());
-          std::uint64_t const want = std::min(max->value_or(kDefaultOutputSlice), kMaxOutputSlice);
-          auto r = m.output(*id, *stream, offset->value_or(0), want);
+          Params in(p, {"execution_id", "stream", "offset", "max_bytes"});
+          auto const id = in.required_string("execution_id");
+          auto const stream_name = in.required_string("stream");
+          auto const stream = core::stream_from_wire(stream_name);
+          if (!stream && !stream_name.empty()) in.bad("stream", "must be stdout, stderr or pty");
+          auto const offset = in.optional_u64("offset");
+          auto const max = in.optional_u64("max_bytes");
+          if (auto e = std::move(in).error()) return reply(std::move(*e));
+          std::uint64_t const want = std::min(max.value_or(kDefaultOutputSlice), kMaxOutputSlice);
+          auto r = m.output(id, *stream, offset.value_or(0), want);
           if (!r) return reply(r.error());
           reply(json::value(json::object{{"data_b64", core::base64_encode(r->data)},
                                          {"eof", r->eof},
@@ -458,49 +399,11 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
 namespace detail {
 
-Result<std::vector<std::uint8_t>> input_bytes(json::object const& p) {
-  std::vector<std::uint8_t> data;
-  if (auto const* b = p.if_contains("data_b64"); b != nullptr && !b->is_null()) {
-    auto decoded = b->is_string() ? core::base64_decode(b->get_string()) : std::nullopt;
-    if (!decoded) return bad_param("data_b64 must be padded base64");
-    if (decoded->size() > kMaxInputChunk) {
-      return bad_param("data_b64 carries more than " + std::to_string(kMaxInputChunk) + " bytes");
-    }
-    data = std::move(*decoded);
-  }
-  return data;
-}
-
 void list_executions(ExecutionManager& m, registry::Registry* reg, json::object const& p,
                      std::set<std::string> const* only, Reply reply) {
-  if (auto k = only_keys(p, {"phase", "session_id", "limit", "cursor"}); !k)
-    return reply(k.error());
-  supervisor::ListFilter filter;
-  registry::ListFilter rfilter;
-  if (auto const* ph = p.if_contains("phase"); ph != nullptr && !ph->is_null()) {
-    auto phase = ph->is_string() ? core::phase_from_wire(ph->get_string()) : std::nullopt;
-    if (!phase) return reply(bad_param("phase must be a phase name"));
-    filter.phase = phase;
-    rfilter.phase = phase;
-  }
-  if (auto const* se = p.if_contains("session_id"); se != nullptr && !se->is_null()) {
-    if (!se->is_string()) return reply(bad_param("session_id must be a string"));
-    filter.session_id = std::string{se->get_string()};
-    rfilter.session_id = filter.session_id;
-  }
-  auto limit = optional_u64(p, "limit", 1000);
-  if (!limit) return reply(limit.error());
-  std::uint64_t const page = limit->value_or(100);
-  // The cursor is the number of executions already returned: first the ones this daemon
-  // supervises (newest first), then the registry's records it does not hold (terminal
-  // ones and those a previous daemon left), in id order.
-  std::uint64_t offset = 0;
-  if (auto const* c = p.if_contains("cursor"); c != nullptr && !c->is_null()) {
-    if (!c->is_string()) return reply(bad_param("cursor must be a string from next_cursor"));
-    auto parsed = parse_cursor(c->get_string());
-    if (!parsed) return reply(parsed.error());
-    offset = *parsed;
-  }
+  auto q = read_list_query(p);
+  if (!q) return reply(q.error());
+  auto& [filter, rfilter, page, offset] = *q;
   // One more than the page shows whether a next page exists. Saturating: a cursor near
   // 2^64 must not wrap to a small window.
   constexpr std::uint64_t kWindowCap = std::uint64_t{1} << 32;

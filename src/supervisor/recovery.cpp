@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "custos/core/plan_canonical.hpp"
+#include "custos/core/wire_names.hpp"
 #include "custos/registry/recovery.hpp"
 #include "custos/supervisor/manager.hpp"
 
@@ -59,17 +60,20 @@ Result<AdoptRequest> adoption_of(registry::ExecutionRecord const& rec, sys::Pidf
   return a;
 }
 
+constexpr auto kRestartPolicyNames = core::wire_names<RestartPolicy>({
+    {RestartPolicy::adopt, "adopt"},
+    {RestartPolicy::cancel, "cancel"},
+});
+static_assert(kRestartPolicyNames.complete());
+
 }  // namespace
 
 std::string_view restart_policy_wire(RestartPolicy p) noexcept {
-  return p == RestartPolicy::cancel ? "cancel" : "adopt";
+  return kRestartPolicyNames.wire(p);
 }
 
 std::optional<RestartPolicy> restart_policy_from_wire(std::string_view w) noexcept {
-  for (auto p : {RestartPolicy::adopt, RestartPolicy::cancel}) {
-    if (restart_policy_wire(p) == w) return p;
-  }
-  return std::nullopt;
+  return kRestartPolicyNames.from_wire(w);
 }
 
 std::size_t RecoveryReport::count(core::RecoveryPath p) const noexcept {

@@ -55,9 +55,9 @@ Error pidfd_error(char const* what, std::int32_t pid, int err) {
 
 }  // namespace
 
-ExitStatus ExitStatus::from_wait_status(int status) {
-  if (WIFEXITED(status)) return exited(WEXITSTATUS(status));
-  return signaled(WTERMSIG(status), WCOREDUMP(status));
+ExitStatus exit_status_from_wait(int status) noexcept {
+  if (WIFEXITED(status)) return ExitStatus::exited(WEXITSTATUS(status));
+  return ExitStatus::signaled(WTERMSIG(status), WCOREDUMP(status));
 }
 
 Result<Pidfd> Pidfd::open(std::int32_t pid) {
@@ -138,7 +138,7 @@ Result<std::optional<ExitStatus>> Pidfd::get_exit_info() const {
     return pidfd_error("ioctl(PIDFD_GET_INFO)", pid_, err);
   }
   if ((info.mask & kPidfdInfoExit) == 0) return std::optional<ExitStatus>();
-  return std::optional<ExitStatus>(ExitStatus::from_wait_status(info.exit_code));
+  return std::optional<ExitStatus>(exit_status_from_wait(info.exit_code));
 }
 
 bool Pidfd::exit_info_supported() noexcept {

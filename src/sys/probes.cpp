@@ -152,6 +152,27 @@ std::pair<bool, std::string> try_clone3_into(CgroupDir const& cg) {
   return {st->code == 0, "clone3 child created in " + cg.path() + " and reaped"};
 }
 
+// A fresh child cgroup of `parent_path` to test in, or nullopt with `why_not` said.
+std::optional<CgroupDir> make_scratch_cgroup(std::string const& parent_path, std::string& why_not) {
+  if (parent_path.empty()) {
+    why_not = "own cgroup unknown";
+    return std::nullopt;
+  }
+  auto parent = CgroupDir::open(parent_path);
+  if (!parent) {
+    why_not = parent.error().message();
+    return std::nullopt;
+  }
+  std::string const name =
+      "custos-probe-" + std::to_string(::getpid()) + "-" + std::to_string(g_probe_counter++);
+  auto s = CgroupDir::create(*parent, name);
+  if (!s) {
+    why_not = s.error().message();
+    return std::nullopt;
+  }
+  return std::move(*s);
+}
+
 void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
   auto mount = find_cgroup2_mount(options.mountinfo_path);
   auto own = own_cgroup(options.proc_cgroup_path);
@@ -193,29 +214,10 @@ void probe_cgroup(HostCapabilities& caps, ProbeOptions const& options) {
                              : "cgroup2 mounted without nsdelegate");
 
   // Writability and clone3 are tested in a scratch cgroup that is removed before returning.
-  std::optional<CgroupDir> parent;
   std::string parent_path =
       options.scratch_cgroup_parent.value_or(caps.cgroup.directory.value_or(""));
   std::string why_not;
-  if (!parent_path.empty()) {
-    auto p = CgroupDir::open(parent_path);
-    if (p)
-      parent = std::move(*p);
-    else
-      why_not = p.error().message();
-  } else {
-    why_not = "own cgroup unknown";
-  }
-  std::optional<CgroupDir> scratch;
-  if (parent) {
-    std::string const name =
-        "custos-probe-" + std::to_string(::getpid()) + "-" + std::to_string(g_probe_counter++);
-    auto s = CgroupDir::create(*parent, name);
-    if (s)
-      scratch = std::move(*s);
-    else
-      why_not = s.error().message();
-  }
+  std::optional<CgroupDir> scratch = make_scratch_cgroup(parent_path, why_not);
   // The root cgroup has no cgroup.kill even where the kernel supports it: a child shows it.
   if (scratch && !caps.cgroup.kill)
     caps.cgroup.kill = ::faccessat(scratch->fd().get(), "cgroup.kill", F_OK, 0) == 0;

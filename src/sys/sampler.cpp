@@ -132,18 +132,6 @@ std::vector<std::int32_t> expand_descendants(UniqueFd const& proc, std::vector<p
 
 }  // namespace
 
-std::string_view fidelity_wire(Fidelity f) noexcept {
-  switch (f) {
-    case Fidelity::hard:
-      return "hard";
-    case Fidelity::sampled:
-      return "sampled";
-    case Fidelity::unavailable:
-      return "unavailable";
-  }
-  return "unavailable";
-}
-
 Result<TreeUsage> sample_tree(CgroupDir const* cgroup, std::vector<pid_t> const& fallback_pids,
                               SampleOptions const& options) {
   auto proc_dir = open_dir_path(options.proc_root);

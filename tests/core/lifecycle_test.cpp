@@ -156,7 +156,10 @@ TEST(Lifecycle, ExitStatusMustBeValid) {
             Errc::lifecycle_illegal_transition);
   EXPECT_EQ(reduce(*running, Exited{ExitStatus::signaled(0)}).error().code,
             Errc::lifecycle_illegal_transition);
+  EXPECT_EQ(reduce(*running, Exited{ExitStatus{0, std::nullopt, true}}).error().code,
+            Errc::lifecycle_illegal_transition);  // a core dump comes with a signal only
   EXPECT_TRUE(reduce(*running, Exited{ExitStatus::signaled(9)}));
+  EXPECT_TRUE(reduce(*running, Exited{ExitStatus::signaled(11, true)}));
 }
 
 TEST(Lifecycle, RecoveryJumpsOnlyWithIndeterminateClassification) {

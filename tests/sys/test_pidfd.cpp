@@ -176,9 +176,9 @@ TEST_F(PidfdTest, WaitOnNonChildIsAnError) {
 }
 
 TEST_F(ExitStatusTest, FromWaitStatus) {
-  EXPECT_EQ(ExitStatus::from_wait_status(3 << 8), ExitStatus::exited(3));
-  EXPECT_EQ(ExitStatus::from_wait_status(SIGKILL), ExitStatus::signaled(SIGKILL));
-  EXPECT_EQ(ExitStatus::from_wait_status(SIGSEGV | 0x80), ExitStatus::signaled(SIGSEGV, true));
+  EXPECT_EQ(exit_status_from_wait(3 << 8), ExitStatus::exited(3));
+  EXPECT_EQ(exit_status_from_wait(SIGKILL), ExitStatus::signaled(SIGKILL));
+  EXPECT_EQ(exit_status_from_wait(SIGSEGV | 0x80), ExitStatus::signaled(SIGSEGV, true));
 }
 
 }  // namespace

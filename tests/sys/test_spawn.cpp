@@ -10,10 +10,13 @@
 #include <random>
 #include <signal.h>
 #include <sstream>
+#include <string_view>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include "custos/sys/identity.hpp"
 #include "custos/sys/openat2.hpp"
@@ -92,10 +95,32 @@ TEST_F(SpawnTest, MissingExecutableIsSpawnFailedNot127) {
   ASSERT_FALSE(running);
   EXPECT_EQ(running.error().code, Errc::spawn_failed);
   EXPECT_EQ(running.error().sys_errno, ENOENT);
-  EXPECT_NE(running.error().context.find("step=execve"), std::string::npos)
-      << running.error().context;
+  EXPECT_EQ(running.error().step, SpawnStep::execve) << running.error().context;
   // The failed child was reaped: no zombie remains.
   EXPECT_FALSE(proc_exists(pid));
+}
+
+// The step names are the terminal record's spawn_error.code: API, never renamed.
+TEST(SpawnStepTest, WireNamesAreStable) {
+  std::vector<std::pair<SpawnStep, std::string_view>> const names = {
+      {SpawnStep::signals, "signals"},
+      {SpawnStep::setsid, "setsid"},
+      {SpawnStep::controlling_tty, "controlling_tty"},
+      {SpawnStep::stdio, "stdio"},
+      {SpawnStep::close_range, "close_range"},
+      {SpawnStep::setrlimit, "setrlimit"},
+      {SpawnStep::setgroups, "setgroups"},
+      {SpawnStep::setresgid, "setresgid"},
+      {SpawnStep::setresuid, "setresuid"},
+      {SpawnStep::fchdir, "fchdir"},
+      {SpawnStep::barrier, "barrier"},
+      {SpawnStep::execve, "execve"},
+      {SpawnStep::clone3, "clone3"},
+      {SpawnStep::setup, "setup"},
+      {SpawnStep::unknown, "unknown"},
+  };
+  for (auto const& [step, name] : names) EXPECT_EQ(spawn_step_wire(step), name);
+  EXPECT_EQ(spawn_step_wire(static_cast<SpawnStep>(200)), "invalid");
 }
 
 TEST_F(SpawnTest, NonExecutableFileIsEacces) {
@@ -114,6 +139,7 @@ TEST_F(SpawnTest, InvalidSpecsAreRefusedBeforeClone) {
   auto rel = spawn_staged(simple_spec("bin/true", {"true"}));
   ASSERT_FALSE(rel);
   EXPECT_EQ(rel.error().code, Errc::plan_invalid_executable);
+  EXPECT_EQ(rel.error().step, SpawnStep::clone3);  // no process: the creation step failed
   auto empty = spawn_staged(simple_spec("/bin/true", {}));
   ASSERT_FALSE(empty);
   EXPECT_EQ(empty.error().code, Errc::plan_empty_argv);
@@ -433,8 +459,7 @@ TEST_F(SpawnTest, SetupFailureIsReportedBySpawnStaged) {
   ASSERT_FALSE(staged);
   EXPECT_EQ(staged.error().code, Errc::spawn_failed);
   EXPECT_EQ(staged.error().sys_errno, ENOTTY);
-  EXPECT_NE(staged.error().context.find("step=controlling_tty"), std::string::npos)
-      << staged.error().context;
+  EXPECT_EQ(staged.error().step, SpawnStep::controlling_tty) << staged.error().context;
 }
 
 }  // namespace
@@ -639,8 +664,7 @@ TEST_F(SpawnTest, DeferredSetupReportKeepsTheBarrierAndReportsFailuresAtRelease)
   ASSERT_FALSE(failing);
   EXPECT_EQ(failing.error().code, Errc::spawn_failed);
   EXPECT_EQ(failing.error().sys_errno, ENOTTY);
-  EXPECT_NE(failing.error().context.find("step=controlling_tty"), std::string::npos)
-      << failing.error().context;
+  EXPECT_EQ(failing.error().step, SpawnStep::controlling_tty) << failing.error().context;
   if (pid > 0) {
     EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "reaped";
   }
@@ -656,7 +680,8 @@ TEST_F(SpawnTest, StepwiseReleaseNeverBlocksAndAnswersAsReleaseDoes) {
     if (!watch) return watch.error();
     for (int round = 0; round < 1000; ++round) {
       auto v = staged.poll_verdict();
-      if (!v || *v) return v;
+      if (!v) return v.error();
+      if (*v) return true;
       pollfd p{watch->get(), POLLIN, 0};
       if (::poll(&p, 1, 10000) != 1) return Error(Errc::internal, "no verdict within 10 s");
     }
@@ -694,8 +719,7 @@ TEST_F(SpawnTest, StepwiseReleaseNeverBlocksAndAnswersAsReleaseDoes) {
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code, Errc::spawn_failed);
   EXPECT_EQ(failed.error().sys_errno, ENOENT);
-  EXPECT_NE(failed.error().context.find("step=execve"), std::string::npos)
-      << failed.error().context;
+  EXPECT_EQ(failed.error().step, SpawnStep::execve) << failed.error().context;
   EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << "reaped";
 
   auto pipe = make_pipe();
@@ -714,8 +738,7 @@ TEST_F(SpawnTest, StepwiseReleaseNeverBlocksAndAnswersAsReleaseDoes) {
   }
   ASSERT_FALSE(failing);
   EXPECT_EQ(failing.error().sys_errno, ENOTTY);
-  EXPECT_NE(failing.error().context.find("step=controlling_tty"), std::string::npos)
-      << failing.error().context;
+  EXPECT_EQ(failing.error().step, SpawnStep::controlling_tty) << failing.error().context;
 }
 
 }  // namespace

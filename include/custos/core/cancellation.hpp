@@ -76,14 +76,23 @@ enum class Cleanup : std::uint8_t { confirmed, unconfirmed };
 
 // The raw end of a process as the kernel reported it: at most one of code and signal is set.
 // Both empty means no exit was observed (spawn failure, or recovery without an observation).
+// The one exit type of every layer: sys fills it from waitid/PIDFD_GET_INFO, backends hand it to
+// the supervisor, and the terminal record keeps it.
 struct ExitStatus {
   std::optional<std::int32_t> code;
   std::optional<std::int32_t> signal;
+  // The kernel wrote a core image (CLD_DUMPED, WCOREDUMP); only ever with `signal`. What the
+  // kernel said, kept for whoever holds the status; the terminal record's wire and canonical
+  // forms carry code and signal only (docs/api.md), so a record read back has it false.
+  bool core_dumped = false;
 
-  [[nodiscard]] static ExitStatus exited(std::int32_t c) { return {c, std::nullopt}; }
-  [[nodiscard]] static ExitStatus signaled(std::int32_t s) { return {std::nullopt, s}; }
+  [[nodiscard]] static ExitStatus exited(std::int32_t c) { return {c, std::nullopt, false}; }
+  [[nodiscard]] static ExitStatus signaled(std::int32_t s, bool core = false) {
+    return {std::nullopt, s, core};
+  }
   [[nodiscard]] bool observed() const noexcept { return code.has_value() || signal.has_value(); }
-  // False when both are set, or a code outside 0..255, or a signal outside 1..64.
+  // False when both are set, or a code outside 0..255, or a signal outside 1..64, or a core
+  // dump without a signal.
   [[nodiscard]] bool valid() const noexcept;
 
   friend bool operator==(ExitStatus const&, ExitStatus const&) = default;

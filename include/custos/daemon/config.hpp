@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "custos/core/result.hpp"
 #include "custos/supervisor/recovery.hpp"
@@ -58,6 +59,9 @@ struct DaemonConfig {
 [[nodiscard]] Result<DaemonConfig> resolve(DaemonConfig config, std::uint32_t euid,
                                            std::filesystem::path const& cwd);
 
+// The settings' names, as the flags take them and host.info reports them: "auto", "journal",
+// "console" (or its alias "stderr"), "file"; "cancel", "detach"; "auto", "cgroup", "marker";
+// "adopt", "cancel" (the config key restart-policy). config_name is the inverse.
 [[nodiscard]] std::optional<LogTarget> parse_log_target(std::string_view s) noexcept;
 [[nodiscard]] std::optional<ShutdownMode> parse_shutdown(std::string_view s) noexcept;
 [[nodiscard]] std::optional<BoundaryMode> parse_boundary(std::string_view s) noexcept;
@@ -65,5 +69,9 @@ struct DaemonConfig {
 // adoption replaced, is read as "adopt".
 [[nodiscard]] std::optional<supervisor::RestartPolicy> parse_restart_policy(
     std::string_view s) noexcept;
+[[nodiscard]] std::string_view config_name(LogTarget t) noexcept;
+[[nodiscard]] std::string_view config_name(ShutdownMode m) noexcept;
+[[nodiscard]] std::string_view config_name(BoundaryMode b) noexcept;
+[[nodiscard]] std::string_view config_name(supervisor::RestartPolicy p) noexcept;
 
 }  // namespace custos::daemon

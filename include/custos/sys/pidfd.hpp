@@ -9,26 +9,18 @@
 #include <cstdint>
 #include <optional>
 
+#include "custos/core/cancellation.hpp"
 #include "custos/core/result.hpp"
 #include "custos/sys/unique_fd.hpp"
 
 namespace custos::sys {
 
-// How a process ended. Exactly one of `code` (normal exit) and `signal` (killed) is set.
-struct ExitStatus {
-  std::optional<int> code;
-  std::optional<int> signal;
-  bool core_dumped = false;
+// How a process ended: core's one exit type (code or signal, and core_dumped), which sys fills
+// from the kernel's reports.
+using core::ExitStatus;
 
-  [[nodiscard]] static ExitStatus exited(int c) { return ExitStatus{c, std::nullopt, false}; }
-  [[nodiscard]] static ExitStatus signaled(int s, bool core = false) {
-    return ExitStatus{std::nullopt, s, core};
-  }
-  // From a wait(2)-format status word (WIFEXITED/WTERMSIG...), as PIDFD_GET_INFO reports it.
-  [[nodiscard]] static ExitStatus from_wait_status(int status);
-
-  friend bool operator==(ExitStatus const&, ExitStatus const&) = default;
-};
+// From a wait(2)-format status word (WIFEXITED/WTERMSIG/WCOREDUMP), as PIDFD_GET_INFO reports it.
+[[nodiscard]] ExitStatus exit_status_from_wait(int status) noexcept;
 
 class Pidfd {
  public:

@@ -13,16 +13,17 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "custos/core/resources.hpp"
 #include "custos/core/result.hpp"
 #include "custos/sys/cgroup.hpp"
 #include "custos/sys/unique_fd.hpp"
 
 namespace custos::sys {
 
-enum class Fidelity : std::uint8_t { hard, sampled, unavailable };
-
-// "hard", "sampled", "unavailable" — the wire strings of the terminal record.
-[[nodiscard]] std::string_view fidelity_wire(Fidelity f) noexcept;
+// core's fidelity ("hard", "sampled", "unavailable": the terminal record's wire strings), so a
+// measurement's fidelity reaches the record without a conversion.
+using core::Fidelity;
+using core::fidelity_wire;
 
 struct Measured {
   std::uint64_t value = 0;

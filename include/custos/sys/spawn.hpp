@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -63,11 +64,50 @@ struct SpawnSpec {
   bool wait_for_setup = true;
 };
 
+// The step of a launch that failed; spawn_step_wire gives the name a terminal record carries as
+// spawn_error.code. The child's setup steps come first, in the order the child runs them
+// (docs/process-model.md); the child reports them by number.
+enum class SpawnStep : std::uint8_t {
+  signals,          // default dispositions and an empty signal mask
+  setsid,           // a new session
+  controlling_tty,  // TIOCSCTTY on the pty
+  stdio,            // stdin/stdout/stderr in place
+  close_range,      // every other inherited descriptor closed
+  setrlimit,        // the resource limits
+  setgroups,        // credentials: supplementary groups,
+  setresgid,        //   gid,
+  setresuid,        //   uid
+  fchdir,           // the working directory
+  barrier,          // waiting for (or watching) the parent's go
+  execve,           // the target itself, or the wait for its verdict
+  clone3,           // creating the child: the spec, its descriptors and memory, clone3 itself
+  setup,            // the child's setup ended (or its report could not be read) without a step
+  unknown,          // a torn report whose step could not be read
+};
+
+// "signals", "setsid", "controlling_tty", "stdio", "close_range", "setrlimit", "setgroups",
+// "setresgid", "setresuid", "fchdir", "barrier", "execve", "clone3", "setup", "unknown".
+[[nodiscard]] std::string_view spawn_step_wire(SpawnStep step) noexcept;
+
+// A failed spawn: the error (spawn.failed with the child's errno, or the parent's own error:
+// plan.*, workspace.escape, sys.*) and the step it failed at, as a field. It is an Error, so a
+// caller that only passes the failure on (CUSTOS_TRY into a Result<T>) keeps code, errno and
+// context; one that records it reads `step` instead of the text.
+struct SpawnError : Error {
+  SpawnStep step = SpawnStep::clone3;
+
+  SpawnError() = default;
+  SpawnError(SpawnStep s, Error e) : Error(std::move(e)), step(s) {}
+};
+
+template <class T = void>
+using SpawnResult = boost::system::result<T, SpawnError>;
+
 class RunningChild;
 
 namespace detail {
 // What a staged child writes to its report channel: fixed size, far below PIPE_BUF, so one
-// write is atomic. `step` indexes the setup steps (spawn_step_name).
+// write is atomic. `step` is a SpawnStep's number, or kReportReady.
 struct ChildReport {
   int err;
   int step;
@@ -126,27 +166,29 @@ class StagedChild {
 
   // Lets the child run: writes the barrier byte, then blocks until the child's end of the
   // channel closes (execve succeeded: CLOEXEC closed it) or carries an {errno, step} report. Only
-  // the steps after the barrier ("barrier", "execve") can fail here; setup failures surface
-  // earlier, from spawn_staged() — or here, with their own step names, when the spec had
-  // wait_for_setup = false. Errors: spawn.failed with the step name in the context
-  // ("step=execve ...") and the child's errno; the child has then exited and been reaped. The
-  // StagedChild is consumed either way.
-  [[nodiscard]] Result<RunningChild> release() &&;
+  // the steps after the barrier (barrier, execve) can fail here; setup failures surface
+  // earlier, from spawn_staged() — or here, with their own steps, when the spec had
+  // wait_for_setup = false. Errors: spawn.failed with the step and the child's errno (the child
+  // has then exited and been reaped); spawn.failed at step execve when the verdict did not come
+  // within the setup timeout or the channel could not be read. The StagedChild is consumed
+  // either way.
+  [[nodiscard]] SpawnResult<RunningChild> release() &&;
 
   // release() in steps that never block, for an event loop: send_go() lets the child run on;
   // then, each time the channel is readable (wait on a watch_channel() duplicate),
   // poll_verdict() reads what arrived and returns true once the verdict is in; finish() then
   // returns what release() would have, consuming the StagedChild. The caller bounds the wait
   // (release() gives up after the spec's setup_timeout; dropping the StagedChild kills and
-  // reaps the child). Errors of poll_verdict: spawn.failed when the channel cannot be read.
+  // reaps the child). Errors of poll_verdict: spawn.failed at step execve when the channel
+  // cannot be read.
   void send_go() noexcept;
   [[nodiscard]] Result<UniqueFd> watch_channel() const;
-  [[nodiscard]] Result<bool> poll_verdict();
-  [[nodiscard]] Result<RunningChild> finish() &&;
+  [[nodiscard]] SpawnResult<bool> poll_verdict();
+  [[nodiscard]] SpawnResult<RunningChild> finish() &&;
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
  private:
-  friend Result<StagedChild> spawn_staged(SpawnSpec const& spec);
+  friend SpawnResult<StagedChild> spawn_staged(SpawnSpec const& spec);
   StagedChild(Pidfd pidfd, UniqueFd channel, detail::ChildArena arena, std::string executable,
               std::chrono::milliseconds timeout) noexcept;
   void kill_and_reap() noexcept;
@@ -164,7 +206,7 @@ class StagedChild {
   // once known (ok: execve succeeded; an error: the step that failed).
   detail::ChildReport report_{};
   std::size_t got_ = 0;
-  std::optional<Result<void>> verdict_;
+  std::optional<SpawnResult<void>> verdict_;
   // Declared last: destroyed after the destructor body has killed and reaped the child.
   detail::ChildArena arena_;
 };
@@ -198,15 +240,13 @@ class RunningChild {
 
 // Creates the child and returns once it has completed its whole setup (signals, session, stdio,
 // fds, limits, credentials, cwd) and is blocked on its barrier, with its identity read.
-// Errors: spawn.failed with "step=<setup step>" and the child's errno when a setup step failed
-// in the child (the child is reaped); plan.invalid_executable / plan.empty_argv / plan.nul_byte /
-// plan.invalid_value for a malformed spec; workspace.escape when cwd leaves the workspace root;
-// sys.unsupported when the kernel has no clone3 (ENOSYS); spawn.failed with "step=clone3" for other
+// Errors: spawn.failed at the setup step that failed in the child, with the child's errno (the
+// child is reaped), or at step setup when the child died without a report or did not report
+// within the setup timeout; at step clone3: plan.invalid_executable / plan.empty_argv /
+// plan.nul_byte / plan.invalid_value for a malformed spec, workspace.escape when cwd leaves the
+// workspace root, sys.unsupported when the kernel has no clone3 (ENOSYS), spawn.failed for other
 // clone3 failures (EPERM, EBUSY from CLONE_INTO_CGROUP into a cgroup with controllers in use,
-// EAGAIN ...); sys.error for pipe/open failures in the parent.
-[[nodiscard]] Result<StagedChild> spawn_staged(SpawnSpec const& spec);
-
-// The names of the child setup steps, as reported in spawn.failed contexts.
-[[nodiscard]] char const* spawn_step_name(int step) noexcept;
+// EAGAIN ...), sys.error for pipe/open failures in the parent, and the identity read's errors.
+[[nodiscard]] SpawnResult<StagedChild> spawn_staged(SpawnSpec const& spec);
 
 }  // namespace custos::sys

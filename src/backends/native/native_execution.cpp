@@ -29,16 +29,14 @@ constexpr int kReadsPerWake = 16;
 constexpr int kBusyPipeBytes = 1 << 20;
 constexpr ssize_t kBusyReadBytes = 32 * 1024;
 
-// sys spawn errors name their step in the context ("step=<name>"); the failure keeps the name.
-std::string step_of(Error const& e, std::string_view fallback) {
-  auto pos = e.context.find("step=");
-  if (pos == std::string::npos) return std::string{fallback};
-  auto end = e.context.find_first_of(" ,;:)", pos + 5);
-  return e.context.substr(pos + 5, end == std::string::npos ? std::string::npos : end - pos - 5);
-}
-
+// A launch step of this backend's own (marker, workspace, cgroup, pty, pipe, barrier).
 core::SpawnFailure failure(std::string step, Error const& e) {
   return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
+}
+
+// A failure of sys's spawn: its step is a field of the error.
+core::SpawnFailure failure(sys::SpawnError const& e) {
+  return failure(std::string{sys::spawn_step_wire(e.step)}, e);
 }
 
 // Our ends of the stdio streams are read and written with plain read(2)/write(2), which must
@@ -221,7 +219,7 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   auto staged = sys::spawn_staged(spawn_spec(ctx, std::get<Stdio>(stdio)));
   if (!staged) {
     if (cgroup_) (void)cgroup_->remove();
-    return failure(step_of(staged.error(), "clone3"), staged.error());
+    return failure(staged.error());
   }
   root_pid_ = staged->pid();
   root_start_ticks_ = staged->identity().start_time_ticks;
@@ -287,8 +285,10 @@ void NativeExecution::on_verdict() {
   if (verdict && !*verdict) {
     // The "ready" report only, or nothing yet: wait on, unless the bound has passed.
     if (!l.timed_out) return await_verdict();
-    return finish_release(Error(
-        Errc::spawn_failed, "step=execve: the child did not finish its setup in time", ETIMEDOUT));
+    return finish_release(sys::SpawnError(
+        sys::SpawnStep::execve,
+        Error(Errc::spawn_failed, "step=execve: the child did not finish its setup in time",
+              ETIMEDOUT)));
   }
   // The channel could not be read: the child is killed and reaped (dropping the StagedChild)
   // before the failure is reported, so the cleanup it reports is true.
@@ -298,7 +298,7 @@ void NativeExecution::on_verdict() {
   finish_release(std::move(l.staged).finish());
 }
 
-void NativeExecution::finish_release(Result<sys::RunningChild> running) {
+void NativeExecution::finish_release(sys::SpawnResult<sys::RunningChild> running) {
   // The launch's descriptors close when this returns (ours of the child's ends must go, or EOF
   // would never come).
   std::unique_ptr<Launching> const l = std::move(launching_);
@@ -307,7 +307,7 @@ void NativeExecution::finish_release(Result<sys::RunningChild> running) {
     host_->forget_root(root_pid_, this);
     root_reaped_ = true;
     if (cgroup_) (void)cgroup_->remove();
-    return done(failure(step_of(running.error(), "execve"), running.error()));
+    return done(failure(running.error()));
   }
   root_ = std::move(*running).take_pidfd();
   Stdio& io = l->stdio;

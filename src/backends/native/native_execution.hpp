@@ -98,7 +98,7 @@ class NativeExecution final : public BackendExecution,
   [[nodiscard]] sys::SpawnSpec spawn_spec(LaunchContext const& ctx, Stdio const& stdio) const;
   void await_verdict();
   void on_verdict();
-  void finish_release(Result<sys::RunningChild> running);
+  void finish_release(sys::SpawnResult<sys::RunningChild> running);
   void arm_reader(std::size_t index);
   void on_readable(std::size_t index);
   void end_reader(std::size_t index, bool complete);

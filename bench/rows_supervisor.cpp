@@ -75,6 +75,8 @@ class Harness {
     return p;
   }
 
+  // The daemon's one launch path (start_async) driven to its answer: the loop runs until the
+  // start is answered (start_with_test_permit), then the caller waits for the record.
   Result<sup::StartResult> start(core::ExecutionPlan p) {
     return sup::start_with_test_permit(*mgr_, request(std::move(p)));
   }

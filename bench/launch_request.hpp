@@ -70,15 +70,15 @@ inline bool drive_until(boost::asio::io_context& io, std::function<bool()> const
   return true;
 }
 
+// A launch in the event-loop form (ExecutionManager::start_async, the daemon's one launch path):
+// calls its argument with the start's result, at once or later from the loop.
+using AsyncStart = std::function<void(std::function<void(Result<supervisor::StartResult>)>)>;
+
 // Keeps `in_flight_max` executions from `start` running on `mgr` (its loop `io`) until `total`
 // have ended or `deadline` passes; launches per second over the wall time, or nothing with `why`
 // set when a start failed, an execution did not end `exited`, or time ran out. The counters are
 // shared with the wait callbacks, so one that fires after the return (a timed-out run, then the
 // harness's teardown) touches nothing gone.
-// A launch in the event-loop form (ExecutionManager::start_async, what the daemon uses):
-// calls its argument with the start's result, at once or later from the loop.
-using AsyncStart = std::function<void(std::function<void(Result<supervisor::StartResult>)>)>;
-
 inline std::optional<double> launches_per_second(supervisor::ExecutionManager& mgr,
                                                  boost::asio::io_context& io,
                                                  AsyncStart const& start, std::size_t in_flight_max,
@@ -138,18 +138,6 @@ inline std::optional<double> launches_per_second(supervisor::ExecutionManager& m
     return std::nullopt;
   }
   return static_cast<double>(c->finished) / secs;
-}
-
-// The same with the blocking start (ExecutionManager::start), for the rows that measure it.
-inline std::optional<double> launches_per_second(
-    supervisor::ExecutionManager& mgr, boost::asio::io_context& io,
-    std::function<Result<supervisor::StartResult>()> const& start, std::size_t in_flight_max,
-    std::size_t total, std::chrono::steady_clock::time_point deadline, std::string& why) {
-  return launches_per_second(
-      mgr, io, AsyncStart{[&start](std::function<void(Result<supervisor::StartResult>)> done) {
-        done(start());
-      }},
-      in_flight_max, total, deadline, why);
 }
 
 // A row's teardown while its manager still runs executions: cancel them all and run the loop

@@ -1,6 +1,6 @@
 // The registry's rows (issue 4, docs/durability.md "Benchmark rows"):
 //   1. durable writes per execution, sequential, as multiples of one synchronous=FULL commit
-//      (registry::bench_durable_overhead measures its own floor in the same directory and run);
+//      (durable_overhead, bench/support, measures its own floor in the same directory and run);
 //   2. the same with 16 concurrent launchers (group commit), informational;
 //   3. launch throughput with 16 executions in flight through an ExecutionManager whose sink is
 //      the registry (supervisor::RegistrySink on the manager's loop, as the daemon wires it),
@@ -25,8 +25,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "custos/bench/durable_overhead.hpp"
 #include "custos/core/plan.hpp"
-#include "custos/registry/bench.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/registry_sink.hpp"
@@ -501,11 +501,11 @@ Row sequential_launch_row(Env const& env) {
 }  // namespace
 
 std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
-  // registry::bench_durable_overhead measures its own FULL-commit floor in the same directory
+  // durable_overhead (bench/support) measures its own FULL-commit floor in the same directory
   // and run right before the product figures, so the ratio compares like with like
   // (docs/durability.md "Benchmark rows").
   std::size_t const n = env.quick ? 50 : 400;
-  auto r = registry::bench_durable_overhead(env.work_dir, n, 16);
+  auto r = durable_overhead(env.work_dir, n, 16);
   Row seq{
       "registry: durable writes per execution, sequential (claim+record with group durability "
       "awaited, then NORMAL transactions)",

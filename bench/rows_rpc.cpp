@@ -2,6 +2,9 @@
 //   host.info round trip           vs a raw Unix-socket line echo (p50)         target <= 2x
 //   exec.start -> terminal, seq.   vs clone3 launch floor + one FULL commit       target <= 1.25x
 //   same, 16 clients               vs the same floor as throughput                target >= 0.8x
+//   a reference execution (plan.backend "reference", script {"exit": 0}) exec.start -> terminal,
+//   sequential, beside the native sequential row's value: for the record, no target. Same
+//   requests, same daemon, same durable claim and records; no process, no cgroup, no sweep.
 //   the same no-op through `bwrap --unshare-all` (fork + exec + wait), beside the sequential
 //   row's value: for the record, no target (a sandbox launcher, not a supervisor: no cgroup, no
 //   durable record, no events), like the floor rows.
@@ -11,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -183,7 +187,11 @@ bool start_daemon(Env const& env, DaemonProc& d) {
   return false;
 }
 
-std::string start_line(Env const& env, std::string const& action, int id) {
+// The backend a launch runs on: the native one (clone3 of the static no-op), or the reference
+// model with the smallest script that ends on purpose (docs/api.md, "The reference backend").
+enum class Backend : std::uint8_t { native, reference };
+
+std::string start_line(Env const& env, std::string const& action, int id, Backend backend) {
   json::object identity{{"project_id", "bench"}, {"session_id", "bench"}, {"run_id", "r"},
                         {"attempt_id", "a"},     {"turn_id", "t"},        {"action_id", action},
                         {"process_id", "p"},     {"workspace_id", "w"},   {"resource_id", "r"},
@@ -192,6 +200,11 @@ std::string start_line(Env const& env, std::string const& action, int id) {
       {"command", json::object{{"executable", env.noop_path}, {"argv", json::array{"noop"}}}},
       {"workspace", json::object{{"root", env.work_dir}, {"access", "read_only"}}},
       {"io", json::object{{"mode", "pipes"}}}};
+  if (backend == Backend::reference) {
+    plan["backend"] =
+        json::object{{"kind", "reference"},
+                     {"script", json::object{{"steps", json::array{json::object{{"exit", 0}}}}}}};
+  }
   json::object req{{"jsonrpc", "2.0"},
                    {"id", id},
                    {"method", "exec.start"},
@@ -199,17 +212,26 @@ std::string start_line(Env const& env, std::string const& action, int id) {
   return json::serialize(req) + "\n";
 }
 
-// One exec.start + exec.wait on `fd`; returns false on any error.
-bool launch_once(Env const& env, int fd, std::string& buf, std::string const& action) {
+// One exec.start + exec.wait on `fd`; returns false on any error, or when the terminal result
+// is not `exited` 0.
+bool launch_once(Env const& env, int fd, std::string& buf, std::string const& action,
+                 Backend backend = Backend::native) {
   std::string line;
-  std::string const req = start_line(env, action, 1);
+  std::string const req = start_line(env, action, 1, backend);
   if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
     return false;
   if (!read_line(fd, buf, line)) return false;
   boost::system::error_code ec;
   auto v = json::parse(line, ec);
   if (ec || !v.is_object() || !v.as_object().contains("result")) return false;
-  std::string const id{v.at("result").at("execution_id").as_string()};
+  auto const& started = v.at("result").as_object();
+  // The reference model answers boundary "reference": a start that ran natively does not count.
+  if (backend == Backend::reference) {
+    auto const* boundary = started.if_contains("boundary");
+    if (boundary == nullptr || !boundary->is_string() || boundary->as_string() != "reference")
+      return false;
+  }
+  std::string const id{started.at("execution_id").as_string()};
   std::string const wait =
       json::serialize(json::object{{"jsonrpc", "2.0"},
                                    {"id", 2},
@@ -220,7 +242,16 @@ bool launch_once(Env const& env, int fd, std::string& buf, std::string const& ac
     return false;
   if (!read_line(fd, buf, line)) return false;
   auto w = json::parse(line, ec);
-  return !ec && w.is_object() && w.as_object().contains("result");
+  if (ec || !w.is_object()) return false;
+  auto const* terminal = w.as_object().if_contains("result");
+  if (terminal == nullptr || !terminal->is_object()) return false;
+  auto const* classification = terminal->as_object().if_contains("classification");
+  auto const* exit = terminal->as_object().if_contains("exit");
+  auto const* code =
+      exit != nullptr && exit->is_object() ? exit->as_object().if_contains("code") : nullptr;
+  return classification != nullptr && classification->is_string() &&
+         classification->as_string() == "exited" && code != nullptr && code->is_int64() &&
+         code->as_int64() == 0;
 }
 
 // The first executable named `name` on $PATH, or "".
@@ -261,7 +292,7 @@ Row bwrap_row(Env const& env, std::optional<double> custos_ms, std::size_t n) {
   Row r;
   r.name = "rpc: the same no-op through `bwrap --unshare-all` (median, for the record)";
   r.unit = "ms";
-  r.floor_name = "custos exec.start -> terminal, sequential (row above, same run)";
+  r.floor_name = "custos exec.start -> terminal, sequential (native rpc row, same run)";
   r.floor_value = custos_ms;
   r.better = Better::lower;
   std::string const bwrap = on_path("bwrap");
@@ -314,13 +345,21 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
   Row seq = unmeasured("rpc: exec.start -> terminal of a static no-op, sequential (median)", "ms",
                        "clone3 launch floor + one SQLite FULL commit", launch_floor_ms, 1.25,
                        Better::lower, "");
+  // For the record, beside the native row: its floor is the native row's value of this run.
+  Row ref;
+  ref.name =
+      "rpc: exec.start -> terminal of a reference execution (script: exit 0), sequential (median, "
+      "for the record)";
+  ref.unit = "ms";
+  ref.floor_name = "native exec.start -> terminal, sequential (rpc row above, same run)";
+  ref.better = Better::lower;
   Row par = unmeasured("rpc: same, 16 clients", "launches/s",
                        "16-launcher clone3 floor with one FULL commit per launch",
                        launch_floor_per_s, 0.8, Better::higher, "");
   DaemonProc d;
   if (!start_daemon(env, d)) {
-    rtt.note = seq.note = par.note = "the daemon did not answer on " + d.socket;
-    return {rtt, seq, par, bwrap_row(env, std::nullopt, n_seq)};
+    rtt.note = seq.note = ref.note = par.note = "the daemon did not answer on " + d.socket;
+    return {rtt, seq, ref, par, bwrap_row(env, std::nullopt, n_seq)};
   }
   {
     int fd = connect_unix(d.socket);
@@ -361,6 +400,33 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
     }
   }
   {
+    // The same requests on a connection of its own, right after the native row, with
+    // plan.backend = reference: the daemon's whole path of an execution (parse, gateway, the
+    // claim consumed durably, record, modelled staged slot, committed + running, events, close,
+    // terminal record, two replies) with no process, no cgroup and no final sweep.
+    ref.floor_value = seq.value;
+    int fd = connect_unix(d.socket);
+    std::string buf;
+    std::vector<double> ms;
+    for (std::size_t i = 0; fd >= 0 && i < n_seq; ++i) {
+      auto t0 = Clock::now();
+      if (!launch_once(env, fd, buf, action(), Backend::reference)) break;
+      ms.push_back(seconds_since(t0) * 1e3);
+    }
+    if (fd >= 0) ::close(fd);
+    if (ms.size() == n_seq) {
+      ref.value = median(ms);
+      ref.note = std::to_string(n_seq) +
+                 " launches of the reference model (no process, no cgroup), each claim consumed "
+                 "durably, each ending exited 0 with boundary reference; ratio < 1: the share of "
+                 "the native row that is the daemon's own path, the rest is the process, its "
+                 "cgroup and its final sweep";
+    } else {
+      ref.note =
+          "a reference launch failed or did not end exited 0 after " + std::to_string(ms.size());
+    }
+  }
+  {
     std::atomic<std::size_t> done{0};
     std::vector<std::thread> threads;
     auto t0 = Clock::now();
@@ -384,7 +450,7 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
       par.note = std::to_string(16 * per_client - done.load()) + " launches failed or were lost";
     }
   }
-  return {rtt, seq, par, bwrap_row(env, seq.value, n_seq)};
+  return {rtt, seq, ref, par, bwrap_row(env, seq.value, n_seq)};
 }
 
 }  // namespace custos::bench

@@ -1,5 +1,5 @@
-// The registry's benchmark row: durable overhead per execution vs one FULL commit.
-#include "custos/registry/bench.hpp"
+// The registry's durable-writes model: durable overhead per execution vs one FULL commit.
+#include "custos/bench/durable_overhead.hpp"
 
 #include <boost/json.hpp>
 
@@ -18,7 +18,20 @@
 #include "custos/registry/registry.hpp"
 #include "custos/registry/sqlite.hpp"
 
-namespace custos::registry {
+namespace custos::bench {
+
+// The registry's own vocabulary: this model drives the registry exactly as RegistrySink does.
+namespace sql = registry::sql;
+using registry::Durability;
+using registry::make_new_execution;
+using registry::NewExecution;
+using registry::OpenOptions;
+using registry::Ownership;
+using registry::OwnershipState;
+using registry::Registry;
+using registry::sha256_tagged;
+using registry::TerminalBlob;
+using registry::WriteMode;
 
 namespace {
 
@@ -152,8 +165,8 @@ Result<void> one_execution(Registry& reg, Request const& req, std::size_t i,
 
 }  // namespace
 
-Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const& scratch_dir,
-                                                     std::size_t executions, std::size_t threads) {
+Result<DurableOverheadResult> durable_overhead(std::filesystem::path const& scratch_dir,
+                                               std::size_t executions, std::size_t threads) {
   DurableOverheadResult out;
   out.threads = std::max<std::size_t>(threads, 1);
   out.executions = std::max<std::size_t>(executions, 1);
@@ -232,4 +245,4 @@ Result<DurableOverheadResult> bench_durable_overhead(std::filesystem::path const
   return out;
 }
 
-}  // namespace custos::registry
+}  // namespace custos::bench

@@ -1,4 +1,6 @@
-// Benchmark row of the registry for scripts/bench (docs/benchmarks.md, docs/durability.md).
+// The registry's durable-writes model for scripts/bench (docs/benchmarks.md, docs/durability.md).
+// Bench-only code: built into custos_bench_support (bench/CMakeLists.txt), which custos_bench and
+// the bench's own test (tests/bench/) link; never part of a library the daemon links.
 //
 // Measures, in one run and in one directory (same filesystem, same disk cache state):
 //   floor      one synchronous=FULL WAL commit of a one-row transaction on a plain SQLite file
@@ -17,7 +19,7 @@
 
 #include "custos/core/result.hpp"
 
-namespace custos::registry {
+namespace custos::bench {
 
 struct DurableOverheadResult {
   double full_commit_us = 0;     // floor: median of single FULL commits
@@ -38,8 +40,8 @@ struct DurableOverheadResult {
 // Runs the benchmark in a fresh subdirectory of `scratch_dir` (removed afterwards).
 // `executions` per phase; `threads` concurrent launchers in the second phase.
 // Errors: registry.* from the registry, registry.io for the floor database.
-[[nodiscard]] Result<DurableOverheadResult> bench_durable_overhead(
+[[nodiscard]] Result<DurableOverheadResult> durable_overhead(
     std::filesystem::path const& scratch_dir, std::size_t executions = 400,
     std::size_t threads = 16);
 
-}  // namespace custos::registry
+}  // namespace custos::bench

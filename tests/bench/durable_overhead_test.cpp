@@ -1,17 +1,18 @@
-// The benchmark row runs, cleans up after itself and shows group commit at work. Ratios are not
-// asserted here (sanitizer build, noisy machine); scripts/bench reports them from a release build.
-#include "custos/registry/bench.hpp"
+// The registry's durable-writes model (bench/support) runs, cleans up after itself and shows group
+// commit at work. Ratios are not asserted here (sanitizer build, noisy machine); scripts/bench
+// reports them from a release build.
+#include "custos/bench/durable_overhead.hpp"
 
 #include <gtest/gtest.h>
 
-#include "helpers.hpp"
+#include "registry/helpers.hpp"
 
-namespace custos::registry::test {
+namespace custos::bench::test {
 namespace {
 
-TEST(RegistryBench, DurableOverheadRowIsMeasuredAndCleanedUp) {
-  TempDir t;
-  auto r = bench_durable_overhead(t.path(), 40, 8);
+TEST(DurableOverhead, RowIsMeasuredAndCleanedUp) {
+  registry::test::TempDir t;
+  auto r = durable_overhead(t.path(), 40, 8);
   ASSERT_TRUE(r) << r.error().message();
   EXPECT_GT(r->full_commit_us, 0);
   EXPECT_GT(r->sequential_us, 0);
@@ -26,4 +27,4 @@ TEST(RegistryBench, DurableOverheadRowIsMeasuredAndCleanedUp) {
 }
 
 }  // namespace
-}  // namespace custos::registry::test
+}  // namespace custos::bench::test

@@ -183,7 +183,7 @@ class Call : public std::enable_shared_from_this<Call> {
     http::async_read(socket_, buffer_, *parser_,
                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                        if (ec) return self->read_failed(ec);
-                       self->finish(detail::take_response(*self->parser_));
+                       self->finish(detail::take_response(*self->parser_, self->what_));
                      });
   }
 
@@ -194,7 +194,7 @@ class Call : public std::enable_shared_from_this<Call> {
       http::async_read(socket_, buffer_, *parser_,
                        [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                          if (ec) return self->read_failed(ec);
-                         self->finish(detail::take_response(*self->parser_));
+                         self->finish(detail::take_response(*self->parser_, self->what_));
                        });
       return;
     }

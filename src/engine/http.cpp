@@ -17,8 +17,12 @@ void configure(ResponseParser& parser, Limits const& limits) {
   parser.body_limit(static_cast<std::uint64_t>(limits.body_bytes));
 }
 
-Response take_response(ResponseParser& parser) {
+Result<Response> take_response(ResponseParser& parser, std::string_view what) {
   auto& msg = parser.get();
+  if (msg.result_int() < 100) {
+    return Error{Errc::engine_failed, std::string{what} + ": malformed HTTP response (status " +
+                                          std::to_string(msg.result_int()) + ")"};
+  }
   Response out;
   out.status = msg.result_int();
   out.reason = std::string{msg.reason()};
@@ -105,7 +109,7 @@ Result<Response> parse_response(std::string_view bytes, Limits const& limits) {
   if (!parser.is_done()) {
     return detail::read_error(detail::http::error::partial_message, "response", limits);
   }
-  return detail::take_response(parser);
+  return detail::take_response(parser, "response");
 }
 
 }  // namespace custos::engine

@@ -30,7 +30,9 @@ using Request = http::request<http::string_body>;
 void configure(ResponseParser& parser, Limits const& limits);
 
 // The parts of a parsed response the client uses; moves the body out of the parser.
-[[nodiscard]] Response take_response(ResponseParser& parser);
+// Errors: engine.failed for a status below 100 (HTTP's status is three digits, but only 1xx to
+// 5xx mean anything; Beast accepts "000").
+[[nodiscard]] Result<Response> take_response(ResponseParser& parser, std::string_view what);
 
 // The error for a failed read of a response: engine.unavailable when the engine closed without
 // answering or the connection broke, engine.failed for anything malformed or over a limit.

@@ -60,7 +60,10 @@ TEST(ParseResponse, GarbageIsMalformed) {
   for (char const* bad :
        {"garbage\r\n\r\n", "HTTP/9.9 200 OK\r\n\r\n", "HTTP/1.1 OK\r\n\r\n",
         "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"}) {
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        // Three digits, but not a status (found by fuzz_engine_response).
+        "HTTP/1.1 000 OK\r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 099 OK\r\nContent-Length: 0\r\n\r\n"}) {
     auto r = parse_response(bad, Limits{});
     ASSERT_FALSE(r) << bad;
     EXPECT_EQ(r.error().code, Errc::engine_failed) << bad;

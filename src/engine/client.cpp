@@ -205,8 +205,8 @@ class Call : public std::enable_shared_from_this<Call> {
     std::vector<std::uint8_t> early(p, p + data.size());
     finished_ = true;
     timer_.cancel();
-    auto stream = std::make_shared<ExecStream>(std::move(socket_), std::move(early), tty_, what_,
-                                               state_->limits);
+    auto stream = std::make_shared<ExecStream>(state_->io, std::move(socket_), std::move(early),
+                                               tty_, what_, state_->limits);
     auto done = std::move(upgraded_);
     done(std::move(stream));
   }
@@ -402,9 +402,9 @@ namespace {
 // Sends a versioned request about `subject` and hands a successful response to `parse`,
 // a refusal to classify_failure.
 template <class T, class Parse>
-void versioned_call(std::shared_ptr<Client::State> const& st, Operation op, std::string subject,
-                    Call::Build build, Client::Timeout timeout, Client::Handler<T> done,
-                    Parse parse) {
+void versioned_call(std::shared_ptr<Client::State> const& st, Operation op,
+                    std::string const& subject, Call::Build build, Client::Timeout timeout,
+                    Client::Handler<T> done, Parse parse) {
   auto call = std::make_shared<Call>(st, op, subject, true, std::move(build));
   call->run(timeout, [st, op, subject, done = std::move(done),
                       parse = std::move(parse)](Result<Response> r) mutable {
@@ -436,7 +436,8 @@ Error bad_exec_id(EngineKind kind, std::string_view id) {
 
 }  // namespace
 
-void Client::inspect_container(std::string ref, Timeout timeout, Handler<ContainerInfo> done) {
+void Client::inspect_container(std::string const& ref, Timeout timeout,
+                               Handler<ContainerInfo> done) {
   auto st = state_;
   if (!core::is_valid_container_ref(ref)) {
     return post_result<ContainerInfo>(st->io, std::move(done),
@@ -463,7 +464,7 @@ void Client::inspect_container(std::string ref, Timeout timeout, Handler<Contain
       });
 }
 
-void Client::create_exec(std::string ref, ExecConfig config, Timeout timeout,
+void Client::create_exec(std::string const& ref, ExecConfig config, Timeout timeout,
                          Handler<std::string> done) {
   auto st = state_;
   if (!core::is_valid_container_ref(ref)) {
@@ -485,7 +486,7 @@ void Client::create_exec(std::string ref, ExecConfig config, Timeout timeout,
       timeout, std::move(done), [](Response const& r) { return parse_exec_create(r.body); });
 }
 
-void Client::start_exec(std::string id, bool tty, Timeout timeout,
+void Client::start_exec(std::string const& id, bool tty, Timeout timeout,
                         Handler<std::shared_ptr<ExecStream>> done) {
   auto st = state_;
   if (!is_valid_exec_id(id)) {
@@ -501,7 +502,7 @@ void Client::start_exec(std::string id, bool tty, Timeout timeout,
 
 namespace {
 
-void inspect_exec_on(std::shared_ptr<Client::State> const& st, std::string id,
+void inspect_exec_on(std::shared_ptr<Client::State> const& st, std::string const& id,
                      Client::Timeout timeout, Client::Handler<ExecInspect> done) {
   if (!is_valid_exec_id(id)) {
     return post_result<ExecInspect>(st->io, std::move(done), bad_exec_id(st->endpoint.kind, id));
@@ -560,8 +561,8 @@ struct ExecWait : std::enable_shared_from_this<ExecWait> {
 
 }  // namespace
 
-void Client::inspect_exec(std::string id, Timeout timeout, Handler<ExecInspect> done) {
-  inspect_exec_on(state_, std::move(id), timeout, std::move(done));
+void Client::inspect_exec(std::string const& id, Timeout timeout, Handler<ExecInspect> done) {
+  inspect_exec_on(state_, id, timeout, std::move(done));
 }
 
 void Client::wait_exec(std::string id, Timeout timeout, Handler<ExecInspect> done,
@@ -571,8 +572,8 @@ void Client::wait_exec(std::string id, Timeout timeout, Handler<ExecInspect> don
   w->step();
 }
 
-void Client::resize_exec(std::string id, std::uint16_t rows, std::uint16_t cols, Timeout timeout,
-                         Handler<void> done) {
+void Client::resize_exec(std::string const& id, std::uint16_t rows, std::uint16_t cols,
+                         Timeout timeout, Handler<void> done) {
   auto st = state_;
   if (!is_valid_exec_id(id)) {
     return post_result<void>(st->io, std::move(done), bad_exec_id(st->endpoint.kind, id));

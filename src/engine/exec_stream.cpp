@@ -14,9 +14,11 @@ namespace custos::engine {
 
 namespace asio = boost::asio;
 
-ExecStream::ExecStream(asio::local::stream_protocol::socket socket, std::vector<std::uint8_t> early,
-                       bool tty, std::string what, Limits const& limits)
-    : socket_(std::move(socket)),
+ExecStream::ExecStream(asio::io_context& io, asio::local::stream_protocol::socket socket,
+                       std::vector<std::uint8_t> early, bool tty, std::string what,
+                       Limits const& limits)
+    : io_(io),
+      socket_(std::move(socket)),
       early_(std::move(early)),
       tty_(tty),
       what_(std::move(what)),
@@ -36,7 +38,7 @@ void ExecStream::start(OutputFn on_output, EndFn on_end) {
   on_output_ = std::move(on_output);
   on_end_ = std::move(on_end);
   // Never call back from inside start(): the early bytes go out from the loop.
-  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+  asio::post(io_, [self = shared_from_this()] {
     if (self->closed_) return self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
     auto early = std::move(self->early_);
     self->early_.clear();
@@ -151,7 +153,7 @@ WriteResult ExecStream::try_write(std::span<std::uint8_t const> bytes) {
 
 void ExecStream::await_writable(std::function<void(Result<>)> done) {
   if (closed_ || input_closed_) {
-    asio::post(socket_.get_executor(), [done = std::move(done), what = what_] {
+    asio::post(io_, [done = std::move(done), what = what_] {
       done(Error{Errc::engine_unavailable, what + ": the stream's input is closed"});
     });
     return;
@@ -189,7 +191,7 @@ void ExecStream::close() {
   // A read in flight completes (operation_aborted) and ends the stream; without one, the end
   // is posted here. Either way never from inside close().
   if (started_ && !ended_ && !reading_) {
-    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    asio::post(io_, [self = shared_from_this()] {
       self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
     });
   }

@@ -62,7 +62,7 @@ Error read_error(boost::system::error_code const& ec, std::string_view what, Lim
   return Error{Errc::engine_unavailable, ctx + ": " + ec.message(), err};
 }
 
-Request make_request(http::verb verb, std::string target, std::string body, bool upgrade) {
+Request make_request(http::verb verb, std::string_view target, std::string body, bool upgrade) {
   Request req{verb, target, 11};
   // Engines ignore the host of a Unix-socket request, but HTTP/1.1 requires the field.
   req.set(http::field::host, "localhost");

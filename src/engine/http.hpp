@@ -43,7 +43,7 @@ void configure(ResponseParser& parser, Limits const& limits);
 // A request with Host, User-Agent and, when `body` is not empty, a JSON Content-Type and
 // length. `upgrade` asks for the hijacked connection (exec start); otherwise the connection
 // closes after the answer.
-[[nodiscard]] Request make_request(http::verb verb, std::string target, std::string body,
+[[nodiscard]] Request make_request(http::verb verb, std::string_view target, std::string body,
                                    bool upgrade);
 
 }  // namespace custos::engine::detail

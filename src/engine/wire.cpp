@@ -182,9 +182,9 @@ Error classify_failure(EngineKind kind, Operation op, std::string_view subject, 
   } else if (status == 404) {
     code = container_op || msg.cause == "no such container" ? Errc::engine_container_not_found
                                                             : Errc::engine_failed;
-  } else if (status == 409 && starts_exec) {
-    code = Errc::engine_container_not_running;
-  } else if (status == 500 && starts_exec && msg.cause == "container state improper") {
+  } else if (starts_exec &&
+             (status == 409 || (status == 500 && msg.cause == "container state improper"))) {
+    // Docker: 409 for not running, paused, restarting; Podman: 500 with this cause.
     code = Errc::engine_container_not_running;
   }
   std::string ctx{to_string(kind)};

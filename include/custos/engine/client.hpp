@@ -109,8 +109,10 @@ class ExecStream : public std::enable_shared_from_this<ExecStream> {
   using OutputFn = std::function<void(StdStream, std::span<std::uint8_t const>)>;
   using EndFn = std::function<void(StreamEnd)>;
 
-  ExecStream(boost::asio::local::stream_protocol::socket socket, std::vector<std::uint8_t> early,
-             bool tty, std::string what, Limits const& limits);
+  // Made by Client::start_exec: `socket` is the connection after the response header and
+  // `early` the stream bytes that arrived with it; `io` is the socket's io_context.
+  ExecStream(boost::asio::io_context& io, boost::asio::local::stream_protocol::socket socket,
+             std::vector<std::uint8_t> early, bool tty, std::string what, Limits const& limits);
   ExecStream(ExecStream const&) = delete;
   ExecStream& operator=(ExecStream const&) = delete;
   ~ExecStream();
@@ -143,6 +145,7 @@ class ExecStream : public std::enable_shared_from_this<ExecStream> {
   void deliver(std::span<std::uint8_t const> bytes);
   void finish(StreamEnd end);
 
+  boost::asio::io_context& io_;
   boost::asio::local::stream_protocol::socket socket_;
   std::vector<std::uint8_t> early_;  // stream bytes that arrived with the response header
   bool tty_;
@@ -185,18 +188,19 @@ class Client {
   // GET /containers/<ref>/json, then the init's host facts when it runs (ContainerInfo).
   // `ref` is a name or an id (core::is_valid_container_ref; anything else is
   // engine.container_not_found without asking).
-  void inspect_container(std::string ref, Timeout timeout, Handler<ContainerInfo> done);
+  void inspect_container(std::string const& ref, Timeout timeout, Handler<ContainerInfo> done);
   // POST /containers/<ref>/exec: the exec id.
-  void create_exec(std::string ref, ExecConfig config, Timeout timeout, Handler<std::string> done);
+  void create_exec(std::string const& ref, ExecConfig config, Timeout timeout,
+                   Handler<std::string> done);
   // POST /exec/<id>/start on a connection that becomes the exec's stream. The deadline covers
   // the request and the response header; the stream itself has none (the exec may run for
   // days: ending it is the caller's).
-  void start_exec(std::string id, bool tty, Timeout timeout,
+  void start_exec(std::string const& id, bool tty, Timeout timeout,
                   Handler<std::shared_ptr<ExecStream>> done);
   // GET /exec/<id>/json.
-  void inspect_exec(std::string id, Timeout timeout, Handler<ExecInspect> done);
+  void inspect_exec(std::string const& id, Timeout timeout, Handler<ExecInspect> done);
   // POST /exec/<id>/resize?h=rows&w=cols.
-  void resize_exec(std::string id, std::uint16_t rows, std::uint16_t cols, Timeout timeout,
+  void resize_exec(std::string const& id, std::uint16_t rows, std::uint16_t cols, Timeout timeout,
                    Handler<void> done);
   // Inspects the exec until the engine reports it ended (the stream's end and the recorded exit
   // code are not simultaneous), every `interval` at first, backing off to 8×; the deadline

@@ -123,8 +123,11 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::sandbox_unsupported, "sandbox.unsupported", Recovery::caller_correction},
     {Errc::sandbox_denied, "sandbox.denied", Recovery::terminal},
     {Errc::engine_unavailable, "engine.unavailable", Recovery::preparation_retry},
-    {Errc::engine_error, "engine.error", Recovery::preparation_retry},
+    {Errc::engine_failed, "engine.failed", Recovery::preparation_retry},
     {Errc::engine_container_not_found, "engine.container_not_found", Recovery::caller_correction},
+    {Errc::engine_container_not_running, "engine.container_not_running",
+     Recovery::preparation_retry},
+    {Errc::engine_gate_unavailable, "engine.gate_unavailable", Recovery::caller_correction},
     {Errc::internal, "internal.error", Recovery::terminal},
 };
 

@@ -32,6 +32,25 @@ TEST(Errors, StableWireStrings) {
   EXPECT_EQ(static_cast<int>(Errc::plan_invalid_cwd), 1012);
 }
 
+TEST(Errors, EngineCodesMatchTheContract) {
+  // API.md "Container executions" names these; the numbers are those the 8xxx range had.
+  EXPECT_EQ(errc_wire(Errc::engine_unavailable), "engine.unavailable");
+  EXPECT_EQ(errc_wire(Errc::engine_failed), "engine.failed");
+  EXPECT_EQ(errc_wire(Errc::engine_container_not_found), "engine.container_not_found");
+  EXPECT_EQ(errc_wire(Errc::engine_container_not_running), "engine.container_not_running");
+  EXPECT_EQ(errc_wire(Errc::engine_gate_unavailable), "engine.gate_unavailable");
+  EXPECT_EQ(static_cast<int>(Errc::engine_unavailable), 8000);
+  EXPECT_EQ(static_cast<int>(Errc::engine_failed), 8001);
+  EXPECT_EQ(static_cast<int>(Errc::engine_container_not_found), 8002);
+  EXPECT_EQ(static_cast<int>(Errc::engine_container_not_running), 8003);
+  EXPECT_EQ(static_cast<int>(Errc::engine_gate_unavailable), 8004);
+  EXPECT_EQ(Error(Errc::engine_unavailable).recovery(), Recovery::preparation_retry);
+  EXPECT_EQ(Error(Errc::engine_failed).recovery(), Recovery::preparation_retry);
+  EXPECT_EQ(Error(Errc::engine_container_not_found).recovery(), Recovery::caller_correction);
+  EXPECT_EQ(Error(Errc::engine_container_not_running).recovery(), Recovery::preparation_retry);
+  EXPECT_EQ(Error(Errc::engine_gate_unavailable).recovery(), Recovery::caller_correction);
+}
+
 TEST(Errors, RecoveryClasses) {
   EXPECT_EQ(Error(Errc::plan_invalid_cwd).recovery(), Recovery::caller_correction);
   EXPECT_EQ(Error(Errc::auth_stale_epoch).recovery(), Recovery::reauthorize);

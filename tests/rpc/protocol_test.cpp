@@ -63,7 +63,7 @@ TEST(ErrorObject, NumbersByLayerAndReservedCodes) {
   EXPECT_EQ(application_code(Errc::rpc_overloaded), -32005);
   EXPECT_EQ(application_code(Errc::auth_denied), -32006);
   EXPECT_EQ(application_code(Errc::sandbox_unsupported), -32007);
-  EXPECT_EQ(application_code(Errc::engine_error), -32008);
+  EXPECT_EQ(application_code(Errc::engine_failed), -32008);
   EXPECT_EQ(application_code(Errc::internal), -32009);
   EXPECT_EQ(error_object(Error{Errc::rpc_parse_error}).at("code").as_int64(), kParseError);
   EXPECT_EQ(error_object(Error{Errc::rpc_line_too_long}).at("code").as_int64(), kInvalidRequest);

@@ -142,10 +142,12 @@ enum class Errc : std::uint16_t {
   sandbox_unsupported = 7002,
   sandbox_denied = 7003,
 
-  // 8xxx — container engines
-  engine_unavailable = 8000,
-  engine_error = 8001,
-  engine_container_not_found = 8002,
+  // 8xxx — container engines (docs/engines.md)
+  engine_unavailable = 8000,  // no socket, no answer within the deadline, connection lost
+  engine_failed = 8001,       // any other refusal or malformed answer; the engine's message kept
+  engine_container_not_found = 8002,    // no container by that name or id
+  engine_container_not_running = 8003,  // the container exists but is not running (stopped, paused)
+  engine_gate_unavailable = 8004,       // the container cannot run the exec gate (no /bin/sh)
 
   // 9xxx — internal
   internal = 9000,

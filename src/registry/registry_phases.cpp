@@ -1,0 +1,274 @@
+// Registry: the writes that move a record through its life (ownership, phases, trigger,
+// accounting, publication, the terminal record).
+#include <vector>
+
+#include "custos/registry/failpoint.hpp"
+#include "custos/registry/registry.hpp"
+
+#include "registry_internal.hpp"
+
+namespace custos::registry {
+
+// ---- records: writes --------------------------------------------------------------------------
+
+namespace {
+Error illegal_step(ExecutionRecord const& rec, std::string what) {
+  return Error{Errc::registry_illegal_phase,
+               rec.execution_id + " (phase " + std::string{core::phase_wire(rec.phase)} +
+                   ", ownership " + std::string{ownership_state_wire(rec.ownership.state)} +
+                   "): " + std::move(what)};
+}
+
+Result<void> step_phase(ExecutionRecord& rec, core::Phase to,
+                        core::RecoveryPath via = core::RecoveryPath::observed) {
+  if (!core::is_legal_progression(rec.phase, to, via)) {
+    return illegal_step(rec, "illegal progression to " + std::string{core::phase_wire(to)});
+  }
+  rec.phase = to;
+  return ok();
+}
+}  // namespace
+
+namespace {
+// Ownership unassigned -> staged (and the phase authorized -> starting when needed).
+std::function<Result<void>(ExecutionRecord&)> staged_change(Ownership staged,
+                                                            BoundaryInfo boundary) {
+  return [staged = std::move(staged),
+          boundary = std::move(boundary)](ExecutionRecord& rec) -> Result<void> {
+    if (rec.ownership.state == OwnershipState::legacy_unverified) {
+      return Error{Errc::registry_legacy_unverified,
+                   rec.execution_id + ": legacy ownership is never replaced"};
+    }
+    if (rec.ownership.state != OwnershipState::unassigned) {
+      return illegal_step(rec, "ownership already assigned");
+    }
+    if (rec.phase == core::Phase::authorized) {
+      CUSTOS_TRYV(step_phase(rec, core::Phase::starting));
+    } else if (rec.phase != core::Phase::starting) {
+      return illegal_step(rec, "staging outside the starting phase");
+    }
+    rec.ownership = staged;
+    rec.boundary = boundary;
+    return ok();
+  };
+}
+
+// Ownership staged -> committed (the phase stays starting).
+Result<void> commit_ownership(ExecutionRecord& rec) {
+  if (rec.ownership.state == OwnershipState::legacy_unverified) {
+    return Error{Errc::registry_legacy_unverified,
+                 rec.execution_id + ": legacy ownership cannot be committed"};
+  }
+  if (rec.ownership.state == OwnershipState::modelled && rec.phase == core::Phase::starting) {
+    return ok();  // a model has no process slot to commit: it stays modelled
+  }
+  if (rec.ownership.state != OwnershipState::staged || rec.phase != core::Phase::starting) {
+    return illegal_step(rec, "commit needs staged ownership while starting");
+  }
+  rec.ownership.state = OwnershipState::committed;
+  return ok();
+}
+
+Result<void> staged_ownership_check(Ownership const& staged) {
+  if (staged.state == OwnershipState::staged || staged.state == OwnershipState::modelled)
+    return ok();
+  return Error{Errc::registry_illegal_phase,
+               "record_staged needs an ownership in state staged (or modelled)"};
+}
+
+}  // namespace
+
+Result<void> Registry::record_staged(std::string_view execution_id, Ownership const& staged,
+                                     BoundaryInfo const& boundary) {
+  failpoint("before_staged");
+  CUSTOS_TRYV(staged_ownership_check(staged));
+  // Always immediate: the barrier is released only after this returned.
+  if (auto wr = modify(options_.ownership_durability, WriteMode::now, execution_id, "record_staged",
+                       staged_change(staged, boundary));
+      !wr)
+    return std::move(wr).error();
+  failpoint("after_staged");
+  return ok();
+}
+
+void Registry::record_staged_async(std::string execution_id, Ownership staged,
+                                   BoundaryInfo boundary, std::function<void(Result<void>)> done) {
+  failpoint("before_staged");
+  if (auto checked = staged_ownership_check(staged); !checked) return done(std::move(checked));
+  (void)modify(options_.ownership_durability, WriteMode::deferred, execution_id, "record_staged",
+               staged_change(std::move(staged), std::move(boundary)), true,
+               detail::after_commit({"after_staged"}, std::move(done)));
+}
+
+Result<void> Registry::record_committed(std::string_view execution_id, WriteMode mode) {
+  if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_committed",
+                       commit_ownership);
+      !wr)
+    return std::move(wr).error();
+  failpoint("after_committed");
+  return ok();
+}
+
+void Registry::record_running_async(std::string execution_id,
+                                    std::function<void(Result<void>)> done) {
+  // One change: both steps or neither (running needs the committed slot).
+  (void)modify(
+      options_.ownership_durability, WriteMode::deferred, execution_id, "record_committed",
+      [](ExecutionRecord& rec) -> Result<void> {
+        CUSTOS_TRYV(commit_ownership(rec));
+        return step_phase(rec, core::Phase::running);
+      },
+      true, detail::after_commit({"after_committed", "while_running"}, std::move(done)));
+}
+
+Result<void> Registry::record_phase(std::string_view execution_id, core::Phase phase,
+                                    WriteMode mode) {
+  if (phase == core::Phase::terminal) {
+    return Error{Errc::registry_illegal_phase, "terminal is written by record_terminal only"};
+  }
+  if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_phase",
+                       [phase](ExecutionRecord& rec) -> Result<void> {
+                         if (phase == core::Phase::running &&
+                             rec.ownership.state != OwnershipState::committed &&
+                             rec.ownership.state != OwnershipState::modelled) {
+                           return illegal_step(rec, "running needs committed pidfs ownership");
+                         }
+                         return step_phase(rec, phase);
+                       });
+      !wr)
+    return std::move(wr).error();
+  if (phase == core::Phase::running) failpoint("while_running");
+  if (phase == core::Phase::stopping) failpoint("while_stopping");
+  return ok();
+}
+
+Result<void> Registry::record_trigger(std::string_view execution_id, core::Trigger trigger,
+                                      WriteMode mode) {
+  return modify(options_.ownership_durability, mode, execution_id, "record_trigger",
+                [trigger](ExecutionRecord& rec) -> Result<void> {
+                  if (rec.phase == core::Phase::terminal) {
+                    return illegal_step(rec, "trigger after the terminal record");
+                  }
+                  if (rec.trigger && *rec.trigger != trigger) {
+                    return illegal_step(rec, "a different trigger was accepted first (" +
+                                                 std::string{core::trigger_wire(*rec.trigger)} +
+                                                 ")");
+                  }
+                  rec.trigger = trigger;
+                  return ok();
+                });
+}
+
+Result<void> Registry::record_output(std::string_view execution_id, int stream_index,
+                                     core::StreamAccounting const& accounting, WriteMode mode) {
+  if (stream_index != 0 && stream_index != 1) {
+    return Error{Errc::internal, "stream index must be 0 or 1"};
+  }
+  CUSTOS_TRYV(accounting.check());
+  return modify(options_.ownership_durability, mode, execution_id, "record_output",
+                [stream_index, accounting](ExecutionRecord& rec) -> Result<void> {
+                  if (rec.phase == core::Phase::terminal) {
+                    return illegal_step(rec, "accounting after the terminal record");
+                  }
+                  auto& s = stream_index == 0 ? rec.out : rec.err;
+                  if (accounting.observed < s.accounting.observed) {
+                    return Error{Errc::accounting_invariant,
+                                 rec.execution_id + ": observed bytes went backwards"};
+                  }
+                  s.accounting = accounting;
+                  return ok();
+                });
+}
+
+Result<void> Registry::record_publication(std::string_view execution_id, int stream_index,
+                                          std::uint64_t published_bytes, bool done,
+                                          WriteMode mode) {
+  if (stream_index != 0 && stream_index != 1) {
+    return Error{Errc::internal, "stream index must be 0 or 1"};
+  }
+  // Publication happens after the terminal record and never rewrites it: only the progress
+  // columns change.
+  return modify(options_.ownership_durability, mode, execution_id, "record_publication",
+                [stream_index, published_bytes, done](ExecutionRecord& rec) -> Result<void> {
+                  auto& s = stream_index == 0 ? rec.out : rec.err;
+                  if (published_bytes < s.published_bytes || (s.publication_done && !done)) {
+                    return Error{Errc::accounting_invariant,
+                                 rec.execution_id + ": publication progress went backwards"};
+                  }
+                  s.published_bytes = published_bytes;
+                  s.publication_done = done;
+                  return ok();
+                });
+}
+
+namespace {
+// A terminal blob whose digest does not match its bytes is refused before anything is queued.
+Result<void> check_terminal_digest(std::string_view execution_id, TerminalBlob const& t) {
+  if (t.digest == sha256_tagged(t.bytes)) return ok();
+  return Error{Errc::registry_corrupt_record,
+               std::string{execution_id} + ": terminal digest does not match its bytes"};
+}
+
+// The terminal write's change (owns its blob: a deferred change runs after its caller returned).
+std::function<Result<void>(ExecutionRecord&)> terminal_change(TerminalBlob t,
+                                                              core::RecoveryPath via) {
+  return [t = std::move(t), via](ExecutionRecord& rec) -> Result<void> {
+    if (rec.phase == core::Phase::terminal) {
+      return illegal_step(rec, "a terminal record exists; exactly one is allowed");
+    }
+    CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
+    rec.terminal = t;
+    return ok();
+  };
+}
+}  // namespace
+
+Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBlob const& t,
+                                       core::RecoveryPath via) {
+  failpoint("before_terminal");
+  forget_group_note(execution_id);
+  CUSTOS_TRYV(check_terminal_digest(execution_id, t));
+  // Immediate: queued deferred writes are committed first, in this same transaction.
+  return modify(options_.terminal_durability, WriteMode::now, execution_id, "record_terminal",
+                terminal_change(t, via));
+}
+
+void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
+                                     core::RecoveryPath via,
+                                     std::function<void(Result<void>)> done) {
+  failpoint("before_terminal");
+  forget_group_note(execution_id);
+  if (auto ok_digest = check_terminal_digest(execution_id, t); !ok_digest) {
+    return done(std::move(ok_digest));
+  }
+  // Deferred, so nobody blocks on it; the change owns its blob (it runs after this returns).
+  (void)modify(options_.terminal_durability, WriteMode::deferred, execution_id, "record_terminal",
+               terminal_change(std::move(t), via), true, std::move(done));
+}
+
+Result<void> Registry::record_recovered(std::string_view execution_id,
+                                        std::vector<core::Phase> const& steps,
+                                        TerminalBlob const& t, core::RecoveryPath via) {
+  CUSTOS_TRYV(check_terminal_digest(execution_id, t));
+  return modify(
+      options_.terminal_durability, WriteMode::now, execution_id, "record_recovered",
+      [&steps, &t, via](ExecutionRecord& rec) -> Result<void> {
+        for (core::Phase const p : steps) {
+          if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
+          if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed &&
+              rec.ownership.state != OwnershipState::modelled) {
+            return illegal_step(rec, "running needs committed pidfs ownership");
+          }
+          CUSTOS_TRYV(step_phase(rec, p));
+        }
+        if (rec.phase == core::Phase::terminal) {
+          return illegal_step(rec, "a terminal record exists; exactly one is allowed");
+        }
+        CUSTOS_TRYV(step_phase(rec, core::Phase::terminal, via));
+        rec.terminal = t;
+        return ok();
+      },
+      /*atomic=*/false);
+}
+
+}  // namespace custos::registry

@@ -153,11 +153,11 @@ Registry::~Registry() {
   // Then the flusher's last flush (it makes every pending group commit durable before it
   // exits), and it is joined: no thread outlives the registry.
   {
-    std::lock_guard<std::mutex> g(dur_mu_);
-    stop_flusher_ = true;
+    std::lock_guard<std::mutex> g(dur_.mu);
+    dur_.stop_flusher = true;
   }
-  dur_cv_.notify_all();
-  if (flusher_.joinable()) flusher_.join();
+  dur_.cv.notify_all();
+  if (dur_.flusher.joinable()) dur_.flusher.join();
 }
 
 std::filesystem::path Registry::db_path() const {

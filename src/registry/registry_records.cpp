@@ -64,13 +64,13 @@ Result<ExecutionRecord> Registry::load_for_update(sql::Db& db, std::string_view 
   // set only grows, in revalidate()).
   if (!quarantined_ids_.contains(execution_id)) {
     // A version stored earlier in this very transaction (not yet committed, so not cached).
-    for (auto it = staged_records_.rbegin(); it != staged_records_.rend(); ++it) {
+    for (auto it = cache_.staged.rbegin(); it != cache_.staged.rend(); ++it) {
       if (it->execution_id == execution_id) {
         ++stats_.cache_hits;
         return *it;
       }
     }
-    if (auto it = cache_.find(execution_id); it != cache_.end()) {
+    if (auto it = cache_.entries.find(execution_id); it != cache_.entries.end()) {
       ++stats_.cache_hits;
       return it->second.rec;
     }
@@ -96,17 +96,17 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
                               char const* what,
                               std::function<Result<void>(ExecutionRecord&)> change, bool atomic,
                               std::function<void(Result<void>)> done) {
-  std::unique_lock<std::mutex> lk(queue_mu_);
+  std::unique_lock<std::mutex> lk(queue_.mu);
   // Joins the record job of the same execution at the tail of the queue (not yet taken by a
   // leader, so still ours to extend): one load and one store for both.
   std::shared_ptr<Job> job;
-  if (!queue_.empty() && !queue_.back()->changes.empty() &&
-      queue_.back()->execution_id == execution_id) {
-    job = queue_.back();
+  if (!queue_.jobs.empty() && !queue_.jobs.back()->changes.empty() &&
+      queue_.jobs.back()->execution_id == execution_id) {
+    job = queue_.jobs.back();
   } else {
     job = std::make_shared<Job>();
     job->execution_id = std::string{execution_id};
-    queue_.push_back(job);
+    queue_.jobs.push_back(job);
   }
   job->durability = detail::stricter(job->durability, d);
   // The change owns what it uses: a deferred one runs after this call has returned.
@@ -115,8 +115,8 @@ Result<void> Registry::modify(Durability d, WriteMode mode, std::string_view exe
   std::size_t const mine = job->changes.size() - 1;
   if (mode == WriteMode::deferred) {
     ++job->deferred;
-    ++deferred_queued_;
-    ++deferred_total_;
+    ++queue_.deferred_queued;
+    ++queue_.deferred_total;
     return ok();
   }
   drive(job, lk);
@@ -153,7 +153,7 @@ Result<void> Registry::create_record_job(sql::Db& db, NewExecution const& ex, bo
   rec.backend = ex.backend;
   rec.phase = core::Phase::authorized;
   CUSTOS_TRYV(store(db, rec));
-  staged_records_.push_back(std::move(rec));
+  cache_.staged.push_back(std::move(rec));
   return ok();
 }
 

@@ -51,7 +51,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
       j->transaction_failed = true;
     }
   };
-  if (writes_refused_.load(std::memory_order_acquire)) {
+  if (dur_.writes_refused.load(std::memory_order_acquire)) {
     // An fdatasync of the WAL failed: the kernel may have dropped dirty pages of committed
     // transactions, so nothing written from now on could honestly be called durable.
     return fail_all(Error{Errc::registry_io,
@@ -59,7 +59,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
                           "(restart the daemon; recovery re-reads what reached the disk)",
                           EIO});
   }
-  staged_records_.clear();
+  cache_.staged.clear();
   if (auto r = set_synchronous(d); !r) return fail_all(r.error());
   if (auto r = db_.exec_cached("BEGIN IMMEDIATE"); !r) return fail_all(r.error());
   if (batch.size() == 1) {
@@ -80,7 +80,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
         fail(*j, r.error());
         continue;
       }
-      std::size_t const mark = staged_records_.size();
+      std::size_t const mark = cache_.staged.size();
       j->result = run(*j);
       if (!j->result) {
         (void)db_.exec_cached("ROLLBACK TO job");
@@ -96,7 +96,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
     // The file is as it was before BEGIN: nothing staged may reach the cache, and the entries
     // of every record the batch touched are dropped (reloaded and verified next time).
     for (auto const& j : batch) unstage_failed(0, *j);
-    staged_records_.clear();
+    cache_.staged.clear();
     stats_.writes += counted(batch);
     return;
   }
@@ -110,10 +110,10 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
 // ---- write-through record cache -----------------------------------------------------------------
 
 void Registry::cache_drop(std::string_view execution_id) {
-  auto it = cache_.find(execution_id);
-  if (it == cache_.end()) return;
-  cache_order_.erase(it->second.order);
-  cache_.erase(it);
+  auto it = cache_.entries.find(execution_id);
+  if (it == cache_.entries.end()) return;
+  cache_.order.erase(it->second.order);
+  cache_.entries.erase(it);
 }
 
 void Registry::cache_put(ExecutionRecord rec) {
@@ -123,18 +123,18 @@ void Registry::cache_put(ExecutionRecord rec) {
     cache_drop(rec.execution_id);
     return;
   }
-  if (auto it = cache_.find(rec.execution_id); it != cache_.end()) {
+  if (auto it = cache_.entries.find(rec.execution_id); it != cache_.entries.end()) {
     it->second.rec = std::move(rec);
-    cache_order_.splice(cache_order_.end(), cache_order_, it->second.order);
+    cache_.order.splice(cache_.order.end(), cache_.order, it->second.order);
     return;
   }
-  while (cache_.size() >= options_.record_cache_entries) {
-    cache_.erase(cache_order_.front());
-    cache_order_.pop_front();
+  while (cache_.entries.size() >= options_.record_cache_entries) {
+    cache_.entries.erase(cache_.order.front());
+    cache_.order.pop_front();
   }
-  cache_order_.push_back(rec.execution_id);
+  cache_.order.push_back(rec.execution_id);
   std::string id = rec.execution_id;
-  cache_.emplace(std::move(id), CacheEntry{std::move(rec), std::prev(cache_order_.end())});
+  cache_.entries.emplace(std::move(id), CacheEntry{std::move(rec), std::prev(cache_.order.end())});
 }
 
 void Registry::unstage_failed(std::size_t mark, Job const& job) {
@@ -142,27 +142,27 @@ void Registry::unstage_failed(std::size_t mark, Job const& job) {
   // A job that wrote nothing (every change refused before any SQL) leaves the file as the cache
   // says; anything else drops the entries it may have touched.
   if (!job.refused_only) {
-    for (std::size_t i = mark; i < staged_records_.size(); ++i) {
-      cache_drop(staged_records_[i].execution_id);
+    for (std::size_t i = mark; i < cache_.staged.size(); ++i) {
+      cache_drop(cache_.staged[i].execution_id);
     }
     if (!job.changes.empty()) cache_drop(job.execution_id);
   }
-  if (mark < staged_records_.size()) {
-    staged_records_.erase(staged_records_.begin() + static_cast<std::ptrdiff_t>(mark),
-                          staged_records_.end());
+  if (mark < cache_.staged.size()) {
+    cache_.staged.erase(cache_.staged.begin() + static_cast<std::ptrdiff_t>(mark),
+                        cache_.staged.end());
   }
 }
 
 void Registry::commit_staged() {
   // In commit order: the last version of a record staged in this transaction wins.
-  for (ExecutionRecord& rec : staged_records_) cache_put(std::move(rec));
-  staged_records_.clear();
+  for (ExecutionRecord& rec : cache_.staged) cache_put(std::move(rec));
+  cache_.staged.clear();
 }
 
 std::optional<ExecutionRecord> Registry::cached_record(std::string_view execution_id) const {
   std::lock_guard<std::mutex> g(db_mu_);
-  auto it = cache_.find(execution_id);
-  if (it == cache_.end()) return std::nullopt;
+  auto it = cache_.entries.find(execution_id);
+  if (it == cache_.entries.end()) return std::nullopt;
   return it->second.rec;
 }
 
@@ -198,17 +198,17 @@ Result<void> Registry::apply_changes(sql::Db& db, Job& job) {
     return job.changes.front().result.error();
   }
   CUSTOS_TRYV(store(db, rec));
-  staged_records_.push_back(std::move(rec));
+  cache_.staged.push_back(std::move(rec));
   return ok();
 }
 
 void Registry::keep_deferred_errors(Job const& job) {
   // Nobody waits for a deferred write: keep its refusal for the execution's owner.
   auto keep = [this](std::string const& id, char const* what, Error e) {
-    ++deferred_failed_;
-    if (deferred_errors_.contains(id)) return;
+    ++queue_.deferred_failed;
+    if (queue_.deferred_errors.contains(id)) return;
     e.context = std::string{"deferred "} + what + ": " + e.context;
-    deferred_errors_.emplace(id, std::move(e));
+    queue_.deferred_errors.emplace(id, std::move(e));
   };
   if (job.changes.empty()) {
     // A job with a completion tells its refusal there.
@@ -223,10 +223,10 @@ void Registry::keep_deferred_errors(Job const& job) {
 
 void Registry::drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk) {
   while (!job->done) {
-    if (!leader_active_) {
+    if (!queue_.leader_active) {
       lead(lk);
     } else {
-      queue_cv_.wait(lk);
+      queue_.cv.wait(lk);
     }
   }
 }
@@ -235,12 +235,12 @@ void Registry::lead(std::unique_lock<std::mutex>& lk) {
   // Leader: take everything queued so far (bounded) into one transaction. Writers that
   // arrive while it commits queue up and the next leader takes them together. Deferred
   // writes queued earlier ride along, ahead of the writes queued after them.
-  leader_active_ = true;
+  queue_.leader_active = true;
   std::vector<std::shared_ptr<Job>> batch;
-  while (!queue_.empty() && batch.size() < options_.max_batch) {
-    batch.push_back(std::move(queue_.front()));
-    queue_.pop_front();
-    deferred_queued_ -= batch.back()->deferred;
+  while (!queue_.jobs.empty() && batch.size() < options_.max_batch) {
+    batch.push_back(std::move(queue_.jobs.front()));
+    queue_.jobs.pop_front();
+    queue_.deferred_queued -= batch.back()->deferred;
   }
   lk.unlock();
   run_batch(batch);
@@ -254,8 +254,8 @@ void Registry::lead(std::unique_lock<std::mutex>& lk) {
       if (c.done) told.emplace_back(std::move(c.done), c.result);
     }
   }
-  leader_active_ = false;
-  queue_cv_.notify_all();
+  queue_.leader_active = false;
+  queue_.cv.notify_all();
   if (!told.empty()) {
     // Outside the queue lock: a completion may queue the next write.
     lk.unlock();
@@ -269,8 +269,8 @@ Result<void> Registry::write(Durability d, JobFn fn, std::string group_id) {
   job->fn = std::move(fn);
   job->durability = d;
   job->execution_id = std::move(group_id);
-  std::unique_lock<std::mutex> lk(queue_mu_);
-  queue_.push_back(job);
+  std::unique_lock<std::mutex> lk(queue_.mu);
+  queue_.jobs.push_back(job);
   drive(job, lk);
   return std::move(job->result);
 }
@@ -284,23 +284,23 @@ void Registry::enqueue_deferred(Durability d, std::string execution_id, char con
   job->deferred = 1;
   job->execution_id = std::move(execution_id);
   job->what = what;
-  std::lock_guard<std::mutex> lk(queue_mu_);
-  queue_.push_back(std::move(job));
-  ++deferred_queued_;
-  ++deferred_total_;
+  std::lock_guard<std::mutex> lk(queue_.mu);
+  queue_.jobs.push_back(std::move(job));
+  ++queue_.deferred_queued;
+  ++queue_.deferred_total;
 }
 
 Result<void> Registry::flush() {
-  std::unique_lock<std::mutex> lk(queue_mu_);
-  if (deferred_queued_ == 0) return ok();
+  std::unique_lock<std::mutex> lk(queue_.mu);
+  if (queue_.deferred_queued == 0) return ok();
   lk.unlock();
   // A crash here loses every queued write: the deferred crash tests stop the daemon exactly
   // at this instant.
   failpoint("flush_with_writes_queued");
   lk.lock();
-  if (deferred_queued_ == 0) return ok();  // another thread's write took them meanwhile
+  if (queue_.deferred_queued == 0) return ok();  // another thread's write took them meanwhile
   // The queue is FIFO: once its last job is done, so is every deferred write queued before it.
-  std::shared_ptr<Job> const last = queue_.back();
+  std::shared_ptr<Job> const last = queue_.jobs.back();
   drive(last, lk);
   // A deferred write's own refusal is kept per execution; only a failed transaction is ours.
   if (last->transaction_failed) return last->result;
@@ -308,16 +308,16 @@ Result<void> Registry::flush() {
 }
 
 bool Registry::try_flush() {
-  std::unique_lock<std::mutex> lk(queue_mu_);
-  if (leader_active_ || deferred_queued_ == 0) return false;
+  std::unique_lock<std::mutex> lk(queue_.mu);
+  if (queue_.leader_active || queue_.deferred_queued == 0) return false;
   lk.unlock();
   failpoint("flush_with_writes_queued");  // as flush(): a crash loses every queued write
   lk.lock();
-  if (leader_active_ || deferred_queued_ == 0) return false;
+  if (queue_.leader_active || queue_.deferred_queued == 0) return false;
   // One batch as the leader (none was active, so nothing to wait for). Writes beyond it are
   // left to the caller's fallback.
   lead(lk);
-  return deferred_queued_ == 0;
+  return queue_.deferred_queued == 0;
 }
 
 Result<void> Registry::settle_deferred() {
@@ -327,16 +327,16 @@ Result<void> Registry::settle_deferred() {
 }
 
 std::size_t Registry::deferred_pending() const {
-  std::lock_guard<std::mutex> lk(queue_mu_);
-  return deferred_queued_;
+  std::lock_guard<std::mutex> lk(queue_.mu);
+  return queue_.deferred_queued;
 }
 
 std::optional<Error> Registry::take_deferred_error(std::string_view execution_id) {
-  std::lock_guard<std::mutex> lk(queue_mu_);
-  auto it = deferred_errors_.find(execution_id);
-  if (it == deferred_errors_.end()) return std::nullopt;
+  std::lock_guard<std::mutex> lk(queue_.mu);
+  auto it = queue_.deferred_errors.find(execution_id);
+  if (it == queue_.deferred_errors.end()) return std::nullopt;
   Error e = std::move(it->second);
-  deferred_errors_.erase(it);
+  queue_.deferred_errors.erase(it);
   return e;
 }
 
@@ -346,12 +346,12 @@ WriteStats Registry::write_stats() const {
     std::lock_guard<std::mutex> g(db_mu_);
     out = stats_;
   }
-  std::lock_guard<std::mutex> lk(queue_mu_);
-  out.deferred = deferred_total_;
-  out.deferred_failed = deferred_failed_;
-  std::lock_guard<std::mutex> dg(dur_mu_);
-  out.flushes = flushes_;
-  out.durable_waits = durable_waits_;
+  std::lock_guard<std::mutex> lk(queue_.mu);
+  out.deferred = queue_.deferred_total;
+  out.deferred_failed = queue_.deferred_failed;
+  std::lock_guard<std::mutex> dg(dur_.mu);
+  out.flushes = dur_.flushes;
+  out.durable_waits = dur_.durable_waits;
   return out;
 }
 

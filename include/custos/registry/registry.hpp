@@ -512,7 +512,7 @@ class Registry {
     bool atomic = true;  // refuses before it changes anything: applied without a copy
     Result<void> result = ok();
     // Queued without a waiter (counted as deferred) and told of its result: gets `result`
-    // once its job is done, instead of keeping a refusal in deferred_errors_.
+    // once its job is done, instead of keeping a refusal in queue_.deferred_errors.
     std::function<void(Result<void>)> done;
   };
   struct Job {
@@ -532,7 +532,7 @@ class Registry {
   };
   struct CacheEntry {
     ExecutionRecord rec;
-    std::list<std::string>::iterator order;  // position in cache_order_ (oldest first)
+    std::list<std::string>::iterator order;  // position in RecordCache::order (oldest first)
   };
 
   Registry(std::filesystem::path state_dir, OpenOptions options, sys::UniqueFd lock_fd, sql::Db db);
@@ -552,29 +552,29 @@ class Registry {
                         std::function<void(Result<void>)> on_done = nullptr);
   // flush() when deferred writes are queued: called by every read first.
   Result<void> settle_deferred();
-  // Runs batches until `job` is done (leading or waiting); `lk` holds queue_mu_.
+  // Runs batches until `job` is done (leading or waiting); `lk` holds queue_.mu.
   void drive(std::shared_ptr<Job> const& job, std::unique_lock<std::mutex>& lk);
   // One batch as the leader (no leader may be active): takes up to max_batch queued jobs,
-  // commits them, calls their completions (without the lock). `lk` holds queue_mu_.
+  // commits them, calls their completions (without the lock). `lk` holds queue_.mu.
   void lead(std::unique_lock<std::mutex>& lk);
   void run_batch(std::vector<std::shared_ptr<Job>> const& batch);
   // A record job inside the transaction: load + verify once, apply, store once.
   Result<void> apply_changes(sql::Db& db, Job& job);
-  // Moves the refusals of the deferred writes of a finished job to deferred_errors_.
+  // Moves the refusals of the deferred writes of a finished job to queue_.deferred_errors.
   void keep_deferred_errors(Job const& job);
   Result<void> set_synchronous(Durability d);
   // Loads a record inside a write job, refusing quarantined ones.
   Result<ExecutionRecord> load_for_update(sql::Db& db, std::string_view execution_id);
   Result<void> store(sql::Db& db, ExecutionRecord& rec);
   // Cache bookkeeping (db_mu_ held). Records stored by the running transaction wait in
-  // staged_records_ until COMMIT; a failed job drops what it staged and its cache entry.
+  // cache_.staged until COMMIT; a failed job drops what it staged and its cache entry.
   void cache_drop(std::string_view execution_id);
   void cache_put(ExecutionRecord rec);
   void unstage_failed(std::size_t mark, Job const& job);
   void commit_staged();
   // After a batch committed (db_mu_ held): group bookkeeping for the flusher.
   void note_commit(Durability d, std::vector<std::shared_ptr<Job>> const& batch);
-  // The commit number `execution_id` must see durable (dur_mu_ held).
+  // The commit number `execution_id` must see durable (dur_.mu held).
   [[nodiscard]] std::uint64_t durable_target(std::string_view execution_id) const;
   void forget_group_note(std::string_view execution_id);
   // Calls `done` now when `target` is durable (or the flusher failed), else queues it for the
@@ -597,8 +597,8 @@ class Registry {
   sys::UniqueFd lock_fd_;
   int opened_version_ = kSchemaVersion;
 
-  // db_mu_ guards db_ (one connection; SQLite is opened NOMUTEX). queue_mu_ guards the queue and
-  // the leader flag; a leader takes db_mu_ only after leaving queue_mu_.
+  // db_mu_ guards db_ (one connection; SQLite is opened NOMUTEX). queue_.mu guards the queue and
+  // the leader flag; a leader takes db_mu_ only after leaving queue_.mu.
   mutable std::mutex db_mu_;
   sql::Db db_;
   std::optional<Durability> current_sync_;
@@ -607,41 +607,50 @@ class Registry {
   // writer while the registry is open).
   std::set<std::string, std::less<>> quarantined_ids_;
 
-  // Guarded by queue_mu_ (mutable: deferred_pending() is const).
-  mutable std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool leader_active_ = false;
-  std::size_t deferred_queued_ = 0;
-  std::uint64_t deferred_total_ = 0;
-  std::uint64_t deferred_failed_ = 0;
-  std::map<std::string, Error, std::less<>> deferred_errors_;
+  // The write queue (guarded by its `mu`; mutable: deferred_pending() is const).
+  struct WriteQueue {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<Job>> jobs;
+    bool leader_active = false;
+    std::size_t deferred_queued = 0;
+    std::uint64_t deferred_total = 0;
+    std::uint64_t deferred_failed = 0;
+    std::map<std::string, Error, std::less<>> deferred_errors;
+  };
+  WriteQueue queue_;
 
   // Write-through cache (guarded by db_mu_).
-  std::map<std::string, CacheEntry, std::less<>> cache_;
-  std::list<std::string> cache_order_;
-  std::vector<ExecutionRecord> staged_records_;
+  struct RecordCache {
+    std::map<std::string, CacheEntry, std::less<>> entries;
+    std::list<std::string> order;
+    std::vector<ExecutionRecord> staged;
+  };
+  RecordCache cache_;
 
-  // Group durability (guarded by dur_mu_; taken after db_mu_ when both are held). Group commits
-  // are numbered in commit order; every one numbered <= durable_seq_ is on stable storage.
-  mutable std::mutex dur_mu_;
-  std::condition_variable dur_cv_;
-  std::uint64_t commit_seq_ = 0;
-  std::uint64_t durable_seq_ = 0;
-  // The commit number of each execution's group-committed claim, until its terminal record is
-  // written (bounded: past kGroupNotesMax, notes already durable are dropped).
-  std::map<std::string, std::uint64_t, std::less<>> group_seq_;
+  // Group durability (guarded by its `mu`; taken after db_mu_ when both are held). Group commits
+  // are numbered in commit order; every one numbered <= durable_seq is on stable storage.
+  struct GroupDurability {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::uint64_t commit_seq = 0;
+    std::uint64_t durable_seq = 0;
+    // The commit number of each execution's group-committed claim, until its terminal record is
+    // written (bounded: past kGroupNotesMax, notes already durable are dropped).
+    std::map<std::string, std::uint64_t, std::less<>> group_seq;
+    std::uint64_t flushes = 0;
+    std::uint64_t durable_waits = 0;
+    std::optional<Error> error;
+    bool stop_flusher = false;
+    // when_durable() completions waiting for durable_seq to reach their commit number (not
+    // sorted: a wait for one execution's claim may name an older commit than the wait before it).
+    std::deque<std::pair<std::uint64_t, std::function<void(Result<void>)>>> waiters;
+    std::thread flusher;
+    // Set once an fdatasync failed: every later write is refused (read without `mu`).
+    std::atomic<bool> writes_refused{false};
+  };
   static constexpr std::size_t kGroupNotesMax = 4096;
-  std::uint64_t flushes_ = 0;
-  std::uint64_t durable_waits_ = 0;
-  std::optional<Error> dur_error_;
-  bool stop_flusher_ = false;
-  // when_durable() completions waiting for durable_seq_ to reach their commit number (not
-  // sorted: a wait for one execution's claim may name an older commit than the wait before it).
-  std::deque<std::pair<std::uint64_t, std::function<void(Result<void>)>>> durable_waiters_;
-  std::thread flusher_;
-  // Set once an fdatasync failed: every later write is refused (read without dur_mu_).
-  std::atomic<bool> writes_refused_{false};
+  GroupDurability dur_;
 };
 
 // The pid namespace inode of the calling process (/proc/self/ns/pid), 0 when unreadable.

@@ -132,6 +132,48 @@ Result<int> read_version(sql::Db& db) {
   return v;
 }
 
+// The connection settings of the registry's one connection (`exists`: the file was there
+// before this open).
+Result<void> configure_connection(sql::Db& db, bool exists) {
+  // The flock already makes this the only process using the file, so SQLite's own per-
+  // transaction fcntl locks and the shared-memory WAL index buy nothing: exclusive locking mode
+  // takes the lock once and keeps the WAL index in heap memory (docs/durability.md).
+  CUSTOS_TRYV(db.exec("PRAGMA locking_mode = EXCLUSIVE"));
+  // 4 KiB pages for a new file (SQLite's default; an existing file keeps its own): an execution
+  // record (its canonical plan, digests, and at the end its terminal record: ~1.5-2 KiB) fits in
+  // one page, so each phase write rewrites one page. With the 1 KiB pages used before, every
+  // record spilled into an overflow chain that each write freed and re-allocated: ~4 WAL frames
+  // (8 pwrites) per write instead of one (docs/durability.md).
+  if (!exists) CUSTOS_TRYV(db.exec("PRAGMA page_size = 4096"));
+  // WAL: readers never block the writer and a commit is an append (docs/durability.md).
+  auto mode = CUSTOS_TRY(db.query_text("PRAGMA journal_mode = WAL"));
+  if (!mode || *mode != "wal") {
+    return Error{Errc::registry_open_failed,
+                 "could not enable WAL (journal_mode " + mode.value_or("<none>") + ")"};
+  }
+  // The flock makes this the only connection, so waiting on SQLite's own locks never helps.
+  CUSTOS_TRYV(db.exec("PRAGMA busy_timeout = 0"));
+  // Checkpoint less often: most WAL frames are rewrites of the same few pages (a record moving
+  // through its phases), so a larger window copies each page to the database once instead of
+  // many times, and the checkpoint's fsync of the database file is paid more rarely.
+  // ~8 MiB of frames whatever the file's page size, inside the WAL presize_wal pre-sizes.
+  auto const page_size = CUSTOS_TRY(db.query_int("PRAGMA page_size")).value_or(4096);
+  CUSTOS_TRYV(
+      db.exec("PRAGMA wal_autocheckpoint = " +
+              std::to_string(kWalCheckpointBytes / std::max<std::int64_t>(page_size, 512))));
+  CUSTOS_TRYV(db.exec("PRAGMA journal_size_limit = 16777216"));
+  // Statement journals (what SQLite keeps to undo one statement or savepoint inside a
+  // transaction: a batch's job, an UPDATE that may fail on a constraint) in memory. SQLite
+  // spills one past 64 KiB to a temp file and, in exclusive locking mode, keeps using that file
+  // for every later statement journal: in the daemon under load that was a 4-byte and a
+  // page-sized pwrite for every page a statement touched that its transaction had already
+  // changed, ~14 syscalls per launch. Nothing else of the registry uses temp storage but small
+  // sorts.
+  CUSTOS_TRYV(db.exec("PRAGMA temp_store = MEMORY"));
+  CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
+  return ok();
+}
+
 }  // namespace
 
 std::uint64_t current_pid_ns_ino() noexcept {
@@ -195,42 +237,7 @@ Result<std::unique_ptr<Registry>> Registry::open(std::filesystem::path const& st
   // The WAL-coalescing VFS (wal_vfs.hpp): one write per transaction instead of two per page.
   sql::Db db = CUSTOS_TRY(
       sql::Db::open(db_file.string(), options.create_if_missing, sql::wal_coalescing_vfs()));
-  // The flock already makes this the only process using the file, so SQLite's own per-
-  // transaction fcntl locks and the shared-memory WAL index buy nothing: exclusive locking mode
-  // takes the lock once and keeps the WAL index in heap memory (docs/durability.md).
-  CUSTOS_TRYV(db.exec("PRAGMA locking_mode = EXCLUSIVE"));
-  // 4 KiB pages for a new file (SQLite's default; an existing file keeps its own): an execution
-  // record (its canonical plan, digests, and at the end its terminal record: ~1.5-2 KiB) fits in
-  // one page, so each phase write rewrites one page. With the 1 KiB pages used before, every
-  // record spilled into an overflow chain that each write freed and re-allocated: ~4 WAL frames
-  // (8 pwrites) per write instead of one (docs/durability.md).
-  if (!exists) CUSTOS_TRYV(db.exec("PRAGMA page_size = 4096"));
-  // WAL: readers never block the writer and a commit is an append (docs/durability.md).
-  auto mode = CUSTOS_TRY(db.query_text("PRAGMA journal_mode = WAL"));
-  if (!mode || *mode != "wal") {
-    return Error{Errc::registry_open_failed,
-                 "could not enable WAL (journal_mode " + mode.value_or("<none>") + ")"};
-  }
-  // The flock makes this the only connection, so waiting on SQLite's own locks never helps.
-  CUSTOS_TRYV(db.exec("PRAGMA busy_timeout = 0"));
-  // Checkpoint less often: most WAL frames are rewrites of the same few pages (a record moving
-  // through its phases), so a larger window copies each page to the database once instead of
-  // many times, and the checkpoint's fsync of the database file is paid more rarely.
-  // ~8 MiB of frames whatever the file's page size, inside the pre-sized WAL below.
-  auto const page_size = CUSTOS_TRY(db.query_int("PRAGMA page_size")).value_or(4096);
-  CUSTOS_TRYV(
-      db.exec("PRAGMA wal_autocheckpoint = " +
-              std::to_string(kWalCheckpointBytes / std::max<std::int64_t>(page_size, 512))));
-  CUSTOS_TRYV(db.exec("PRAGMA journal_size_limit = 16777216"));
-  // Statement journals (what SQLite keeps to undo one statement or savepoint inside a
-  // transaction: a batch's job, an UPDATE that may fail on a constraint) in memory. SQLite
-  // spills one past 64 KiB to a temp file and, in exclusive locking mode, keeps using that file
-  // for every later statement journal: in the daemon under load that was a 4-byte and a
-  // page-sized pwrite for every page a statement touched that its transaction had already
-  // changed, ~14 syscalls per launch. Nothing else of the registry uses temp storage but small
-  // sorts.
-  CUSTOS_TRYV(db.exec("PRAGMA temp_store = MEMORY"));
-  CUSTOS_TRYV(db.exec("PRAGMA synchronous = FULL"));
+  CUSTOS_TRYV(configure_connection(db, exists));
   if (options.integrity_check) {
     auto check = CUSTOS_TRY(db.query_text("PRAGMA quick_check(1)"));
     if (!check || *check != "ok") {

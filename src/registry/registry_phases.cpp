@@ -91,7 +91,7 @@ Result<void> Registry::record_staged(std::string_view execution_id, Ownership co
   return ok();
 }
 
-void Registry::record_staged_async(std::string execution_id, Ownership staged,
+void Registry::record_staged_async(std::string_view execution_id, Ownership staged,
                                    BoundaryInfo boundary, std::function<void(Result<void>)> done) {
   failpoint("before_staged");
   if (auto checked = staged_ownership_check(staged); !checked) return done(std::move(checked));
@@ -109,7 +109,7 @@ Result<void> Registry::record_committed(std::string_view execution_id, WriteMode
   return ok();
 }
 
-void Registry::record_running_async(std::string execution_id,
+void Registry::record_running_async(std::string_view execution_id,
                                     std::function<void(Result<void>)> done) {
   // One change: both steps or neither (running needs the committed slot).
   (void)modify(
@@ -233,7 +233,7 @@ Result<void> Registry::record_terminal(std::string_view execution_id, TerminalBl
                 terminal_change(t, via));
 }
 
-void Registry::record_terminal_async(std::string execution_id, TerminalBlob t,
+void Registry::record_terminal_async(std::string_view execution_id, TerminalBlob t,
                                      core::RecoveryPath via,
                                      std::function<void(Result<void>)> done) {
   failpoint("before_terminal");

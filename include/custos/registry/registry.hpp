@@ -369,11 +369,11 @@ class Registry {
   // thread with no registry lock held (post it to your loop); exactly once, before return when
   // refused at once. The failpoint after_staged fires after the commit, before `done`. Release
   // the barrier from `done` only.
-  void record_staged_async(std::string execution_id, Ownership staged, BoundaryInfo boundary,
+  void record_staged_async(std::string_view execution_id, Ownership staged, BoundaryInfo boundary,
                            std::function<void(Result<void>)> done);
   // record_committed + record_phase(running) as ONE change (both or neither), asynchronously
   // like record_staged_async; after_committed and while_running fire after the commit.
-  void record_running_async(std::string execution_id, std::function<void(Result<void>)> done);
+  void record_running_async(std::string_view execution_id, std::function<void(Result<void>)> done);
   // One phase step, checked with core::is_legal_progression. `running` and later phases need
   // committed ownership. Errors: registry.illegal_phase, registry.not_found, corrupt_record.
   [[nodiscard]] Result<void> record_phase(std::string_view execution_id, core::Phase phase,
@@ -405,7 +405,7 @@ class Registry {
   // no registry lock held: keep it short (post to your event loop). It is called exactly once,
   // before return when the record is refused at once. Waiters learn the result from `done`
   // only: by then the record and everything that led to it are in the WAL.
-  void record_terminal_async(std::string execution_id, TerminalBlob t, core::RecoveryPath via,
+  void record_terminal_async(std::string_view execution_id, TerminalBlob t, core::RecoveryPath via,
                              std::function<void(Result<void>)> done);
 
   // Startup recovery's single transaction for one record: walks `steps` (each checked with

@@ -43,6 +43,12 @@ void add_daemon(CLI::App& app, Globals& g) {
       "--cgroup-subtree", flags->cgroup_subtree,
       "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
   sub->add_option("--boundary", flags->boundary, "auto | cgroup | marker")->capture_default_str();
+  sub->add_option("--docker-socket", c.docker_socket,
+                  "Docker Engine API socket for plans that name none")
+      ->capture_default_str();
+  sub->add_option("--podman-socket", c.podman_socket,
+                  "Podman API socket (Docker-compatible) for plans that name none")
+      ->capture_default_str();
   sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
       ->capture_default_str();
   sub->add_option("--restart-policy", flags->restart_policy,

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include "custos/engine/sync.hpp"
 #include "custos/sys/probes.hpp"
 
 #include "common.hpp"
@@ -122,6 +123,40 @@ void print_backends(json::array const& backends) {
   }
 }
 
+// Asks each engine host.info names, live: reachable, its version and the API version custos
+// speaks to it. Adds those fields to each entry (for --json too).
+void probe_engines(json::array& engines) {
+  for (auto& e : engines) {
+    if (!e.is_object()) continue;
+    auto& o = e.get_object();
+    auto const kind = str_field(o, "engine") == "podman" ? engine::EngineKind::podman
+                                                         : engine::EngineKind::docker;
+    engine::SyncClient client(engine::Endpoint{kind, str_field(o, "socket")});
+    auto v = client.version(std::chrono::milliseconds{3000});
+    o["reachable"] = v.has_value();
+    if (v) {
+      o["version"] = v->version;
+      o["api_version"] = v->negotiated.str();
+    } else {
+      o["error"] = v.error().message();
+    }
+  }
+}
+
+void print_engines(json::array const& engines) {
+  for (auto const& e : engines) {
+    if (!e.is_object()) continue;
+    auto const& o = e.get_object();
+    bool const up = o.contains("reachable") && o.at("reachable").is_bool() &&
+                    o.at("reachable").get_bool();
+    fmt::print("\nengine {}  socket {}  {}\n", str_field(o, "engine"), str_field(o, "socket"),
+               up ? "reachable, version " + str_field(o, "version") + " (API " +
+                        str_field(o, "api_version") + ")"
+                  : "NOT reachable: " + str_field(o, "error"));
+    fmt::print("  an exec's boundary: {}\n", str_field(o, "boundary"));
+  }
+}
+
 }  // namespace
 
 void add_doctor(CLI::App& app, Globals& g) {
@@ -149,6 +184,8 @@ void add_doctor(CLI::App& app, Globals& g) {
       source = "a local probe as uid " + std::to_string(::geteuid()) +
                " (no daemon answered: " + client.error().context + ")";
     }
+    if (auto* e = info.if_contains("engines"); e != nullptr && e->is_array())
+      probe_engines(e->get_array());
     if (g.json) {
       info["source"] = source;
       fmt::print("{}\n", json::serialize(info));
@@ -168,6 +205,8 @@ void add_doctor(CLI::App& app, Globals& g) {
       print_registry(reg->get_object());
     if (auto const* b = info.if_contains("backends"); b != nullptr && b->is_array())
       print_backends(b->get_array());
+    if (auto const* e = info.if_contains("engines"); e != nullptr && e->is_array())
+      print_engines(e->get_array());
     g.exit_code = kExitOk;
   });
 }

@@ -63,6 +63,13 @@ struct RunFlags {
   std::string resource_id = "cli";
   std::string environment_id = "cli";
   std::uint64_t generation = 0;
+  // Inside a container (docs/containers.md): the engine and the container's name or id, and the
+  // engine socket when not the daemon's configured one.
+  std::string docker;
+  std::string podman;
+  std::string docker_socket;
+  std::string podman_socket;
+  [[nodiscard]] bool in_container() const { return !docker.empty() || !podman.empty(); }
 };
 
 // Names inherited by default so ordinary programs find their tools and locale.
@@ -131,7 +138,9 @@ json::array plan_env(RunFlags const& f) {
       if (k == n) return true;
     return false;
   };
-  if (!f.clean_env) {
+  // A container has its own environment (the engine applies it): nothing is inherited from the
+  // daemon's unless named.
+  if (!f.clean_env && !f.in_container()) {
     for (char const* name : kDefaultInherit) {
       if (std::getenv(name) != nullptr && !literal_named(name)) inherit(name);
     }
@@ -147,13 +156,27 @@ json::array plan_env(RunFlags const& f) {
   return env;
 }
 
+// Where and what a container run executes: paths are the container's, so nothing is resolved
+// against this host (the executable must be absolute; the workspace defaults to "/").
+Result<std::string> container_executable(std::string const& name) {
+  if (!name.starts_with('/')) {
+    return Error{Errc::plan_invalid_executable,
+                 name + ": inside a container give the executable's absolute path (e.g. /bin/" +
+                     name + ")"};
+  }
+  return name;
+}
+
 Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
   json::object params;
-  auto const exe = CUSTOS_TRY(resolve_executable(f.command.front()));
-  fs::path const here = fs::current_path();
+  bool const contained = f.in_container();
+  auto const exe = CUSTOS_TRY(contained ? container_executable(f.command.front())
+                                        : resolve_executable(f.command.front()));
+  fs::path const here = contained ? fs::path{"/"} : fs::current_path();
   fs::path const workspace =
       (f.workspace.empty() ? here : fs::absolute(f.workspace)).lexically_normal();
-  fs::path cwd = f.cwd.empty() ? here : fs::absolute(f.cwd).lexically_normal();
+  fs::path cwd = f.cwd.empty() ? workspace : fs::absolute(f.cwd).lexically_normal();
+  if (!contained && f.cwd.empty()) cwd = here;
   std::string rel = cwd.lexically_relative(workspace).native();
   if (rel.empty()) rel = ".";
   std::string ws_root = workspace.native();
@@ -190,6 +213,14 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
                     {"cwd", rel},
                     {"env", std::move(env)},
                     {"io", std::move(io)}};
+  if (contained) {
+    bool const docker = !f.docker.empty();
+    json::object backend{{"kind", docker ? "docker" : "podman"},
+                         {"container", docker ? f.docker : f.podman}};
+    std::string const& socket = docker ? f.docker_socket : f.podman_socket;
+    if (!socket.empty()) backend["socket"] = fs::absolute(socket).lexically_normal().native();
+    plan["backend"] = std::move(backend);
+  }
   if (f.timeout_s > 0) {
     auto const ms = static_cast<std::uint64_t>(f.timeout_s * 1000.0);
     plan["limits"] = json::object{{"wall_ms", ms == 0 ? 1 : ms}};
@@ -577,6 +608,18 @@ void add_run(CLI::App& app, Globals& g) {
       ->capture_default_str();
   sub->add_option("--generation", flags->generation, "Identity: holder generation")
       ->capture_default_str();
+  auto* docker = sub->add_option("--docker", flags->docker,
+                                 "Run inside this running Docker container (name or id); paths "
+                                 "are the container's");
+  auto* podman = sub->add_option("--podman", flags->podman,
+                                 "Run inside this running Podman container (name or id)");
+  docker->excludes(podman);
+  sub->add_option("--docker-socket", flags->docker_socket,
+                  "Docker API socket (default: the daemon's)")
+      ->needs(docker);
+  sub->add_option("--podman-socket", flags->podman_socket,
+                  "Podman API socket (default: the daemon's)")
+      ->needs(podman);
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

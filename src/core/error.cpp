@@ -116,6 +116,7 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::auth_replay, "auth.replay", Recovery::terminal},
     {Errc::auth_user, "auth.user", Recovery::caller_correction},
     {Errc::auth_digest_mismatch, "auth.digest_mismatch", Recovery::caller_correction},
+    {Errc::auth_container, "auth.container", Recovery::caller_correction},
     {Errc::lease_conflict, "lease.conflict", Recovery::reauthorize},
     {Errc::lease_not_found, "lease.not_found", Recovery::reauthorize},
     {Errc::sandbox_invalid, "sandbox.invalid", Recovery::caller_correction},

@@ -333,6 +333,8 @@ class Daemon {
                       ? supervisor::BoundaryPreference::marker
                       : supervisor::BoundaryPreference::automatic;
     mc.state_dir = config_.state_dir;
+    mc.docker_socket = config_.docker_socket;
+    mc.podman_socket = config_.podman_socket;
     // Every launch goes through the gateway: it is the manager's sink and authorizes each
     // record_authorized (docs/authority.md); everything after is forwarded to the registry.
     gateway_ = std::make_unique<gateway::ExecutionGateway>(
@@ -385,6 +387,30 @@ class Daemon {
                         {"leftover_cgroups", std::move(leftovers)}};
   }
 
+  // The container engines this daemon would use when a plan names no socket, as configured and
+  // as found at this start: the socket, whether it is there, and the boundary an exec gets.
+  // Whether each answers (and its version) is live, not static: `custos doctor` asks them.
+  json::array describe_engines() const {
+    json::array engines;
+    for (auto const& [name, socket] : {std::pair{"docker", config_.docker_socket},
+                                       std::pair{"podman", config_.podman_socket}}) {
+      struct stat st {};
+      bool const present = ::stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+      std::string boundary = "marker";
+      if (config_.boundary != BoundaryMode::marker) {
+        boundary = subtree_ ? "cgroup (beneath the container's own cgroup, else beneath " +
+                                  subtree_->path() + ")"
+                            : "cgroup beneath the container's own cgroup where it has one, "
+                              "else marker";
+      }
+      engines.push_back(json::object{{"engine", name},
+                                     {"socket", socket},
+                                     {"socket_present", present},
+                                     {"boundary", boundary}});
+    }
+    return engines;
+  }
+
   // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),
   // so its text is built once; every call splices the same bytes into its response.
   Result<std::shared_ptr<std::string const>> describe_host() {
@@ -405,6 +431,7 @@ class Daemon {
     json::array backends;
     for (auto const& d : manager_->backends()) backends.push_back(backend::to_json(d));
     out["backends"] = std::move(backends);
+    out["engines"] = describe_engines();
     host_info_ = std::make_shared<std::string const>(json::serialize(out));
     return host_info_;
   }

@@ -69,6 +69,11 @@ OperationClass operation_of(core::BackendKind k) noexcept {
   return OperationClass::exec_native;
 }
 
+bool ContainerRule::allows(core::Backend const& backend) const noexcept {
+  return backend.kind == engine && backend.container && *backend.container == name &&
+         backend.socket == socket;
+}
+
 // ------------------------------------------------------------------------------ principals
 
 std::string Principal::to_string() const {
@@ -290,6 +295,39 @@ void read_workspaces(Reader& r, core::FieldReader& f, json::object const& o, Gra
   }
 }
 
+// Each entry {engine: docker|podman, name, socket?}.
+void read_containers(Reader& r, core::FieldReader& f, json::object const& o, Grant& g) {
+  auto const* a = r.array(o, "containers");
+  if (a == nullptr) return;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    std::string const k = r.at("containers", i);
+    if (!(*a)[i].is_object()) {
+      r.bad(Errc::plan_wrong_type, k, "{engine, name, socket?}");
+      continue;
+    }
+    auto const& co = (*a)[i].get_object();
+    Reader cr{f, k};
+    cr.only(co, {"engine", "name", "socket"});
+    ContainerRule c;
+    auto const engine = cr.str(co, "engine", true).value_or("");
+    auto const kind = core::backend_kind_from(engine);
+    if (!kind || (*kind != core::BackendKind::docker && *kind != core::BackendKind::podman)) {
+      cr.bad(Errc::plan_invalid_value, cr.at("engine"), "docker or podman");
+    } else {
+      c.engine = *kind;
+    }
+    c.name = cr.str(co, "name", true).value_or("");
+    if (!c.name.empty() && !core::is_valid_container_ref(c.name)) {
+      cr.bad(Errc::plan_invalid_value, cr.at("name"), "a container name or id");
+    }
+    c.socket = cr.str(co, "socket", false);
+    if (c.socket && !core::is_normalized_absolute_path(*c.socket)) {
+      cr.bad(Errc::plan_invalid_value, cr.at("socket"), "an absolute normalized path");
+    }
+    g.containers.push_back(std::move(c));
+  }
+}
+
 void read_run_as_uids(Reader& r, json::object const& o, Grant& g) {
   auto const* a = r.array(o, "run_as_uids");
   if (a == nullptr) return;
@@ -350,13 +388,14 @@ Result<Grant> grant_from_json(json::value const& v) {
   json::object const& o = v.get_object();
   core::FieldReader f;
   Reader r{f, ""};
-  r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces",
+  r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces", "containers",
              "environment_ids", "resource_ids", "inherit_env", "literal_env", "run_as_uids",
              "ceilings", "budget", "expires_ns"});
   Grant g;
   read_grant_subject(r, o, g);
   read_executables(r, f, o, g);
   read_workspaces(r, f, o, g);
+  read_containers(r, f, o, g);
   g.environment_ids = r.strings(o, "environment_ids");
   g.resource_ids = r.strings(o, "resource_ids");
   g.inherit_env = r.strings(o, "inherit_env");
@@ -393,6 +432,12 @@ json::object grant_to_json(Grant const& g, BudgetUse const& use) {
                                   {"root", w.root},
                                   {"max_access", core::to_string(w.max_access)}});
   }
+  json::array containers;
+  for (auto const& c : g.containers) {
+    json::object co{{"engine", core::to_string(c.engine)}, {"name", c.name}};
+    if (c.socket) co["socket"] = *c.socket;
+    containers.emplace_back(std::move(co));
+  }
   auto strs = [](std::vector<std::string> const& v) {
     json::array a;
     for (auto const& s : v) a.emplace_back(s);
@@ -413,6 +458,7 @@ json::object grant_to_json(Grant const& g, BudgetUse const& use) {
       {"operations", std::move(ops)},
       {"executables", std::move(exes)},
       {"workspaces", std::move(wss)},
+      {"containers", std::move(containers)},
       {"environment_ids", strs(g.environment_ids)},
       {"resource_ids", strs(g.resource_ids)},
       {"inherit_env", strs(g.inherit_env)},
@@ -591,6 +637,15 @@ Result<void> check_scope(CheckInput const& in, Grant const& g) {
   if (std::find(g.operations.begin(), g.operations.end(), op) == g.operations.end()) {
     return mismatch(Errc::auth_operation_class,
                     "grant " + g.id + " does not allow " + std::string{operation_wire(op)});
+  }
+  if ((op == OperationClass::exec_docker || op == OperationClass::exec_podman) &&
+      std::none_of(g.containers.begin(), g.containers.end(),
+                   [&](ContainerRule const& c) { return c.allows(plan.backend); })) {
+    return mismatch(Errc::auth_container,
+                    "grant " + g.id + " does not allow " +
+                        std::string{core::to_string(plan.backend.kind)} + " container " +
+                        plan.backend.container.value_or("") +
+                        (plan.backend.socket ? " at " + *plan.backend.socket : std::string{}));
   }
   if (std::none_of(g.executables.begin(), g.executables.end(),
                    [&](ExecutableRule const& r) { return r.allows(plan.command.executable); })) {

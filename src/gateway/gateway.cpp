@@ -242,6 +242,21 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
   auto p = prepare(caller, std::move(request), claim);
   if (!p) return done(p.error());
   std::shared_ptr<Pending> pending = std::move(*p);
+  // The backend's checks that need an outside answer (an engine: the container exists, runs and
+  // can run the gate) come before the claim too: a refusal there consumes nothing. Immediate
+  // for backends with nothing to ask.
+  auto const& plan = pending->request.plan;
+  manager_->preflight(plan, [this, alive = std::weak_ptr<bool>(alive_), pending,
+                             done = std::move(done)](Result<> r) mutable {
+    if (alive.expired()) return;
+    if (!r) return done(r.error());
+    if (draining_) return done(Error{Errc::daemon_shutting_down, "the daemon is shutting down"});
+    authorize_and_launch(std::move(pending), std::move(done));
+  });
+}
+
+void ExecutionGateway::authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done) {
+  Caller const& caller = pending->req.caller;
   inflight_.emplace(
       pending->req.execution_id,
       Inflight{pending->request.identity.session_id, pending->request.identity.generation,

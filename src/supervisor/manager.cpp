@@ -11,6 +11,7 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "custos/backend/container.hpp"
 #include "custos/backend/plan_view.hpp"
 #include "custos/backend/reference.hpp"
 #include "custos/sys/procfs.hpp"
@@ -72,6 +73,16 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   config_.nsdelegate = native_->config().nsdelegate;
   backends_.push_back(std::move(n));
   backends_.push_back(std::make_unique<backend::ReferenceBackend>(io_));
+  for (auto const& [kind, socket] :
+       {std::pair{engine::EngineKind::docker, config_.docker_socket},
+        std::pair{engine::EngineKind::podman, config_.podman_socket}}) {
+    backend::ContainerConfig c;
+    c.engine = kind;
+    c.socket = socket;
+    c.boundary = config_.boundary;
+    c.call_timeout = config_.engine_timeout;
+    backends_.push_back(std::make_unique<backend::ContainerBackend>(io_, std::move(c), *native_));
+  }
   schedule_reap();
 }
 
@@ -157,6 +168,17 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   for (auto const& m : a.missing) missing += (missing.empty() ? "" : ",") + m;
   return Error(Errc::sandbox_unsupported,
                "missing: " + missing + (a.detail.empty() ? "" : "; " + a.detail));
+}
+
+void ExecutionManager::preflight(core::ExecutionPlan const& plan,
+                                 std::function<void(Result<>)> done) {
+  auto* b = backend_for(plan.backend.kind);
+  if (b == nullptr) {
+    return done(Error(Errc::sys_unsupported, std::string{"backend "} +
+                                                 std::string{core::to_string(plan.backend.kind)} +
+                                                 " is not served by this daemon"));
+  }
+  b->preflight(plan, std::move(done));
 }
 
 Result<std::shared_ptr<Supervisor>> ExecutionManager::prepare_start(LaunchRequest request,

@@ -145,6 +145,12 @@ Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason
   return res;
 }
 
+void Supervisor::on_backend_failure(std::string reason) {
+  // A trigger like any other: the first accepted one decides the classification
+  // (supervisor_failed), and the teardown stops what is left of the tree.
+  (void)offer(core::Trigger::backend_failure, std::move(reason));
+}
+
 Result<std::uint64_t> Supervisor::input(std::span<std::uint8_t const> data, bool eof) {
   if (terminal_ || teardown_.final_scan_started()) return Error(Errc::exec_not_running, id_);
   auto r = pumps_.input(data, eof);

@@ -100,6 +100,7 @@ class Supervisor final : public backend::ExecutionPort,
   void on_tree_change() override;
   void on_input_writable() override;
   void on_usage_changed() override { watch_.sample_now(); }
+  void on_backend_failure(std::string reason) override;
   void task_begun() override { ++pending_; }
   void task_ended() override;
 

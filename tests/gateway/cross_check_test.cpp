@@ -127,6 +127,28 @@ TEST_P(Mismatch, IsItsExactTypedError) {
       << GetParam().name << ": got " << r.error().message();
 }
 
+// A docker plan for container `name` (at `socket`), and a grant allowing exec.docker.
+void docker_plan(Fixture& f, std::string name, std::optional<std::string> socket = {}) {
+  f.plan.backend = core::Backend{core::BackendKind::docker, std::move(name), std::move(socket),
+                                 std::nullopt};
+  f.cur.grant->operations = {OperationClass::exec_docker};
+}
+
+TEST(CrossCheck, AContainerRuleAllowsItsEngineNameAndSocketOnly) {
+  Fixture f;
+  docker_plan(f, "ci");
+  f.cur.grant->containers = {ContainerRule{core::BackendKind::docker, "ci", std::nullopt}};
+  EXPECT_TRUE(f.run().has_value());
+  // Another socket, even with the same name, is another engine: the rule names none.
+  docker_plan(f, "ci", "/run/other.sock");
+  auto r = f.run();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Errc::auth_container);
+  f.cur.grant->containers.push_back(
+      ContainerRule{core::BackendKind::docker, "ci", std::string{"/run/other.sock"}});
+  EXPECT_TRUE(f.run().has_value());
+}
+
 Lease other_lease() {
   return Lease{"l-2", "w1", "s2", 6, true, Principal{PrincipalKind::uid, 1001}, kNow};
 }
@@ -153,6 +175,22 @@ INSTANTIATE_TEST_SUITE_P(
             Errc::auth_digest_mismatch},
         Row{"operation_class", [](Fixture& f) { f.plan.backend = reference_backend(); },
             Errc::auth_operation_class},
+        Row{"container_not_granted", [](Fixture& f) { docker_plan(f, "ci"); },
+            Errc::auth_container},
+        Row{"container_other_name",
+            [](Fixture& f) {
+              docker_plan(f, "prod");
+              f.cur.grant->containers = {
+                  ContainerRule{core::BackendKind::docker, "ci", std::nullopt}};
+            },
+            Errc::auth_container},
+        Row{"container_other_engine",
+            [](Fixture& f) {
+              docker_plan(f, "ci");
+              f.cur.grant->containers = {
+                  ContainerRule{core::BackendKind::podman, "ci", std::nullopt}};
+            },
+            Errc::auth_container},
         Row{"executable_outside_prefix",
             [](Fixture& f) { f.plan.command.executable = "/usr/binx/make"; },
             Errc::auth_executable},
@@ -295,6 +333,8 @@ TEST(CrossCheck, PrefixRulesMatchWholeComponentsOnly) {
 TEST(GrantJson, RoundTripsAndRefusesAdminRoleAndUnknownKeys) {
   Fixture f;
   Grant g = *f.cur.grant;
+  g.containers = {ContainerRule{core::BackendKind::docker, "ci", std::nullopt},
+                  ContainerRule{core::BackendKind::podman, "build", std::string{"/run/p.sock"}}};
   boost::json::object o = grant_to_json(g, BudgetUse{});
   for (char const* k : {"revision", "spent", "revoked", "created_ns"}) o.erase(k);
   auto back = grant_from_json(o);
@@ -310,6 +350,10 @@ TEST(GrantJson, RoundTripsAndRefusesAdminRoleAndUnknownKeys) {
   auto e = grant_from_json(extra);
   ASSERT_FALSE(e.has_value());
   EXPECT_EQ(e.error().code, Errc::plan_unknown_field);
+  boost::json::object bad_engine = o;
+  bad_engine["containers"] = boost::json::array{boost::json::object{{"engine", "native"},
+                                                                    {"name", "ci"}}};
+  EXPECT_FALSE(grant_from_json(bad_engine).has_value());
   EXPECT_FALSE(Principal::parse("uid:4294967295").has_value());
   EXPECT_FALSE(Principal::parse("user:1").has_value());
   EXPECT_EQ(Principal::parse("gid:27")->to_string(), "gid:27");

@@ -140,6 +140,11 @@ struct AdoptContext {
   core::Boundary boundary = core::Boundary::marker;
   std::string cgroup_path;  // absolute, as recorded; empty without a cgroup
   std::string marker_hex;   // as recorded; empty without a marker
+  // The PID namespace the marker sweep is limited to (a container's); nullopt: every process.
+  std::optional<std::uint64_t> pid_ns_inode;
+  // true: re-acquired after a daemon restart (no stdio kept, the disk measured from here);
+  // false: a root another backend created and hands over (a container exec at its gate).
+  bool after_restart = true;
 };
 
 // The result of a step that may fail before the target program runs: the failure names its
@@ -195,6 +200,10 @@ class ExecutionPort {
   virtual void on_tree_change() = 0;
   // The input channel became writable again after InputWrite::would_block.
   virtual void on_input_writable() = 0;
+  // What runs the tree failed under it (a container stopped mid-exec): the execution ends with
+  // trigger backend_failure. Called before the root's exit it causes, so that exit cannot decide
+  // the outcome as an ordinary one.
+  virtual void on_backend_failure(std::string reason) = 0;
   // The tree's usage changed in a way the backend saw at once (a model's `use` or `spawn`): the
   // supervisor samples now instead of at its next tick.
   virtual void on_usage_changed() = 0;
@@ -277,6 +286,13 @@ class Backend {
   [[nodiscard]] virtual Descriptor descriptor() const = 0;
   // Before any claim is consumed: can this backend run `plan` here? No effect.
   [[nodiscard]] virtual Admission admit(core::ExecutionPlan const& plan) const = 0;
+  // Before any claim is consumed, after admit: the checks that need an answer from outside the
+  // daemon (an engine: is the container there and running?). No effect; `done` may complete at
+  // once (the default: nothing to ask).
+  virtual void preflight(core::ExecutionPlan const& plan, std::function<void(Result<>)> done) {
+    (void)plan;
+    done(Result<>{});
+  }
   // The per-execution side (nothing is created until acquire).
   [[nodiscard]] virtual std::shared_ptr<BackendExecution> create(std::string execution_id) = 0;
   // Host-wide upkeep the manager asks for: is `pid` the live root of one of this backend's

@@ -66,6 +66,12 @@ class NativeBackend final : public Backend {
   // The boundary a new execution gets.
   [[nodiscard]] core::Boundary boundary() const noexcept;
   [[nodiscard]] bool has_subtree() const noexcept { return subtree_.has_value(); }
+  // The daemon's writable subtree (nullptr without one) and the cgroup2 mount point ("" without
+  // one): the container backends create their per-exec cgroups from these.
+  [[nodiscard]] sys::CgroupDir const* subtree() const noexcept {
+    return subtree_ ? &*subtree_ : nullptr;
+  }
+  [[nodiscard]] std::string const& cgroup_mount() const noexcept { return cgroup_mount_; }
   [[nodiscard]] NativeConfig const& config() const noexcept { return config_; }
   // Final sweeps requested and the /proc sweeps that served them (fewer when shared).
   [[nodiscard]] sys::MarkerSweeper::Stats sweeper_stats() const { return sweeper_.stats(); }

@@ -29,6 +29,9 @@ struct DaemonConfig {
   // Absolute cgroup v2 directory for per-execution cgroups; empty: <v2 mount>/<own cgroup>/custos.
   std::filesystem::path cgroup_subtree;
   BoundaryMode boundary = BoundaryMode::automatic;
+  // The engine sockets docker / podman plans use when they name none.
+  std::string docker_socket = "/var/run/docker.sock";
+  std::string podman_socket = "/run/podman/podman.sock";
   ShutdownMode shutdown = ShutdownMode::cancel;
   // What start-up recovery does with executions a previous daemon left running and that are
   // provably still ours (pidfs identity): adopt them (supervised on, cancellable, deadline-bound,

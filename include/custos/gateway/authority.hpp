@@ -79,6 +79,17 @@ struct ExecutableRule {
   friend bool operator==(ExecutableRule const&, ExecutableRule const&) = default;
 };
 
+// A container the grant may exec into: an engine, the container's name or id exactly as the plan
+// names it, and the engine socket the plan names (none: the daemon's configured socket only).
+struct ContainerRule {
+  core::BackendKind engine = core::BackendKind::docker;
+  std::string name;
+  std::optional<std::string> socket;
+
+  [[nodiscard]] bool allows(core::Backend const& backend) const noexcept;
+  friend bool operator==(ContainerRule const&, ContainerRule const&) = default;
+};
+
 // A workspace the grant covers: the identity's workspace_id bound to the plan's root path, and
 // the most access an execution may ask for on it.
 struct WorkspaceRule {
@@ -115,6 +126,8 @@ struct Grant {
   std::vector<OperationClass> operations;
   std::vector<ExecutableRule> executables;
   std::vector<WorkspaceRule> workspaces;
+  // exec.docker / exec.podman: the containers it may run in (none: no container at all).
+  std::vector<ContainerRule> containers;
   std::vector<std::string> environment_ids;
   std::vector<std::string> resource_ids;
   // Names the caller may inherit from its own environment. Inheriting is not setting.

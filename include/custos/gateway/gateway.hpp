@@ -201,6 +201,9 @@ class ExecutionGateway {
   // The authorizing transaction of a start_async (on the authorizer thread, or on the loop when
   // the daemon is idle); its outcome in `pending.use`.
   void authorize(Pending& pending) noexcept;
+  // After the backend's preflight: the authorizing transaction (on the loop or the authorizer
+  // thread), then the launch.
+  void authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done);
   // start_async on the loop, once the authorizing transaction ended: the manager's launch.
   void launch_async(std::shared_ptr<Pending> p, StartDone done);
   // The end of an async start: its fence if it was revoked in flight, its answer, the drain.

@@ -63,6 +63,10 @@ class ExecutionManager {
   // What admit() decides for the plan's backend, as data (exec.check): admitted, or every
   // missing control ("backend.<kind>" for a backend this daemon does not serve). No effect.
   [[nodiscard]] backend::Admission admission(core::ExecutionPlan const& plan) const;
+  // After admit(), before the claim: the backend's checks that need an outside answer (an
+  // engine: the container exists, runs and can run the gate). No effect; `done` on the loop
+  // (or at once when there is nothing to ask).
+  void preflight(core::ExecutionPlan const& plan, std::function<void(Result<>)> done);
 
   // Launches the plan under `permit` (launch_permit.hpp), which must be valid and minted for this
   // request: its plan digest is the request's, its claim the identity's (action_id, process_id);

@@ -183,6 +183,11 @@ struct ManagerConfig {
   // daemon start. nullopt: the manager snapshots its own process environment when constructed
   // (which, in the daemon, is at start). A name absent here is simply not set in the child.
   std::optional<std::map<std::string, std::string>> inherit_source;
+  // The engine sockets a docker / podman plan uses when it names none (docs/containers.md).
+  std::string docker_socket = "/var/run/docker.sock";
+  std::string podman_socket = "/run/podman/podman.sock";
+  // Every engine call's deadline (and the bound on a gated exec's arrival).
+  std::chrono::milliseconds engine_timeout{10000};
 };
 
 // The calling process's environment (`environ`) as a name -> value map; entries without '=' are

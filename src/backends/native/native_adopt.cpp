@@ -34,6 +34,8 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
     marker_ = *m;
   }
   adoption_.emplace();
+  adoption_->after_restart = ctx.after_restart;
+  adoption_->pid_ns = ctx.pid_ns_inode;
   boundary_ = ctx.boundary;
   if (ctx.boundary == core::Boundary::cgroup && !ctx.cgroup_path.empty()) {
     if (auto cg = sys::CgroupDir::open(ctx.cgroup_path)) {
@@ -51,7 +53,7 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
     }
   }
   // The disk limit is measured from here (the growth before the restart is unknown).
-  if (plan.disk_bytes) {
+  if (plan.disk_bytes && ctx.after_restart) {
     if (auto ws = sys::open_directory(plan.workspace_root)) workspace_fd_ = std::move(*ws);
   }
   // Nothing is known of the credentials or nsdelegate at launch: the weaker claim.

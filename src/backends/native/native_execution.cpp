@@ -577,7 +577,7 @@ core::Observations NativeExecution::observations() const {
   o["launch"] = "clone3";
   if (!cgroup_rel_.empty()) o["cgroup"] = cgroup_rel_;
   if (final_signalled_ > 0) o["final_sweep_killed"] = std::to_string(final_signalled_);
-  if (adoption_) {
+  if (adoption_ && adoption_->after_restart) {
     // Taken over after a restart: the previous daemon's pipes died with it.
     o["root"] = "adopted";
     o["output"] = "not_kept";

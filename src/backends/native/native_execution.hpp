@@ -156,6 +156,8 @@ class NativeExecution final : public BackendExecution,
   struct Adoption {
     std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
     std::string unconfirmed;  // a reason the final scan cannot confirm (cgroup unusable)
+    bool after_restart = true;               // AdoptContext::after_restart
+    std::optional<std::uint64_t> pid_ns;     // the marker sweep's PID namespace, if limited
   };
   std::optional<Adoption> adoption_;
 };

@@ -131,6 +131,8 @@ sys::MarkerSweepOptions NativeExecution::sweep_options(int sig, std::uint32_t ro
   o.max_rounds = rounds;
   // Nothing that started before the root can descend from it: skipped before being read.
   if (root_start_ticks_ > 0) o.not_before_ticks = root_start_ticks_;
+  // A container exec's tree lives in the container's PID namespace: nothing outside it is read.
+  if (adoption_ && adoption_->pid_ns) o.pid_ns_inode = adoption_->pid_ns;
   return o;
 }
 
@@ -241,6 +243,14 @@ void NativeExecution::final_scan(std::function<void(FinalScan)> done) {
     return;
   }
   auto const opts = sweep_options(SIGKILL, host_->config_.marker_sweep_rounds);
+  if (opts.pid_ns_inode) {
+    // A container's tree, in its own PID namespace: the batched sweeper reads the daemon's
+    // namespace only, so this sweep runs on its own (on the worker).
+    asio::post(host_->workers_, [finish = std::move(finish), m = *marker_, opts]() mutable {
+      finish(sys::marker_sweep(m, opts));
+    });
+    return;
+  }
   auto shared_finish = std::make_shared<decltype(finish)>(std::move(finish));
   sys::MarkerSweeper::Request req{
       sys::MarkerSweepTarget{*marker_, opts.not_before_ticks},

@@ -1,0 +1,577 @@
+// A container execution: the gated exec (container.hpp has the steps), its stream and its end.
+#include "container_execution.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <charconv>
+#include <csignal>
+
+#include "custos/backend/native.hpp"
+#include "custos/sys/identity.hpp"
+
+namespace custos::backend {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often the gate's arrival is looked at (the host's /proc, not the engine).
+constexpr milliseconds kGatePoll{1};
+// The gate's exit status when the executable is missing or not executable for the exec's user,
+// and when it cannot set the descriptor limit.
+constexpr int kGateNoExecutable = 127;
+constexpr int kGateNoLimit = 126;
+// PF_EXITING in /proc/PID/stat's flags: the process is inside exit(2).
+constexpr std::uint64_t kPfExiting = 0x4;
+
+core::SpawnFailure failure(std::string step, Error const& e) {
+  return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
+}
+
+// State (field 3) and flags (field 9) of a /proc/PID/stat line; nullopt when malformed.
+struct StatFields {
+  char state = '?';
+  std::uint64_t flags = 0;
+};
+std::optional<StatFields> parse_stat(std::string_view line) {
+  auto const close = line.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= line.size()) return std::nullopt;
+  std::string_view rest = line.substr(close + 2);
+  StatFields f;
+  f.state = rest.front();
+  // Fields after the state: ppid pgrp session tty_nr tpgid flags.
+  for (int skip = 0; skip < 6; ++skip) {
+    auto const sp = rest.find(' ');
+    if (sp == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(sp + 1);
+  }
+  auto const [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), f.flags);
+  if (ec != std::errc{} || end == rest.data()) return std::nullopt;
+  return f;
+}
+
+Result<StatFields> read_stat(std::int32_t pid) {
+  auto dir = CUSTOS_TRY(sys::open_dir_path("/proc/" + std::to_string(pid)));
+  auto text = CUSTOS_TRY(sys::read_shown_file_at(dir, "stat"));
+  auto f = parse_stat(text);
+  if (!f) return Error(Errc::procfs_failed, "malformed /proc/" + std::to_string(pid) + "/stat");
+  return *f;
+}
+
+// "<root>/<cwd>" inside the container ("." is the root itself).
+std::string working_dir(PlanView const& plan) {
+  if (plan.cwd.empty() || plan.cwd == ".") return plan.workspace_root;
+  std::string dir = plan.workspace_root;
+  if (!dir.ends_with('/')) dir += '/';
+  return dir + plan.cwd;
+}
+
+}  // namespace
+
+ContainerExecution::ContainerExecution(ContainerBackend& host, std::string execution_id)
+    : host_(&host),
+      io_(host.io()),
+      id_(std::move(execution_id)),
+      engine_(host.config().engine) {}
+
+ContainerExecution::~ContainerExecution() {
+  if (stream_) stream_->close();
+}
+
+// ------------------------------------------------------------------------------ acquire
+
+void ContainerExecution::acquire(LaunchContext const& ctx,
+                                 std::function<void(Step<Acquired>)> done) {
+  launching_ = std::make_unique<Launching>(io_);
+  launching_->ctx = ctx;
+  launching_->done = std::move(done);
+  PlanView const& plan = *ctx.view;
+  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
+  tty_ = plan.pty;
+  client_ = host_->client(ctx.plan->backend.socket.value_or(""));
+  auto m = sys::Marker::generate();
+  if (!m) return fail("marker", m.error());
+  marker_ = *m;
+  client_->inspect_container(
+      ctx.plan->backend.container.value_or(""), host_->config().call_timeout,
+      [self = shared_from_this()](Result<engine::ContainerInfo> info) {
+        self->on_inspected(std::move(info));
+      });
+}
+
+void ContainerExecution::on_inspected(Result<engine::ContainerInfo> info) {
+  if (!launching_) return;
+  if (!info) return fail("engine", info.error());
+  auto const& c = info->inspect;
+  if (!c.accepts_exec()) {
+    return fail("engine", Error(Errc::engine_container_not_running,
+                                "container " + c.name + " is " + c.status_text));
+  }
+  if (!info->init) {
+    return fail("engine", info->init_error.value_or(Error(Errc::engine_container_not_running,
+                                                          "container " + c.name + ": no init")));
+  }
+  launching_->container_id = c.id;
+  container_id_ = c.id;
+  launching_->init = *info->init;
+  pid_ns_ = info->init->pid_namespace;
+  // The init's pidfd: its end is the container's (on_root_exit asks). Opened and then checked
+  // against the identity the client read, so it names that very process.
+  auto init = sys::Pidfd::open(info->init->pid);
+  if (!init) return fail("engine", init.error());
+  auto ident = sys::read_identity(*init);
+  if (!ident || !(*ident == info->init->identity)) {
+    return fail("engine", Error(Errc::engine_container_not_running,
+                                "container " + c.name + ": its init changed while it was read"));
+  }
+  init_ = std::move(*init);
+
+  PlanView const& plan = *launching_->ctx.view;
+  engine::ExecConfig cfg;
+  cfg.cmd = {"/bin/sh", "-c", std::string{container_gate_script()}, "custos-gate",
+             plan.open_files ? std::to_string(*plan.open_files) : std::string{"-"},
+             plan.executable};
+  for (std::size_t i = 1; i < plan.argv.size(); ++i) cfg.cmd.push_back(plan.argv[i]);
+  std::string const prefix = std::string{sys::Marker::env_name()} + "=";
+  for (auto const& e : launching_->ctx.env) {
+    if (!e.starts_with(prefix)) cfg.env.push_back(e);  // the marker is the backend's, always
+  }
+  cfg.env.push_back(marker_->env_entry());
+  if (plan.user) cfg.user = std::to_string(plan.user->uid) + ":" + std::to_string(plan.user->gid);
+  cfg.working_dir = working_dir(plan);
+  cfg.tty = plan.pty;
+  cfg.attach_stdin = true;
+  if (plan.pty) cfg.console_size = std::make_pair(plan.rows, plan.cols);
+  client_->create_exec(c.id, std::move(cfg), host_->config().call_timeout,
+                       [self = shared_from_this()](Result<std::string> id) {
+                         self->on_created(std::move(id));
+                       });
+}
+
+void ContainerExecution::on_created(Result<std::string> exec_id) {
+  if (!launching_) return;
+  if (!exec_id) return fail("engine", exec_id.error());
+  exec_id_ = *exec_id;
+  client_->start_exec(exec_id_, tty_, host_->config().call_timeout,
+                      [self = shared_from_this()](Result<std::shared_ptr<engine::ExecStream>> s) {
+                        self->on_started(std::move(s));
+                      });
+}
+
+void ContainerExecution::on_started(Result<std::shared_ptr<engine::ExecStream>> stream) {
+  if (!launching_) return;
+  if (!stream) return fail("engine", stream.error());
+  stream_ = std::move(*stream);
+  stream_open_ = true;
+  PlanView const& plan = *launching_->ctx.view;
+  if (plan.pty) {
+    // Engines below API 1.42 ignore the size given at create: set it while the gate holds, so
+    // the first program of the target sees it either way.
+    client_->resize_exec(exec_id_, plan.rows, plan.cols, host_->config().call_timeout,
+                         [self = shared_from_this()](Result<void>) {});
+  }
+  launching_->gate_deadline = Clock::now() + host_->config().call_timeout;
+  client_->inspect_exec(exec_id_, host_->config().call_timeout,
+                        [self = shared_from_this()](Result<engine::ExecInspect> r) {
+                          self->on_exec_inspected(std::move(r));
+                        });
+}
+
+void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) {
+  if (!launching_) return;
+  if (!inspect) return fail("gate", inspect.error());
+  if (!inspect->running && inspect->exit_code) {
+    // The gate ended before it stopped: it found no executable (127), or /bin/sh itself failed.
+    if (*inspect->exit_code == kGateNoExecutable) {
+      PlanView const& plan = *launching_->ctx.view;
+      return fail("execve", Error(Errc::spawn_failed,
+                                  plan.executable +
+                                      ": not found or not executable in the container",
+                                  ENOENT));
+    }
+    if (*inspect->exit_code == kGateNoLimit) {
+      PlanView const& plan = *launching_->ctx.view;
+      return fail("rlimit", Error(Errc::spawn_failed,
+                                  "the container refuses RLIMIT_NOFILE " +
+                                      std::to_string(plan.open_files.value_or(0)) +
+                                      " (above its hard limit?)",
+                                  EPERM));
+    }
+    return fail("gate", Error(Errc::engine_gate_unavailable,
+                              "the gate ended with status " +
+                                  std::to_string(*inspect->exit_code) + " before it stopped"));
+  }
+  if (inspect->pid > 0) return gate_step(inspect->pid);
+  if (Clock::now() >= launching_->gate_deadline) {
+    return fail("gate", Error(Errc::engine_failed, "the engine named no process for the exec "
+                                                   "within the call timeout"));
+  }
+  poll_gate();
+}
+
+void ContainerExecution::gate_step(std::int32_t pid) {
+  auto ok = check_gate(pid);
+  if (!ok) return fail("gate", ok.error());
+  if (*ok) {
+    launching_->timer.cancel();
+    auto acq = enter_boundary();
+    auto done = std::move(launching_->done);
+    launching_.reset();
+    if (std::holds_alternative<core::SpawnFailure>(acq)) discard();
+    return done(std::move(acq));
+  }
+  if (Clock::now() >= launching_->gate_deadline) {
+    return fail("gate", Error(Errc::identity_mismatch,
+                              "the exec's process did not show as the gate (marker, namespace, "
+                              "stopped) within the call timeout"));
+  }
+  poll_gate();
+}
+
+void ContainerExecution::poll_gate() {
+  launching_->timer.expires_after(kGatePoll);
+  launching_->timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || !self->launching_) return;
+    // Once the engine named the pid, the host's /proc is read until the process there is the
+    // stopped gate; the engine is asked again only while it named none, or once the process it
+    // named ended (an exited gate's status shows there).
+    if (self->gate_ && self->gate_->alive()) return self->gate_step(self->gate_->pid());
+    self->client_->inspect_exec(self->exec_id_, self->host_->config().call_timeout,
+                                [self](Result<engine::ExecInspect> r) {
+                                  self->on_exec_inspected(std::move(r));
+                                });
+  });
+}
+
+Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
+  if (!gate_ || gate_->pid() != pid) {
+    auto fd = sys::Pidfd::open(pid);
+    if (!fd) return fd.error().sys_errno == ESRCH ? Result<bool>{false} : Result<bool>{fd.error()};
+    gate_ = std::move(*fd);
+  }
+  // Everything below is read by pid, then the pidfd is checked alive: a live process holds its
+  // pid, so what was read belongs to the process behind the pidfd.
+  auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
+  if (!dir) return false;
+  // Before the engine's runtime execs /bin/sh the process is the runtime's own (no marker yet).
+  auto env = sys::read_file_at(*dir, "environ", std::size_t{1} << 20);
+  if (!env || !sys::environ_has_marker(*env, *marker_)) return false;
+  auto ns = sys::pid_namespace_inode(std::to_string(pid));
+  if (!ns) return ns.error();
+  if (*ns != pid_ns_) {
+    return Error(Errc::identity_mismatch, "pid " + std::to_string(pid) +
+                                              " carries the exec's marker outside the "
+                                              "container's PID namespace");
+  }
+  auto st = read_stat(pid);
+  if (!st || st->state != 'T') return false;  // not stopped at the gate yet
+  if (!gate_->alive()) return false;
+  return true;
+}
+
+Result<std::optional<sys::CgroupDir>> ContainerExecution::make_cgroup(std::string& placement) {
+  auto const pref = host_->config().boundary;
+  if (pref == BoundaryPreference::marker) return std::optional<sys::CgroupDir>{};
+  std::string why;
+  // Beneath the container's own cgroup, so its limits still apply to the exec.
+  auto const& init = launching_->init;
+  if (init.cgroup_own && !init.cgroup_dir.empty()) {
+    auto parent = sys::CgroupDir::open(init.cgroup_dir);
+    if (parent) {
+      auto cg = sys::CgroupDir::create(*parent, "custos-" + id_);
+      if (cg) {
+        placement = "container";
+        return std::optional<sys::CgroupDir>{std::move(*cg)};
+      }
+      why = cg.error().message();
+    } else {
+      why = parent.error().message();
+    }
+  }
+  // Else beneath the daemon's subtree, named by the execution as a native one is (so a restart's
+  // recovery finds it the same way).
+  if (auto const* subtree = host_->native().subtree()) {
+    auto cg = sys::CgroupDir::create(*subtree, id_);
+    if (cg) {
+      placement = "daemon";
+      return std::optional<sys::CgroupDir>{std::move(*cg)};
+    }
+    why += (why.empty() ? "" : "; ") + cg.error().message();
+  }
+  if (pref == BoundaryPreference::cgroup) {
+    return Error(Errc::cgroup_unavailable,
+                 "boundary=cgroup but no cgroup could be made for the exec" +
+                     (why.empty() ? std::string{} : ": " + why));
+  }
+  return std::optional<sys::CgroupDir>{};
+}
+
+Step<Acquired> ContainerExecution::enter_boundary() {
+  std::int32_t const pid = gate_->pid();
+  auto cg = make_cgroup(placement_);
+  if (!cg) return failure("cgroup", cg.error());
+  cgroup_ = std::move(*cg);
+  if (cgroup_) {
+    auto const& mount = host_->native().cgroup_mount();
+    std::string const rel = cgroup_->path().substr(mount.size());
+    // A process stopped at the gate cannot end by itself, so the pid still names it here; the
+    // move is then checked through the pidfd (alive, and its cgroup is the new one).
+    if (auto a = cgroup_->attach(pid); !a) return failure("cgroup", a.error());
+    auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
+    auto text = dir ? sys::read_file_at(*dir, "cgroup") : Result<std::string>{dir.error()};
+    auto own = text ? sys::parse_own_cgroup(*text) : Result<std::string>{text.error()};
+    if (!own || *own != rel || !gate_->alive()) {
+      return failure("cgroup", Error(Errc::identity_mismatch,
+                                     "the gate is not in " + rel + " after the move"));
+    }
+  }
+  auto identity = sys::read_identity(*gate_);
+  if (!identity) return failure("gate", identity.error());
+  auto keep = gate_->dup();
+  if (!keep) return failure("gate", keep.error());
+
+  AdoptContext a;
+  a.execution_id = id_;
+  a.plan = launching_->ctx.plan;
+  a.view = launching_->ctx.view;
+  a.root = std::move(*gate_);
+  a.identity = *identity;
+  a.boundary = cgroup_ ? core::Boundary::cgroup : core::Boundary::marker;
+  a.cgroup_path = cgroup_ ? cgroup_->path() : std::string{};
+  a.marker_hex = marker_->env_value();
+  a.pid_ns_inode = pid_ns_;
+  a.after_restart = false;
+  gate_ = std::move(*keep);  // kept for the release (SIGCONT)
+  tree_ = host_->native().create(id_);
+  auto acq = tree_->adopt(std::move(a));
+  if (!acq) return failure("gate", acq.error());
+  // The tree half removes the cgroup when it closes: one owner.
+  cgroup_.reset();
+  // A process in a container may hold CAP_SYS_ADMIN over a cgroup namespace of its own: the
+  // weaker claim, as for an adopted root.
+  acq->kernel_enforced = false;
+  return *acq;
+}
+
+void ContainerExecution::fail(std::string step, Error const& e) {
+  if (!launching_) return;
+  auto done = std::move(launching_->done);
+  launching_.reset();
+  discard();
+  auto f = failure(std::move(step), e);
+  // Never inside the call that started the launch's step (acquire may complete at once, but a
+  // completion of the engine client is already on the loop).
+  done(std::move(f));
+}
+
+void ContainerExecution::discard() {
+  if (gate_) (void)gate_->send_signal(SIGKILL);
+  if (tree_) {
+    (void)tree_->kill_tree();
+  } else if (marker_ && pid_ns_ != 0) {
+    // Whatever of the exec carries its marker in the container (the gate, had it not been
+    // identified yet): killed through pidfds after the marker is re-read.
+    sys::MarkerSweepOptions o;
+    o.pid_ns_inode = pid_ns_;
+    o.max_rounds = 4;
+    (void)sys::marker_sweep(*marker_, o);
+  }
+  if (stream_) stream_->close();
+  stream_open_ = false;
+  if (cgroup_) {
+    (void)cgroup_->kill();
+    (void)cgroup_->remove();
+    cgroup_.reset();
+  }
+}
+
+// ------------------------------------------------------------------------------ release
+
+void ContainerExecution::release(std::function<void(Step<std::monostate>)> done) {
+  released_ = true;
+  auto sent = gate_ ? gate_->send_signal(SIGCONT) : Result<bool>{false};
+  gate_.reset();
+  Step<std::monostate> verdict = std::monostate{};
+  if (!sent || !*sent) {
+    verdict = core::SpawnFailure{"gate", ESRCH, "the gate ended before it was opened"};
+  }
+  asio::post(io_, [done = std::move(done), verdict = std::move(verdict)]() mutable {
+    done(std::move(verdict));
+  });
+}
+
+void ContainerExecution::abort() {
+  launching_.reset();
+  discard();
+}
+
+Result<Acquired> ContainerExecution::adopt(AdoptContext ctx) {
+  // The container's namespace, read through the recovered root (a live process holds its pid).
+  if (ctx.root.valid()) {
+    if (auto ns = sys::pid_namespace_inode(std::to_string(ctx.root.pid())); ns) {
+      if (ctx.root.alive()) ctx.pid_ns_inode = *ns;
+    }
+  }
+  tree_ = host_->native().create(id_);
+  return tree_->adopt(std::move(ctx));
+}
+
+// ------------------------------------------------------------------------------ running
+
+void ContainerExecution::start(ExecutionPort& port) {
+  port_ = &port;
+  tree_->start(*this);
+  if (!stream_) return;  // adopted after a restart: the supervisor accounts the streams lost
+  port_->task_begun();
+  stream_->start(
+      [self = shared_from_this()](engine::StdStream s, std::span<std::uint8_t const> bytes) {
+        self->deliver(s, bytes);
+      },
+      [self = shared_from_this()](engine::StreamEnd end) {
+        bool const was_open = self->stream_open_;
+        self->stream_open_ = false;
+        if (self->port_ == nullptr) return;
+        if (was_open) {
+          bool const complete = end.kind == engine::StreamEnd::Kind::eof;
+          if (self->tty_) {
+            self->port_->on_stream_end(core::Stream::pty, complete);
+          } else {
+            self->port_->on_stream_end(core::Stream::stdout_stream, complete);
+            self->port_->on_stream_end(core::Stream::stderr_stream, complete);
+          }
+        }
+        self->port_->task_ended();
+      });
+}
+
+void ContainerExecution::deliver(engine::StdStream s, std::span<std::uint8_t const> bytes) {
+  if (port_ == nullptr || !stream_open_) return;
+  core::Stream const stream = tty_ ? core::Stream::pty
+                              : s == engine::StdStream::err ? core::Stream::stderr_stream
+                                                            : core::Stream::stdout_stream;
+  // The supervisor takes at most chunk_bytes at a time.
+  while (!bytes.empty()) {
+    std::size_t const n = std::min(bytes.size(), chunk_bytes_);
+    port_->on_output(stream, bytes.first(n));
+    bytes = bytes.subspan(n);
+  }
+}
+
+void ContainerExecution::on_output(core::Stream stream, std::span<std::uint8_t const> bytes) {
+  port_->on_output(stream, bytes);
+}
+
+void ContainerExecution::on_stream_end(core::Stream stream, bool complete) {
+  port_->on_stream_end(stream, complete);
+}
+
+void ContainerExecution::on_root_exit(std::optional<core::ExitStatus> status) {
+  if (port_ == nullptr) return;
+  // A container stopped (or killed) mid-exec kills every process of its PID namespace, our root
+  // among them: that is a failure of what ran the exec, never the exec's own exit.
+  if (!backend_failed_ && container_went_away()) {
+    backend_failed_ = true;
+    port_->on_backend_failure("container " + container_id_.substr(0, 12) +
+                              " stopped while the exec ran");
+  }
+  port_->on_root_exit(status);
+}
+
+bool ContainerExecution::container_went_away() const {
+  if (!init_) return false;
+  if (!init_->alive()) return true;
+  // The kernel kills the rest of a PID namespace from inside its init's exit: while that runs,
+  // the init is still alive to a pidfd but already PF_EXITING.
+  auto st = read_stat(init_->pid());
+  if (!st) return !init_->alive();
+  return (st->flags & kPfExiting) != 0 && init_->alive();
+}
+
+bool ContainerExecution::has_input() const noexcept {
+  return stream_ != nullptr && stream_open_;
+}
+
+InputWrite ContainerExecution::write_input(std::span<std::uint8_t const> bytes) {
+  if (!stream_) return InputWrite{0, false, true};
+  auto const w = stream_->try_write(bytes);
+  return InputWrite{w.written, w.would_block, w.closed};
+}
+
+void ContainerExecution::await_input_writable() {
+  if (!stream_ || port_ == nullptr) return;
+  port_->task_begun();
+  stream_->await_writable([self = shared_from_this()](Result<>) {
+    if (self->port_ == nullptr) return;
+    // Writable, or closed: the next write tells which.
+    self->port_->on_input_writable();
+    self->port_->task_ended();
+  });
+}
+
+void ContainerExecution::close_input(bool eof) {
+  (void)eof;  // the exec reads end-of-file either way: the write half is shut
+  if (stream_) (void)stream_->close_input();
+}
+
+Result<> ContainerExecution::resize(std::uint16_t rows, std::uint16_t cols) {
+  if (!tty_) return Error(Errc::exec_not_pty, id_ + " has no terminal");
+  if (exec_id_.empty() || port_ == nullptr) return Error(Errc::exec_not_running, id_);
+  port_->task_begun();
+  client_->resize_exec(exec_id_, rows, cols, host_->config().call_timeout,
+                       [self = shared_from_this()](Result<void>) {
+                         if (self->port_ != nullptr) self->port_->task_ended();
+                       });
+  return {};
+}
+
+// ------------------------------------------------------------------------------ end
+
+void ContainerExecution::final_scan(std::function<void(FinalScan)> done) {
+  tree_->final_scan(std::move(done));
+}
+
+std::vector<core::Stream> ContainerExecution::close_streams() {
+  std::vector<core::Stream> open;
+  if (stream_ && stream_open_) {
+    stream_open_ = false;
+    if (tty_) {
+      open.push_back(core::Stream::pty);
+    } else {
+      open = {core::Stream::stdout_stream, core::Stream::stderr_stream};
+    }
+    stream_->close();  // its end arrives later and only ends its task
+  }
+  return open;
+}
+
+void ContainerExecution::close() {
+  if (stream_) stream_->close();
+  stream_open_ = false;
+  if (tree_) tree_->close();
+  gate_.reset();
+  init_.reset();
+}
+
+void ContainerExecution::detach() {
+  if (detached_) return;
+  detached_ = true;
+  // A launch still at the gate is abandoned: nothing of the target ran, so it is ended.
+  if (launching_) abort();
+  port_ = nullptr;
+  if (tree_) tree_->detach();
+  if (stream_) stream_->close();
+}
+
+core::Observations ContainerExecution::observations() const {
+  core::Observations o = tree_ ? tree_->observations() : core::Observations{};
+  std::string const engine{engine::to_string(engine_)};
+  o["launch"] = engine + " exec (gated)";
+  if (!container_id_.empty()) o["container"] = container_id_;
+  if (!exec_id_.empty()) o["exec"] = exec_id_;
+  o["cgroup_placement"] = placement_.empty() ? "none" : placement_;
+  if (backend_failed_) o["container_stopped"] = "true";
+  return o;
+}
+
+}  // namespace custos::backend

@@ -1,0 +1,315 @@
+// Executions inside real Docker and rootless Podman containers, through a real daemon: the
+// engines of scripts/engines (ctest fixture `engines`). Every test runs on both engines. What a
+// test leaves on the host is checked from the host: a process of the exec's tree is found by a
+// distinctive `sleep N` in the container's PID namespace, never by trusting the engine.
+#include <boost/beast/core/detail/base64.hpp>
+#include <dirent.h>
+
+#include <set>
+
+#include "e2e/harness.hpp"
+#include "engine/harness.hpp"
+#include "custos/engine/sync.hpp"
+
+namespace custos::e2e {
+namespace {
+
+using engine::EngineKind;
+using engine::testing::RealEngine;
+
+// The host pids of processes whose command line is exactly `sleep <n>` (in any namespace).
+std::vector<int> host_sleeps(std::string const& n) {
+  std::vector<int> out;
+  std::string const want = std::string{"sleep"} + '\0' + n;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    int const pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string{"/proc/"} + e->d_name + "/cmdline");
+    std::string cmd{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+    if (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
+    if (cmd == want) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Waits until `count` such processes exist (true) or the timeout passes.
+bool await_sleeps(std::string const& n, std::size_t count, std::chrono::milliseconds t = 20s) {
+  auto const until = std::chrono::steady_clock::now() + t;
+  while (std::chrono::steady_clock::now() < until) {
+    if (host_sleeps(n).size() >= count) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// A unique sleep duration per test, so concurrent runs never see each other's processes.
+std::string unique_sleep() {
+  static std::atomic<int> k{0};
+  return std::to_string(100000 + (::getpid() % 50000) * 16 + k++);
+}
+
+// Runs the docker CLI against the harness's socket of `e` (Podman's speaks the same API).
+int engine_cli(RealEngine const& e, std::string const& args) {
+  std::string const cmd = "/usr/bin/docker -H unix://" + e.socket + " " + args + " >/dev/null 2>&1";
+  return std::system(cmd.c_str());
+}
+
+class Containers : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    auto e = engine::testing::real_engine(GetParam(), why);
+    ASSERT_TRUE(e) << why;
+    engine_ = *e;
+    ASSERT_TRUE(daemon_.ready()) << daemon_.log();
+  }
+
+  // exec.start params for `argv` inside container `name` of this engine.
+  json::object params(std::vector<std::string> const& argv, std::string const& name = {},
+                      json::object limits = {}, json::object io = {{"mode", "pipes"}}) {
+    auto p = start_params(argv, std::move(limits), std::move(io));
+    auto& plan = p["plan"].as_object();
+    plan["workspace"] = json::object{{"root", "/"}, {"access", "read_only"}};
+    plan["backend"] = json::object{{"kind", engine::to_string(GetParam())},
+                                   {"container", name.empty() ? engine_.running : name},
+                                   {"socket", engine_.socket}};
+    return p;
+  }
+
+  std::string start(LineClient& c, json::object p) {
+    auto r = c.call(next_++, "exec.start", std::move(p));
+    if (!r || !r->contains("result")) {
+      ADD_FAILURE() << (r ? json::serialize(*r) : "no reply") << "\n" << daemon_.log();
+      return {};
+    }
+    return std::string{r->at("result").at("execution_id").as_string()};
+  }
+
+  json::object wait(LineClient& c, std::string const& id) {
+    auto w = c.call(next_++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 60000}});
+    if (!w || !w->contains("result")) {
+      ADD_FAILURE() << (w ? json::serialize(*w) : "no reply");
+      return {};
+    }
+    return w->at("result").as_object();
+  }
+
+  std::string output(LineClient& c, std::string const& id, std::string const& stream) {
+    auto o = c.call(next_++, "exec.output",
+                    {{"execution_id", id}, {"stream", stream}, {"max_bytes", 1 << 20}});
+    if (!o || !o->contains("result")) return "<no output: " + (o ? json::serialize(*o) : "") + ">";
+    std::string const b64{o->at("result").at("data_b64").as_string()};
+    std::string out;
+    out.resize(boost::beast::detail::base64::decoded_size(b64.size()));
+    auto const n = boost::beast::detail::base64::decode(out.data(), b64.data(), b64.size());
+    out.resize(n.first);
+    return out;
+  }
+
+  // The container still runs after the execution (the engine's own word).
+  void expect_container_running(std::string const& name) {
+    engine::SyncClient client(engine::Endpoint{GetParam(), engine_.socket});
+    auto info = client.inspect_container(name, 10s);
+    ASSERT_TRUE(info) << info.error().message();
+    EXPECT_TRUE(info->inspect.accepts_exec()) << info->inspect.status_text;
+  }
+
+  RealEngine engine_;
+  Daemon daemon_;
+  std::int64_t next_ = 1;
+};
+
+TEST_P(Containers, ExactOutputExitCodeAndACgroupBoundary) {
+  auto c = daemon_.client();
+  auto const id = start(c, params({"/bin/sh", "-c", "printf out; printf 'e r r' >&2; exit 4"}));
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(t.at("exit").at("code").as_int64(), 4);
+  EXPECT_EQ(t.at("tree").at("boundary").as_string(), "cgroup");
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
+  EXPECT_EQ(output(c, id, "stdout"), "out");
+  EXPECT_EQ(output(c, id, "stderr"), "e r r");
+  auto const& obs = t.at("observations").as_object();
+  EXPECT_EQ(obs.at("container").as_string(), engine_.running_id);
+  // Docker's containers have their own v2 cgroup here; rootless Podman's do not, so the exec's
+  // cgroup is made beneath the daemon's subtree.
+  EXPECT_EQ(obs.at("cgroup_placement").as_string(),
+            GetParam() == EngineKind::docker ? "container" : "daemon");
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, ArgumentsEnvironmentAndWorkingDirectoryAreTheContainers) {
+  auto c = daemon_.client();
+  auto p = params({"/bin/sh", "-c", "printf '%s|%s|%s|' \"$1\" \"$X\" \"$(pwd)\"; id -u", "zero",
+                   "one two"});
+  auto& plan = p["plan"].as_object();
+  plan["env"] = json::array{json::object{{"name", "X"}, {"value", "x y"}}};
+  plan["cwd"] = "etc";
+  plan["user"] = json::object{{"uid", 65534}, {"gid", 65534}, {"groups", json::array{}}};
+  auto const id = start(c, std::move(p));
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(output(c, id, "stdout"), "one two|x y|/etc|65534\n");
+}
+
+TEST_P(Containers, AMissingExecutableIsASpawnFailureAtExecve) {
+  auto c = daemon_.client();
+  auto const id = start(c, params({"/no/such/program"}));
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "spawn_failed") << json::serialize(t);
+  EXPECT_EQ(t.at("spawn_error").at("code").as_string(), "execve");
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, EscapeesAreGoneAfterCancelAndTheContainerRuns) {
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto const id = start(
+      c, params({"/bin/sh", "-c",
+                 "setsid sleep " + n + " & (sleep " + n + " &); sleep " + n + " & exec sleep " + n}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 4)) << host_sleeps(n).size();
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "");
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
+  EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, EscapeesAreGoneWhenTheRootExits) {
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  // The root waits for one line of input, after the host saw its escapees, then exits 0.
+  auto const id = start(c, params({"/bin/sh", "-c",
+                                   "setsid sleep " + n + " >/dev/null 2>&1 & (sleep " + n +
+                                       " >/dev/null 2>&1 &); read x; exit 0"}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 2)) << host_sleeps(n).size();
+  auto in = c.call(next_++, "exec.input", {{"execution_id", id}, {"data_b64", "Cg=="}});
+  ASSERT_TRUE(in && in->contains("result")) << (in ? json::serialize(*in) : "");
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(t.at("exit").at("code").as_int64(), 0);
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
+  EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, AnIgnoredSigtermIsForcedAfterTheGrace) {
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto p = params({"/bin/sh", "-c", "trap '' TERM; exec sleep " + n});
+  p["plan"].as_object()["escalation"] =
+      json::object{{"signal", "SIGTERM"}, {"grace_ms", 300}, {"kill_after_ms", 5000}};
+  auto const id = start(c, std::move(p));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 1));
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result"));
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_TRUE(t.at("escalation").at("forced").as_bool()) << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(n).empty());
+}
+
+TEST_P(Containers, PtyOutputSeesTheInitialSizeAndAResize) {
+  auto c = daemon_.client();
+  auto const id =
+      start(c, params({"/bin/sh", "-c", "stty size; read x; stty size"}, {}, {},
+                      {{"mode", "pty"}, {"rows", 31}, {"cols", 101}, {"resize", true}}));
+  ASSERT_FALSE(id.empty());
+  (void)wait_record(c, id, [&](json::object const&) {
+    return output(c, id, "pty").find("31 101") != std::string::npos;
+  });
+  ASSERT_NE(output(c, id, "pty").find("31 101"), std::string::npos) << output(c, id, "pty");
+  auto rs = c.call(next_++, "exec.resize", {{"execution_id", id}, {"rows", 42}, {"cols", 123}});
+  ASSERT_TRUE(rs && rs->contains("result")) << (rs ? json::serialize(*rs) : "");
+  // The resize call returns before the engine applied it: give it a moment.
+  std::this_thread::sleep_for(300ms);
+  auto in = c.call(next_++, "exec.input", {{"execution_id", id}, {"data_b64", "DQ=="}});
+  ASSERT_TRUE(in && in->contains("result"));
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_NE(output(c, id, "pty").find("42 123"), std::string::npos) << output(c, id, "pty");
+}
+
+TEST_P(Containers, AMissingOrStoppedContainerIsRefusedBeforeAnyClaim) {
+  auto c = daemon_.client();
+  auto p = params({"/bin/true"}, "custos-no-such-container");
+  auto const action = std::string{p["identity"].at("action_id").as_string()};
+  auto r = c.call(next_++, "exec.start", p);
+  ASSERT_TRUE(r && r->contains("error")) << (r ? json::serialize(*r) : "");
+  EXPECT_EQ(error_code_of(*r), "engine.container_not_found")
+      << json::serialize(*r);
+  // Nothing was consumed: the same action id starts once the container is right.
+  auto again = params({"/bin/true"});
+  again["identity"].as_object()["action_id"] = action;
+  auto const id = start(c, std::move(again));
+  EXPECT_FALSE(id.empty());
+  if (!id.empty()) EXPECT_EQ(wait(c, id).at("classification").as_string(), "exited");
+
+  auto s = c.call(next_++, "exec.start", params({"/bin/true"}, engine_.stopped));
+  ASSERT_TRUE(s && s->contains("error")) << (s ? json::serialize(*s) : "");
+  EXPECT_EQ(error_code_of(*s), "engine.container_not_running");
+}
+
+TEST_P(Containers, AContainerStoppedMidExecIsABackendFailure) {
+  std::string const name = "custos-test-stop-" + unique_suffix();
+  ASSERT_EQ(engine_cli(engine_, "run -d --network none --name " + name +
+                                    " custos-test:latest sh -c 'trap \"exit 0\" TERM; while :; do "
+                                    "sleep 1; done'"),
+            0);
+  struct Remove {
+    RealEngine e;
+    std::string n;
+    ~Remove() { (void)engine_cli(e, "rm -f " + n); }
+  } remove{engine_, name};
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto const id = start(c, params({"/bin/sh", "-c", "exec sleep " + n}, name));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 1));
+  ASSERT_EQ(engine_cli(engine_, "stop -t 5 " + name), 0);
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "supervisor_failed") << json::serialize(t);
+  EXPECT_EQ(t.at("trigger").as_string(), "backend_failure");
+  EXPECT_TRUE(host_sleeps(n).empty());
+}
+
+TEST_P(Containers, ADaemonKilledMidExecRecoversAndEndsTheExec) {
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto const id = start(c, params({"/bin/sh", "-c", "sleep " + n + " & exec sleep " + n}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 2));
+  ASSERT_TRUE(daemon_.signal(SIGKILL));
+  ASSERT_TRUE(daemon_.wait_exit(30s));
+  // The exec outlived the daemon; the restarted daemon re-identifies its root by pidfs identity
+  // and adopts it, so a cancel ends the whole tree.
+  EXPECT_EQ(host_sleeps(n).size(), 2U);
+  daemon_.start();
+  ASSERT_TRUE(daemon_.ready()) << daemon_.log();
+  auto c2 = daemon_.client();
+  auto r = c2.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "") << daemon_.log();
+  auto const t = wait(c2, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, Containers,
+                         ::testing::Values(EngineKind::docker, EngineKind::podman),
+                         [](auto const& info) { return std::string{engine::to_string(info.param)}; });
+
+}  // namespace
+}  // namespace custos::e2e

@@ -60,13 +60,13 @@ bool read_line(int fd, std::string& buf, std::string& out) {
 }
 
 DaemonProc::~DaemonProc() {
-    if (pidfd < 0) return;
-    ::syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, nullptr, 0);
-    pollfd p{pidfd, POLLIN, 0};
-    if (::poll(&p, 1, 20000) <= 0) ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    ::close(pidfd);
+  if (pidfd < 0) return;
+  ::syscall(SYS_pidfd_send_signal, pidfd, SIGTERM, nullptr, 0);
+  pollfd p{pidfd, POLLIN, 0};
+  if (::poll(&p, 1, 20000) <= 0) ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ::close(pidfd);
 }
 
 bool start_daemon(Env const& env, std::string const& name, DaemonProc& d) {

@@ -24,8 +24,9 @@
 #include <boost/asio/io_context.hpp>
 #pragma GCC diagnostic pop
 
-#include "bench.hpp"
 #include "custos/engine/client.hpp"
+
+#include "bench.hpp"
 #include "daemon_client.hpp"
 
 namespace custos::bench {
@@ -45,8 +46,8 @@ struct Engine {
 std::optional<Engine> engine_of(engine::EngineKind kind, std::string& why) {
   char const* dir = std::getenv("CUSTOS_ENGINES_DIR");
   std::string const path =
-      (dir != nullptr && *dir != '\0' ? std::string{dir} : std::string{CUSTOS_BENCH_SOURCE_DIR} +
-                                                               "/.engines") +
+      (dir != nullptr && *dir != '\0' ? std::string{dir}
+                                      : std::string{CUSTOS_BENCH_SOURCE_DIR} + "/.engines") +
       "/state.json";
   std::ifstream in(path);
   if (!in) {
@@ -56,8 +57,8 @@ std::optional<Engine> engine_of(engine::EngineKind kind, std::string& why) {
   std::string const text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
   boost::system::error_code ec;
   auto const v = json::parse(text, ec);
-  auto const* e = !ec && v.is_object() ? v.as_object().if_contains(engine::to_string(kind))
-                                       : nullptr;
+  auto const* e =
+      !ec && v.is_object() ? v.as_object().if_contains(engine::to_string(kind)) : nullptr;
   if (e == nullptr || !e->is_object()) {
     why = std::string{engine::to_string(kind)} + " is not up in " + path;
     return std::nullopt;
@@ -65,8 +66,8 @@ std::optional<Engine> engine_of(engine::EngineKind kind, std::string& why) {
   auto const& o = e->as_object();
   auto const* sock = o.if_contains("socket");
   auto const* run = o.if_contains("running");
-  auto const* name = run != nullptr && run->is_object() ? run->as_object().if_contains("name")
-                                                        : nullptr;
+  auto const* name =
+      run != nullptr && run->is_object() ? run->as_object().if_contains("name") : nullptr;
   if (sock == nullptr || !sock->is_string() || name == nullptr || !name->is_string()) {
     why = std::string{engine::to_string(kind)} + " has no running container in " + path;
     return std::nullopt;
@@ -108,18 +109,17 @@ std::string start_line(Engine const& e, std::string const& action, std::string c
                         {"environment_id", "e"}, {"generation", 1},       {"revision", 1}};
   json::array argv{program};
   for (auto const& a : args) argv.emplace_back(a);
-  json::object plan{
-      {"command", json::object{{"executable", program}, {"argv", std::move(argv)}}},
-      {"workspace", json::object{{"root", "/"}, {"access", "read_only"}}},
-      {"io", json::object{{"mode", "pipes"}}},
-      {"backend", json::object{{"kind", engine::to_string(e.kind)},
-                               {"container", e.container},
-                               {"socket", e.socket}}}};
-  return json::serialize(json::object{{"jsonrpc", "2.0"},
-                                      {"id", 1},
-                                      {"method", "exec.start"},
-                                      {"params", json::object{{"identity", identity},
-                                                              {"plan", plan}}}}) +
+  json::object plan{{"command", json::object{{"executable", program}, {"argv", std::move(argv)}}},
+                    {"workspace", json::object{{"root", "/"}, {"access", "read_only"}}},
+                    {"io", json::object{{"mode", "pipes"}}},
+                    {"backend", json::object{{"kind", engine::to_string(e.kind)},
+                                             {"container", e.container},
+                                             {"socket", e.socket}}}};
+  return json::serialize(
+             json::object{{"jsonrpc", "2.0"},
+                          {"id", 1},
+                          {"method", "exec.start"},
+                          {"params", json::object{{"identity", identity}, {"plan", plan}}}}) +
          "\n";
 }
 
@@ -153,8 +153,8 @@ std::string wait_terminal(int fd, std::string& buf, std::string const& id, int& 
   if (t == nullptr || !t->is_object()) return {};
   auto const& to = t->as_object();
   auto const* exit = to.if_contains("exit");
-  auto const* c = exit != nullptr && exit->is_object() ? exit->as_object().if_contains("code")
-                                                       : nullptr;
+  auto const* c =
+      exit != nullptr && exit->is_object() ? exit->as_object().if_contains("code") : nullptr;
   code = c != nullptr && c->is_int64() ? static_cast<int>(c->as_int64()) : -1;
   auto const* cl = to.if_contains("classification");
   return cl != nullptr && cl->is_string() ? std::string{cl->as_string()} : std::string{};
@@ -195,9 +195,129 @@ int cli_once(std::vector<std::string> const& args) {
   return st;
 }
 
+std::string action() {
+  static int counter = 0;
+  return "act-bench-c-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+// The floor: plain execs of /bin/true through the engine API.
+void measure_floor(Engine const& e, std::size_t n, Row& row) {
+  boost::asio::io_context io;
+  engine::Client c(io, engine::Endpoint{e.kind, e.socket});
+  std::vector<double> ms;
+  (void)plain_exec(io, c, e);  // the version negotiation, not measured
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const t0 = Clock::now();
+    if (!plain_exec(io, c, e)) break;
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  if (ms.size() == n) {
+    row.value = median(ms);
+    row.floor_value = row.value;
+    row.note = std::to_string(n) + " execs";
+  } else {
+    row.note = "a plain exec failed after " + std::to_string(ms.size());
+  }
+}
+
+// custos: exec.start -> exec.wait of /bin/true in the container, one connection.
+void measure_gated(Engine const& e, DaemonProc const& d, std::size_t n, Row& row) {
+  int fd = connect_unix(d.socket);
+  std::string buf;
+  std::vector<double> ms;
+  std::string failed;
+  for (std::size_t i = 0; fd >= 0 && i <= n; ++i) {
+    auto const t0 = Clock::now();
+    auto const id = start(fd, buf, start_line(e, action(), "/bin/true", {}));
+    int code = -1;
+    auto const cl = id.empty() ? std::string{} : wait_terminal(fd, buf, id, code);
+    if (cl != "exited" || code != 0) {
+      failed = id.empty() ? "exec.start failed" : "terminal " + cl;
+      break;
+    }
+    if (i > 0) ms.push_back(seconds_since(t0) * 1e3);  // the first one probes the gate
+  }
+  if (fd >= 0) ::close(fd);
+  if (ms.size() == n) {
+    row.value = median(ms);
+    row.note = std::to_string(n) +
+               " execs, each claim consumed durably, gated, moved into a per-exec cgroup";
+  } else {
+    row.note = failed.empty() ? "no connection" : failed;
+  }
+}
+
+// The engine's own CLI running the same no-op.
+void measure_cli(Engine const& e, bool quick, Row& row) {
+  std::vector<std::string> args =
+      e.kind == engine::EngineKind::docker
+          ? std::vector<std::string>{"/usr/bin/docker", "-H",       "unix://" + e.socket, "exec",
+                                     e.container,       "/bin/true"}
+          : std::vector<std::string>{"/usr/bin/podman",    "--remote", "--url",
+                                     "unix://" + e.socket, "exec",     e.container,
+                                     "/bin/true"};
+  std::vector<double> ms;
+  std::size_t const runs = quick ? 3 : 10;
+  for (std::size_t i = 0; i < runs; ++i) {
+    auto const t0 = Clock::now();
+    int const st = cli_once(args);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) break;
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  if (ms.size() == runs) {
+    row.value = median(ms);
+    row.note = std::to_string(runs) + " runs of " + args[0] +
+               " exec; ratio > 1: custos is that many times faster";
+  } else {
+    row.note = args[0] + " exec failed";
+  }
+}
+
+// A 200-process escapee tree in the container, cancelled; counted on the host before and after.
+void measure_teardown(Engine const& e, DaemonProc const& d, Row& row) {
+  std::string const s = std::to_string(30000 + ::getpid() % 20000);
+  // 66 rounds of a plain, a setsid'd and a double-forked sleep: 198, plus the root's own.
+  std::string const script = "i=0; while [ $i -lt 66 ]; do sleep " + s + " & setsid sleep " + s +
+                             " & (sleep " + s + " &); i=$((i+1)); done; exec sleep " + s;
+  int fd = connect_unix(d.socket);
+  std::string buf;
+  auto const id =
+      fd >= 0 ? start(fd, buf, start_line(e, action(), "/bin/sh", {"-c", script})) : std::string{};
+  auto const until = Clock::now() + std::chrono::seconds(60);
+  while (!id.empty() && host_sleeps(s) < 199 && Clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::size_t const tree = host_sleeps(s);
+  if (id.empty() || tree < 199) {
+    row.note = "the tree did not form (" + std::to_string(tree) + " of 199 processes)";
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  std::string const cancel =
+      json::serialize(json::object{{"jsonrpc", "2.0"},
+                                   {"id", 3},
+                                   {"method", "exec.cancel"},
+                                   {"params", json::object{{"execution_id", id}}}}) +
+      "\n";
+  auto const t0 = Clock::now();
+  bool const sent = round_trip(fd, cancel, buf);
+  int code = -1;
+  auto const cl = sent ? wait_terminal(fd, buf, id, code) : std::string{};
+  double const took = seconds_since(t0) * 1e3;
+  ::close(fd);
+  std::size_t const survivors = host_sleeps(s);
+  if (cl != "cancelled") {
+    row.note = "the cancel ended " + (cl.empty() ? std::string{"with no terminal"} : cl);
+  } else if (survivors != 0) {
+    row.note = std::to_string(survivors) + " survivors on the host";
+  } else {
+    row.value = took;
+    row.note = std::to_string(tree) + " processes, zero survivors (checked on the host)";
+  }
+}
+
 std::vector<Row> engine_rows(Env const& env, engine::EngineKind kind, DaemonProc& d, bool up) {
   std::string const name{engine::to_string(kind)};
-  std::size_t const n = env.quick ? 5 : 40;
   Row floor_row;
   floor_row.name = "containers: " + name + " plain exec of /bin/true through the engine API " +
                    "(create + start + stream + inspect, median)";
@@ -211,7 +331,6 @@ std::vector<Row> engine_rows(Env const& env, engine::EngineKind kind, DaemonProc
   cli.name = "containers: `" + name + " exec` CLI of /bin/true (median, for the record)";
   cli.unit = "ms";
   cli.floor_name = "custos gated exec, exec.start -> terminal (row above, same run)";
-  cli.better = Better::lower;
   Row tear;
   tear.name = "containers: " + name + " teardown of a 200-process escapee tree inside the " +
               "container, exec.cancel -> terminal (zero survivors, for the record)";
@@ -224,119 +343,13 @@ std::vector<Row> engine_rows(Env const& env, engine::EngineKind kind, DaemonProc
     floor_row.note = gated.note = cli.note = tear.note = why;
     return {floor_row, gated, cli, tear};
   }
-  // The floor.
-  {
-    boost::asio::io_context io;
-    engine::Client c(io, engine::Endpoint{kind, e->socket});
-    std::vector<double> ms;
-    (void)plain_exec(io, c, *e);  // the version negotiation, not measured
-    for (std::size_t i = 0; i < n; ++i) {
-      auto const t0 = Clock::now();
-      if (!plain_exec(io, c, *e)) break;
-      ms.push_back(seconds_since(t0) * 1e3);
-    }
-    if (ms.size() == n) {
-      floor_row.value = median(ms);
-      floor_row.floor_value = floor_row.value;
-      floor_row.note = std::to_string(n) + " execs";
-    } else {
-      floor_row.note = "a plain exec failed after " + std::to_string(ms.size());
-    }
-  }
+  std::size_t const n = env.quick ? 5 : 40;
+  measure_floor(*e, n, floor_row);
   gated.floor_value = floor_row.value;
-  static int counter = 0;
-  auto action = [] { return "act-bench-c-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(counter++); };
-  {
-    int fd = connect_unix(d.socket);
-    std::string buf;
-    std::vector<double> ms;
-    std::string failed;
-    for (std::size_t i = 0; fd >= 0 && i <= n; ++i) {
-      auto const t0 = Clock::now();
-      auto const id = start(fd, buf, start_line(*e, action(), "/bin/true", {}));
-      int code = -1;
-      auto const cl = id.empty() ? std::string{} : wait_terminal(fd, buf, id, code);
-      if (cl != "exited" || code != 0) {
-        failed = id.empty() ? "exec.start failed" : "terminal " + cl;
-        break;
-      }
-      if (i > 0) ms.push_back(seconds_since(t0) * 1e3);  // the first one probes the gate
-    }
-    if (fd >= 0) ::close(fd);
-    if (ms.size() == n) {
-      gated.value = median(ms);
-      gated.note = std::to_string(n) +
-                   " execs, each claim consumed durably, gated, moved into a per-exec cgroup";
-    } else {
-      gated.note = failed.empty() ? "no connection" : failed;
-    }
-  }
+  measure_gated(*e, d, n, gated);
   cli.floor_value = gated.value;
-  {
-    std::vector<std::string> args =
-        kind == engine::EngineKind::docker
-            ? std::vector<std::string>{"/usr/bin/docker", "-H", "unix://" + e->socket, "exec",
-                                       e->container, "/bin/true"}
-            : std::vector<std::string>{"/usr/bin/podman", "--remote", "--url",
-                                       "unix://" + e->socket, "exec", e->container, "/bin/true"};
-    std::vector<double> ms;
-    std::size_t const runs = env.quick ? 3 : 10;
-    for (std::size_t i = 0; i < runs; ++i) {
-      auto const t0 = Clock::now();
-      int const st = cli_once(args);
-      if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) break;
-      ms.push_back(seconds_since(t0) * 1e3);
-    }
-    if (ms.size() == runs) {
-      cli.value = median(ms);
-      cli.note = std::to_string(runs) + " runs of " + args[0] + " exec; ratio > 1: custos is " +
-                 "that many times faster";
-    } else {
-      cli.note = args[0] + " exec failed";
-    }
-  }
-  {
-    std::string const s = std::to_string(30000 + ::getpid() % 20000);
-    // 66 rounds of a plain, a setsid'd and a double-forked sleep: 198, plus the root's own.
-    std::string const script =
-        "i=0; while [ $i -lt 66 ]; do sleep " + s + " & setsid sleep " + s + " & (sleep " + s +
-        " &); i=$((i+1)); done; exec sleep " + s;
-    int fd = connect_unix(d.socket);
-    std::string buf;
-    auto const id = fd >= 0 ? start(fd, buf, start_line(*e, action(), "/bin/sh", {"-c", script}))
-                            : std::string{};
-    auto const until = Clock::now() + std::chrono::seconds(60);
-    while (!id.empty() && host_sleeps(s) < 199 && Clock::now() < until) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    std::size_t const tree = host_sleeps(s);
-    if (id.empty() || tree < 199) {
-      tear.note = "the tree did not form (" + std::to_string(tree) + " of 199 processes)";
-    } else {
-      std::string const cancel =
-          json::serialize(json::object{{"jsonrpc", "2.0"},
-                                       {"id", 3},
-                                       {"method", "exec.cancel"},
-                                       {"params", json::object{{"execution_id", id}}}}) +
-          "\n";
-      auto const t0 = Clock::now();
-      bool const sent = round_trip(fd, cancel, buf);
-      int code = -1;
-      auto const cl = sent ? wait_terminal(fd, buf, id, code) : std::string{};
-      double const took = seconds_since(t0) * 1e3;
-      std::size_t const survivors = host_sleeps(s);
-      if (cl != "cancelled") {
-        tear.note = "the cancel ended " + (cl.empty() ? std::string{"with no terminal"} : cl);
-      } else if (survivors != 0) {
-        tear.note = std::to_string(survivors) + " survivors on the host";
-      } else {
-        tear.value = took;
-        tear.note = std::to_string(tree) + " processes, zero survivors (checked on the host)";
-      }
-    }
-    if (fd >= 0) ::close(fd);
-  }
+  measure_cli(*e, env.quick, cli);
+  measure_teardown(*e, d, tear);
   return {floor_row, gated, cli, tear};
 }
 

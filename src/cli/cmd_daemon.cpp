@@ -23,6 +23,36 @@ struct DaemonFlags {
   bool no_socket_activation = false;
 };
 
+// The flags, checked, as the daemon's configuration. Throws CLI::ValidationError.
+daemon::DaemonConfig config_of(DaemonFlags const& flags) {
+  daemon::DaemonConfig cfg = flags.config;
+  cfg.state_dir = flags.state_dir;
+  cfg.socket_path = flags.socket;
+  cfg.cgroup_subtree = flags.cgroup_subtree;
+  cfg.log_file = flags.log_file;
+  cfg.socket_activation = !flags.no_socket_activation;
+  cfg.shutdown_timeout = std::chrono::milliseconds{flags.shutdown_timeout_ms};
+  cfg.idle_timeout = std::chrono::milliseconds{flags.idle_timeout_ms};
+  try {
+    cfg.socket_mode = static_cast<unsigned>(std::stoul(flags.socket_mode, nullptr, 8));
+  } catch (std::exception const&) {
+    throw CLI::ValidationError("--socket-mode", "not an octal mode: " + flags.socket_mode);
+  }
+  auto boundary = daemon::parse_boundary(flags.boundary);
+  auto shutdown = daemon::parse_shutdown(flags.shutdown);
+  auto target = daemon::parse_log_target(flags.log_target);
+  if (!boundary) throw CLI::ValidationError("--boundary", "auto, cgroup or marker");
+  if (!shutdown) throw CLI::ValidationError("--shutdown", "cancel or detach");
+  auto restart = daemon::parse_restart_policy(flags.restart_policy);
+  if (!restart) throw CLI::ValidationError("--restart-policy", "adopt or cancel");
+  cfg.restart_policy = *restart;
+  if (!target) throw CLI::ValidationError("--log-target", "auto, journal, console or file");
+  cfg.boundary = *boundary;
+  cfg.shutdown = *shutdown;
+  cfg.log_target = *target;
+  return cfg;
+}
+
 }  // namespace
 
 void add_daemon(CLI::App& app, Globals& g) {
@@ -84,32 +114,7 @@ void add_daemon(CLI::App& app, Globals& g) {
                   "Close connections idle this long (nothing in flight, no subscription); 0: never")
       ->capture_default_str();
   sub->callback([flags, &g] {
-    auto& cfg = flags->config;
-    cfg.state_dir = flags->state_dir;
-    cfg.socket_path = flags->socket;
-    cfg.cgroup_subtree = flags->cgroup_subtree;
-    cfg.log_file = flags->log_file;
-    cfg.socket_activation = !flags->no_socket_activation;
-    cfg.shutdown_timeout = std::chrono::milliseconds{flags->shutdown_timeout_ms};
-    cfg.idle_timeout = std::chrono::milliseconds{flags->idle_timeout_ms};
-    try {
-      cfg.socket_mode = static_cast<unsigned>(std::stoul(flags->socket_mode, nullptr, 8));
-    } catch (std::exception const&) {
-      throw CLI::ValidationError("--socket-mode", "not an octal mode: " + flags->socket_mode);
-    }
-    auto boundary = daemon::parse_boundary(flags->boundary);
-    auto shutdown = daemon::parse_shutdown(flags->shutdown);
-    auto target = daemon::parse_log_target(flags->log_target);
-    if (!boundary) throw CLI::ValidationError("--boundary", "auto, cgroup or marker");
-    if (!shutdown) throw CLI::ValidationError("--shutdown", "cancel or detach");
-    auto restart = daemon::parse_restart_policy(flags->restart_policy);
-    if (!restart) throw CLI::ValidationError("--restart-policy", "adopt or cancel");
-    cfg.restart_policy = *restart;
-    if (!target) throw CLI::ValidationError("--log-target", "auto, journal, console or file");
-    cfg.boundary = *boundary;
-    cfg.shutdown = *shutdown;
-    cfg.log_target = *target;
-    g.exit_code = daemon::run(cfg) == 0 ? kExitOk : kExitDaemonFailed;
+    g.exit_code = daemon::run(config_of(*flags)) == 0 ? kExitOk : kExitDaemonFailed;
   });
 }
 

@@ -147,8 +147,8 @@ void print_engines(json::array const& engines) {
   for (auto const& e : engines) {
     if (!e.is_object()) continue;
     auto const& o = e.get_object();
-    bool const up = o.contains("reachable") && o.at("reachable").is_bool() &&
-                    o.at("reachable").get_bool();
+    bool const up =
+        o.contains("reachable") && o.at("reachable").is_bool() && o.at("reachable").get_bool();
     fmt::print("\nengine {}  socket {}  {}\n", str_field(o, "engine"), str_field(o, "socket"),
                up ? "reachable, version " + str_field(o, "version") + " (API " +
                         str_field(o, "api_version") + ")"

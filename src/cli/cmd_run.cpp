@@ -160,9 +160,9 @@ json::array plan_env(RunFlags const& f) {
 // against this host (the executable must be absolute; the workspace defaults to "/").
 Result<std::string> container_executable(std::string const& name) {
   if (!name.starts_with('/')) {
-    return Error{Errc::plan_invalid_executable,
-                 name + ": inside a container give the executable's absolute path (e.g. /bin/" +
-                     name + ")"};
+    return Error{
+        Errc::plan_invalid_executable,
+        name + ": inside a container give the executable's absolute path (e.g. /bin/" + name + ")"};
   }
   return name;
 }

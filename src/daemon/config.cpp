@@ -71,7 +71,6 @@ constexpr auto kBoundaryNames = core::wire_names<BoundaryMode>({
 });
 static_assert(kBoundaryNames.complete());
 
-
 }  // namespace
 
 std::optional<LogTarget> parse_log_target(std::string_view s) noexcept {

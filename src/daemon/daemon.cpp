@@ -392,8 +392,8 @@ class Daemon {
   // Whether each answers (and its version) is live, not static: `custos doctor` asks them.
   json::array describe_engines() const {
     json::array engines;
-    for (auto const& [name, socket] : {std::pair{"docker", config_.docker_socket},
-                                       std::pair{"podman", config_.podman_socket}}) {
+    for (auto const& [name, socket] :
+         {std::pair{"docker", config_.docker_socket}, std::pair{"podman", config_.podman_socket}}) {
       struct stat st {};
       bool const present = ::stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
       std::string boundary = "marker";

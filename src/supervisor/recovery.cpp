@@ -82,6 +82,60 @@ std::size_t RecoveryReport::count(core::RecoveryPath p) const noexcept {
   return n;
 }
 
+namespace {
+
+// What one record's stored evidence says, the pid looked up at most once (native_recovery.hpp).
+// `same_boot`: whether the record's processes could be of this boot (the cleanup may act).
+RecoveredExecution classify(registry::ExecutionRecord const& rec, rcv::HostIdentity const& host,
+                            std::uint32_t& pidfd_opens, bool& same_boot) {
+  RecoveredExecution out;
+  out.execution_id = rec.execution_id;
+  same_boot = false;
+  switch (registry::stored_evidence(rec)) {
+    case registry::StoredEvidence::nothing_staged:
+      // No ownership was ever staged, so the barrier was never released: no program ran.
+      out.classification = RP::absent_without_terminal;
+      out.detail = "no process was ever staged";
+      same_boot = true;
+      break;
+    case registry::StoredEvidence::legacy:
+      out.classification = RP::indeterminate;
+      out.detail = "legacy pid/start-time ownership is never acted on";
+      break;
+    case registry::StoredEvidence::modelled:
+      // A reference execution's model lived in the previous daemon's memory: nothing of it
+      // outlives that daemon, and there is no process, cgroup or marker to look for.
+      out.classification = RP::absent_without_terminal;
+      out.detail = "a modelled (reference) execution ends with its daemon";
+      break;
+    case registry::StoredEvidence::pidfs_identity: {
+      auto r = rcv::reacquire_root(recorded_root(rec.ownership), host);
+      out.classification = r.path;
+      out.detail = std::move(r.detail);
+      out.pid_looked_up = r.pid_looked_up;
+      pidfd_opens += r.pid_looked_up ? 1 : 0;
+      same_boot = rec.ownership.boot_id == host.boot_id;
+      if (r.path == RP::live_owned) {
+        out.detail += std::string{" ("} +
+                      std::string{registry::ownership_state_wire(rec.ownership.state)} + ")";
+        auto a = adoption_of(rec, std::move(*r.pidfd));
+        if (a) {
+          out.adopt = std::move(*a);
+        } else {
+          // Ours and alive, but nothing can supervise it without its plan: nothing is
+          // signalled (its pidfd is closed here).
+          out.classification = RP::indeterminate;
+          out.detail += "; its stored plan does not decode: " + a.error().message();
+        }
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<RecoveryReport> recover(registry::Registry& registry, RecoveryOptions const& options) {
   auto const host = CUSTOS_TRY(rcv::current_host(options.boot_id, options.pid_ns_ino));
   rcv::CleanupOptions cleanup_opts;
@@ -99,51 +153,9 @@ Result<RecoveryReport> recover(registry::Registry& registry, RecoveryOptions con
   report.quarantined = std::move(work.quarantined);
 
   for (registry::ExecutionRecord const& rec : work.records) {
-    RecoveredExecution out;
-    out.execution_id = rec.execution_id;
     bool same_boot = false;
+    RecoveredExecution out = classify(rec, host, report.pidfd_opens, same_boot);
     auto const evidence = registry::stored_evidence(rec);
-    switch (evidence) {
-      case registry::StoredEvidence::nothing_staged:
-        // No ownership was ever staged, so the barrier was never released: no program ran.
-        out.classification = RP::absent_without_terminal;
-        out.detail = "no process was ever staged";
-        same_boot = true;
-        break;
-      case registry::StoredEvidence::legacy:
-        out.classification = RP::indeterminate;
-        out.detail = "legacy pid/start-time ownership is never acted on";
-        break;
-      case registry::StoredEvidence::modelled:
-        // A reference execution's model lived in the previous daemon's memory: nothing of it
-        // outlives that daemon, and there is no process, cgroup or marker to look for.
-        out.classification = RP::absent_without_terminal;
-        out.detail = "a modelled (reference) execution ends with its daemon";
-        break;
-      case registry::StoredEvidence::pidfs_identity: {
-        auto r = rcv::reacquire_root(recorded_root(rec.ownership), host);
-        out.classification = r.path;
-        out.detail = std::move(r.detail);
-        out.pid_looked_up = r.pid_looked_up;
-        report.pidfd_opens += r.pid_looked_up ? 1 : 0;
-        same_boot = rec.ownership.boot_id == host.boot_id;
-        if (r.path == RP::live_owned) {
-          out.detail += std::string{" ("} +
-                        std::string{registry::ownership_state_wire(rec.ownership.state)} + ")";
-          auto a = adoption_of(rec, std::move(*r.pidfd));
-          if (a) {
-            out.adopt = std::move(*a);
-          } else {
-            // Ours and alive, but nothing can supervise it without its plan: nothing is
-            // signalled (its pidfd is closed here).
-            out.classification = RP::indeterminate;
-            out.detail += "; its stored plan does not decode: " + a.error().message();
-          }
-        }
-        break;
-      }
-    }
-
     if (out.classification == RP::absent_without_terminal) {
       rcv::GoneExecution gone;
       gone.execution_id = rec.execution_id;

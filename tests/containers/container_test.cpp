@@ -3,13 +3,14 @@
 // test leaves on the host is checked from the host: a process of the exec's tree is found by a
 // distinctive `sleep N` in the container's PID namespace, never by trusting the engine.
 #include <boost/beast/core/detail/base64.hpp>
-#include <dirent.h>
 
+#include <dirent.h>
 #include <set>
+
+#include "custos/engine/sync.hpp"
 
 #include "e2e/harness.hpp"
 #include "engine/harness.hpp"
-#include "custos/engine/sync.hpp"
 
 namespace custos::e2e {
 namespace {
@@ -144,17 +145,18 @@ TEST_P(Containers, ExactOutputExitCodeAndACgroupBoundary) {
 
 TEST_P(Containers, ArgumentsEnvironmentAndWorkingDirectoryAreTheContainers) {
   auto c = daemon_.client();
-  auto p = params({"/bin/sh", "-c", "printf '%s|%s|%s|' \"$1\" \"$X\" \"$(pwd)\"; id -u", "zero",
-                   "one two"});
+  auto p = params(
+      {"/bin/sh", "-c", "printf '%s|%s|%s|' \"$1\" \"$X\" \"$(pwd)\"; id -u", "zero", "one two"});
   auto& plan = p["plan"].as_object();
   plan["env"] = json::array{json::object{{"name", "X"}, {"value", "x y"}}};
   plan["cwd"] = "etc";
-  plan["user"] = json::object{{"uid", 65534}, {"gid", 65534}, {"groups", json::array{}}};
+  // The admin's implicit authority runs as the caller only (root here): user 0:0 inside.
+  plan["user"] = json::object{{"uid", 0}, {"gid", 0}, {"groups", json::array{}}};
   auto const id = start(c, std::move(p));
   ASSERT_FALSE(id.empty());
   auto const t = wait(c, id);
   EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
-  EXPECT_EQ(output(c, id, "stdout"), "one two|x y|/etc|65534\n");
+  EXPECT_EQ(output(c, id, "stdout"), "one two|x y|/etc|0\n");
 }
 
 TEST_P(Containers, AMissingExecutableIsASpawnFailureAtExecve) {
@@ -170,9 +172,9 @@ TEST_P(Containers, AMissingExecutableIsASpawnFailureAtExecve) {
 TEST_P(Containers, EscapeesAreGoneAfterCancelAndTheContainerRuns) {
   auto c = daemon_.client();
   std::string const n = unique_sleep();
-  auto const id = start(
-      c, params({"/bin/sh", "-c",
-                 "setsid sleep " + n + " & (sleep " + n + " &); sleep " + n + " & exec sleep " + n}));
+  auto const id = start(c, params({"/bin/sh", "-c",
+                                   "setsid sleep " + n + " & (sleep " + n + " &); sleep " + n +
+                                       " & exec sleep " + n}));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(await_sleeps(n, 4)) << host_sleeps(n).size();
   auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
@@ -199,6 +201,27 @@ TEST_P(Containers, EscapeesAreGoneWhenTheRootExits) {
   EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
   EXPECT_EQ(t.at("exit").at("code").as_int64(), 0);
   EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
+  EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, TheMarkerBoundaryEndsTheTreeWithoutACgroup) {
+  // No cgroup at all: the exec's tree is found by its marker in the container's PID namespace.
+  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}}};
+  ASSERT_TRUE(marker.ready()) << marker.log();
+  auto c = marker.client();
+  std::string const n = unique_sleep();
+  auto const id = start(
+      c, params({"/bin/sh", "-c", "setsid sleep " + n + " & (sleep " + n + " &); exec sleep " + n}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 3)) << host_sleeps(n).size();
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result"));
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("boundary").as_string(), "marker");
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_EQ(t.at("observations").at("cgroup_placement").as_string(), "none");
   EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
   expect_container_running(engine_.running);
 }
@@ -247,14 +270,15 @@ TEST_P(Containers, AMissingOrStoppedContainerIsRefusedBeforeAnyClaim) {
   auto const action = std::string{p["identity"].at("action_id").as_string()};
   auto r = c.call(next_++, "exec.start", p);
   ASSERT_TRUE(r && r->contains("error")) << (r ? json::serialize(*r) : "");
-  EXPECT_EQ(error_code_of(*r), "engine.container_not_found")
-      << json::serialize(*r);
+  EXPECT_EQ(error_code_of(*r), "engine.container_not_found") << json::serialize(*r);
   // Nothing was consumed: the same action id starts once the container is right.
   auto again = params({"/bin/true"});
   again["identity"].as_object()["action_id"] = action;
   auto const id = start(c, std::move(again));
   EXPECT_FALSE(id.empty());
-  if (!id.empty()) EXPECT_EQ(wait(c, id).at("classification").as_string(), "exited");
+  if (!id.empty()) {
+    EXPECT_EQ(wait(c, id).at("classification").as_string(), "exited");
+  }
 
   auto s = c.call(next_++, "exec.start", params({"/bin/true"}, engine_.stopped));
   ASSERT_TRUE(s && s->contains("error")) << (s ? json::serialize(*s) : "");
@@ -281,6 +305,10 @@ TEST_P(Containers, AContainerStoppedMidExecIsABackendFailure) {
   auto const t = wait(c, id);
   EXPECT_EQ(t.at("classification").as_string(), "supervisor_failed") << json::serialize(t);
   EXPECT_EQ(t.at("trigger").as_string(), "backend_failure");
+  // Docker removed the container's cgroup tree, ours inside it, once the kernel had emptied it:
+  // a removed cgroup is an empty one.
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_EQ(t.at("observations").at("container_stopped").as_string(), "true");
   EXPECT_TRUE(host_sleeps(n).empty());
 }
 
@@ -309,7 +337,7 @@ TEST_P(Containers, ADaemonKilledMidExecRecoversAndEndsTheExec) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, Containers,
                          ::testing::Values(EngineKind::docker, EngineKind::podman),
-                         [](auto const& info) { return std::string{engine::to_string(info.param)}; });
+                         [](auto const& p) { return std::string{engine::to_string(p.param)}; });
 
 }  // namespace
 }  // namespace custos::e2e

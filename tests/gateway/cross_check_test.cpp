@@ -129,8 +129,8 @@ TEST_P(Mismatch, IsItsExactTypedError) {
 
 // A docker plan for container `name` (at `socket`), and a grant allowing exec.docker.
 void docker_plan(Fixture& f, std::string name, std::optional<std::string> socket = {}) {
-  f.plan.backend = core::Backend{core::BackendKind::docker, std::move(name), std::move(socket),
-                                 std::nullopt};
+  f.plan.backend =
+      core::Backend{core::BackendKind::docker, std::move(name), std::move(socket), std::nullopt};
   f.cur.grant->operations = {OperationClass::exec_docker};
 }
 
@@ -351,8 +351,8 @@ TEST(GrantJson, RoundTripsAndRefusesAdminRoleAndUnknownKeys) {
   ASSERT_FALSE(e.has_value());
   EXPECT_EQ(e.error().code, Errc::plan_unknown_field);
   boost::json::object bad_engine = o;
-  bad_engine["containers"] = boost::json::array{boost::json::object{{"engine", "native"},
-                                                                    {"name", "ci"}}};
+  bad_engine["containers"] =
+      boost::json::array{boost::json::object{{"engine", "native"}, {"name", "ci"}}};
   EXPECT_FALSE(grant_from_json(bad_engine).has_value());
   EXPECT_FALSE(Principal::parse("uid:4294967295").has_value());
   EXPECT_FALSE(Principal::parse("user:1").has_value());

@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <sys/stat.h>
 
-#include "container_execution.hpp"
 #include "custos/backend/native.hpp"
 #include "custos/engine/client.hpp"
+
+#include "container_execution.hpp"
 
 namespace custos::backend {
 namespace {
@@ -48,30 +49,30 @@ void probe_gate(std::shared_ptr<engine::Client> const& c, engine::ContainerInspe
       in.id, std::move(cfg), timeout,
       [c, in, refuse, timeout, ok, done = std::move(done)](Result<std::string> id) mutable {
         if (!id) return done(refuse(id.error()));
-        c->start_exec(*id, false, timeout,
-                      [c, in, refuse, timeout, ok, exec = *id, done = std::move(done)](
-                          Result<std::shared_ptr<engine::ExecStream>> s) mutable {
-                        if (!s) return done(refuse(s.error()));
-                        // Its output is discarded; the stream is kept open until the exec ends.
-                        auto stream = *s;
-                        stream->start([](engine::StdStream, std::span<std::uint8_t const>) {},
-                                      [stream](engine::StreamEnd) {});
-                        c->wait_exec(
-                            exec, timeout,
-                            [in, refuse, stream, ok, done = std::move(done)](
-                                Result<engine::ExecInspect> r) mutable {
-                              stream->close();
-                              if (!r) return done(refuse(r.error()));
-                              if (r->exit_code.value_or(-1) != 0) {
-                                return done(refuse(Error(
-                                    Errc::engine_failed,
-                                    "the probe exited with status " +
-                                        std::to_string(r->exit_code.value_or(-1)))));
-                              }
-                              (*ok)[in.id] = in.started_at;
-                              done({});
-                            });
-                      });
+        c->start_exec(
+            *id, false, timeout,
+            [c, in, refuse, timeout, ok, exec = *id,
+             done = std::move(done)](Result<std::shared_ptr<engine::ExecStream>> s) mutable {
+              if (!s) return done(refuse(s.error()));
+              // Its output is discarded; the stream is kept open until the exec ends.
+              auto stream = *s;
+              stream->start([](engine::StdStream, std::span<std::uint8_t const>) {},
+                            [stream](engine::StreamEnd) {});
+              c->wait_exec(
+                  exec, timeout,
+                  [in, refuse, stream, ok,
+                   done = std::move(done)](Result<engine::ExecInspect> r) mutable {
+                    stream->close();
+                    if (!r) return done(refuse(r.error()));
+                    if (r->exit_code.value_or(-1) != 0) {
+                      return done(refuse(Error(Errc::engine_failed,
+                                               "the probe exited with status " +
+                                                   std::to_string(r->exit_code.value_or(-1)))));
+                    }
+                    (*ok)[in.id] = in.started_at;
+                    done({});
+                  });
+            });
       });
 }
 

@@ -70,10 +70,7 @@ std::string working_dir(PlanView const& plan) {
 }  // namespace
 
 ContainerExecution::ContainerExecution(ContainerBackend& host, std::string execution_id)
-    : host_(&host),
-      io_(host.io()),
-      id_(std::move(execution_id)),
-      engine_(host.config().engine) {}
+    : host_(&host), io_(host.io()), id_(std::move(execution_id)), engine_(host.config().engine) {}
 
 ContainerExecution::~ContainerExecution() {
   if (stream_) stream_->close();
@@ -93,11 +90,10 @@ void ContainerExecution::acquire(LaunchContext const& ctx,
   auto m = sys::Marker::generate();
   if (!m) return fail("marker", m.error());
   marker_ = *m;
-  client_->inspect_container(
-      ctx.plan->backend.container.value_or(""), host_->config().call_timeout,
-      [self = shared_from_this()](Result<engine::ContainerInfo> info) {
-        self->on_inspected(std::move(info));
-      });
+  client_->inspect_container(ctx.plan->backend.container.value_or(""), host_->config().call_timeout,
+                             [self = shared_from_this()](Result<engine::ContainerInfo> info) {
+                               self->on_inspected(std::move(info));
+                             });
 }
 
 void ContainerExecution::on_inspected(Result<engine::ContainerInfo> info) {
@@ -129,7 +125,10 @@ void ContainerExecution::on_inspected(Result<engine::ContainerInfo> info) {
 
   PlanView const& plan = *launching_->ctx.view;
   engine::ExecConfig cfg;
-  cfg.cmd = {"/bin/sh", "-c", std::string{container_gate_script()}, "custos-gate",
+  cfg.cmd = {"/bin/sh",
+             "-c",
+             std::string{container_gate_script()},
+             "custos-gate",
              plan.open_files ? std::to_string(*plan.open_files) : std::string{"-"},
              plan.executable};
   for (std::size_t i = 1; i < plan.argv.size(); ++i) cfg.cmd.push_back(plan.argv[i]);
@@ -143,10 +142,9 @@ void ContainerExecution::on_inspected(Result<engine::ContainerInfo> info) {
   cfg.tty = plan.pty;
   cfg.attach_stdin = true;
   if (plan.pty) cfg.console_size = std::make_pair(plan.rows, plan.cols);
-  client_->create_exec(c.id, std::move(cfg), host_->config().call_timeout,
-                       [self = shared_from_this()](Result<std::string> id) {
-                         self->on_created(std::move(id));
-                       });
+  client_->create_exec(
+      c.id, std::move(cfg), host_->config().call_timeout,
+      [self = shared_from_this()](Result<std::string> id) { self->on_created(std::move(id)); });
 }
 
 void ContainerExecution::on_created(Result<std::string> exec_id) {
@@ -185,10 +183,10 @@ void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) 
     // The gate ended before it stopped: it found no executable (127), or /bin/sh itself failed.
     if (*inspect->exit_code == kGateNoExecutable) {
       PlanView const& plan = *launching_->ctx.view;
-      return fail("execve", Error(Errc::spawn_failed,
-                                  plan.executable +
-                                      ": not found or not executable in the container",
-                                  ENOENT));
+      return fail(
+          "execve",
+          Error(Errc::spawn_failed,
+                plan.executable + ": not found or not executable in the container", ENOENT));
     }
     if (*inspect->exit_code == kGateNoLimit) {
       PlanView const& plan = *launching_->ctx.view;
@@ -199,13 +197,14 @@ void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) 
                                   EPERM));
     }
     return fail("gate", Error(Errc::engine_gate_unavailable,
-                              "the gate ended with status " +
-                                  std::to_string(*inspect->exit_code) + " before it stopped"));
+                              "the gate ended with status " + std::to_string(*inspect->exit_code) +
+                                  " before it stopped"));
   }
   if (inspect->pid > 0) return gate_step(inspect->pid);
   if (Clock::now() >= launching_->gate_deadline) {
-    return fail("gate", Error(Errc::engine_failed, "the engine named no process for the exec "
-                                                   "within the call timeout"));
+    return fail("gate", Error(Errc::engine_failed,
+                              "the engine named no process for the exec "
+                              "within the call timeout"));
   }
   poll_gate();
 }
@@ -237,10 +236,9 @@ void ContainerExecution::poll_gate() {
     // stopped gate; the engine is asked again only while it named none, or once the process it
     // named ended (an exited gate's status shows there).
     if (self->gate_ && self->gate_->alive()) return self->gate_step(self->gate_->pid());
-    self->client_->inspect_exec(self->exec_id_, self->host_->config().call_timeout,
-                                [self](Result<engine::ExecInspect> r) {
-                                  self->on_exec_inspected(std::move(r));
-                                });
+    self->client_->inspect_exec(
+        self->exec_id_, self->host_->config().call_timeout,
+        [self](Result<engine::ExecInspect> r) { self->on_exec_inspected(std::move(r)); });
   });
 }
 
@@ -447,7 +445,7 @@ void ContainerExecution::start(ExecutionPort& port) {
 
 void ContainerExecution::deliver(engine::StdStream s, std::span<std::uint8_t const> bytes) {
   if (port_ == nullptr || !stream_open_) return;
-  core::Stream const stream = tty_ ? core::Stream::pty
+  core::Stream const stream = tty_                          ? core::Stream::pty
                               : s == engine::StdStream::err ? core::Stream::stderr_stream
                                                             : core::Stream::stdout_stream;
   // The supervisor takes at most chunk_bytes at a time.

@@ -26,8 +26,8 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
     return Error(Errc::internal, id_ + ": adoption without a recovered pidfd or a plan");
   }
   PlanView const& plan = *ctx.view;
-  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
-  pty_mode_ = plan.pty;
+  io_state_.chunk_bytes = static_cast<std::size_t>(plan.chunk_bytes);
+  io_state_.pty_mode = plan.pty;
   if (!ctx.marker_hex.empty()) {
     auto m = sys::Marker::from_hex(ctx.marker_hex);
     if (!m) return m.error();
@@ -54,7 +54,7 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
   }
   // The disk limit is measured from here (the growth before the restart is unknown).
   if (plan.disk_bytes && ctx.after_restart) {
-    if (auto ws = sys::open_directory(plan.workspace_root)) workspace_fd_ = std::move(*ws);
+    if (auto ws = sys::open_directory(plan.workspace_root)) disk_.workspace = std::move(*ws);
   }
   // Nothing is known of the credentials or nsdelegate at launch: the weaker claim.
   kernel_enforced_ = false;

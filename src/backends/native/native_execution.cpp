@@ -77,7 +77,7 @@ NativeExecution::NativeExecution(NativeBackend& host, std::string execution_id)
       io_(host.io_),
       id_(std::move(execution_id)),
       exit_retry_timer_(io_) {
-  readers_.reserve(2);
+  io_state_.readers.reserve(2);
 }
 
 NativeExecution::~NativeExecution() {
@@ -171,7 +171,7 @@ sys::SpawnSpec NativeExecution::spawn_spec(LaunchContext const& ctx, Stdio const
     spec.stdout_fd = stdio.child_out.get();
     spec.stderr_fd = stdio.child_err.get();
   }
-  spec.workspace_root_fd = workspace_fd_.get();
+  spec.workspace_root_fd = disk_.workspace.get();
   spec.cwd = plan.cwd;
   if (plan.open_files) {
     spec.rlimits.push_back(sys::Rlimit{RLIMIT_NOFILE, *plan.open_files, *plan.open_files});
@@ -192,8 +192,8 @@ sys::SpawnSpec NativeExecution::spawn_spec(LaunchContext const& ctx, Stdio const
 
 Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   PlanView const& plan = *ctx.view;
-  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
-  pty_mode_ = plan.pty;
+  io_state_.chunk_bytes = static_cast<std::size_t>(plan.chunk_bytes);
+  io_state_.pty_mode = plan.pty;
 
   auto marker = sys::Marker::generate();
   if (!marker) return failure("marker", marker.error());
@@ -201,11 +201,11 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
 
   auto ws = sys::open_directory(plan.workspace_root);
   if (!ws) return failure("workspace", ws.error());
-  workspace_fd_ = std::move(*ws);
+  disk_.workspace = std::move(*ws);
   if (plan.disk_bytes) {
     // Disk growth is measured against the workspace as it was before the child ran.
-    if (auto d = sys::walk_disk_usage(workspace_fd_, host_->config_.disk_walk_max_entries)) {
-      disk_baseline_ = d->bytes;
+    if (auto d = sys::walk_disk_usage(disk_.workspace, host_->config_.disk_walk_max_entries)) {
+      disk_.baseline = d->bytes;
     }
   }
 
@@ -324,20 +324,21 @@ void NativeExecution::finish_release(sys::SpawnResult<sys::RunningChild> running
       our_out = std::move(*master_read);
       our_in = std::move(*master_write);
     }
-    pty_ = std::move(io.pty);
-    pty_->close_slave();
+    io_state_.pty = std::move(io.pty);
+    io_state_.pty->close_slave();
   }
   if (our_out.valid()) {
-    readers_.push_back(Reader{});
-    readers_.back().stream = pty_mode_ ? core::Stream::pty : core::Stream::stdout_stream;
-    set_nonblocking(readers_.back().sd.emplace(io_, our_out.release()));
+    io_state_.readers.push_back(Reader{});
+    io_state_.readers.back().stream =
+        io_state_.pty_mode ? core::Stream::pty : core::Stream::stdout_stream;
+    set_nonblocking(io_state_.readers.back().sd.emplace(io_, our_out.release()));
   }
   if (our_err.valid()) {
-    readers_.push_back(Reader{});
-    readers_.back().stream = core::Stream::stderr_stream;
-    set_nonblocking(readers_.back().sd.emplace(io_, our_err.release()));
+    io_state_.readers.push_back(Reader{});
+    io_state_.readers.back().stream = core::Stream::stderr_stream;
+    set_nonblocking(io_state_.readers.back().sd.emplace(io_, our_err.release()));
   }
-  if (our_in.valid()) set_nonblocking(input_.emplace(io_, our_in.release()));
+  if (our_in.valid()) set_nonblocking(io_state_.input.emplace(io_, our_in.release()));
   done(std::monostate{});
 }
 
@@ -351,7 +352,7 @@ void NativeExecution::abort() {
 
 void NativeExecution::start(ExecutionPort& port) {
   port_ = &port;
-  for (std::size_t i = 0; i < readers_.size(); ++i) arm_reader(i);
+  for (std::size_t i = 0; i < io_state_.readers.size(); ++i) arm_reader(i);
   if (root_) {
     if (auto dup = root_->fd().dup()) {
       exit_sd_.emplace(io_, dup->release());
@@ -364,13 +365,13 @@ void NativeExecution::start(ExecutionPort& port) {
 // ------------------------------------------------------------------------------ output
 
 void NativeExecution::arm_reader(std::size_t i) {
-  Reader& r = readers_[i];
+  Reader& r = io_state_.readers[i];
   if (!r.sd || r.waiting || !live()) return;
   r.waiting = true;
   port_->task_begun();
   r.sd->async_wait(asio::posix::descriptor_base::wait_read,
                    [self = shared_from_this(), i](boost::system::error_code ec) {
-                     self->readers_[i].waiting = false;
+                     self->io_state_.readers[i].waiting = false;
                      if (!self->live()) return;
                      if (!ec) self->on_readable(i);
                      self->port_->task_ended();
@@ -378,14 +379,14 @@ void NativeExecution::arm_reader(std::size_t i) {
 }
 
 void NativeExecution::on_readable(std::size_t i) {
-  Reader& r = readers_[i];
+  Reader& r = io_state_.readers[i];
   if (!r.sd) return;
   auto& buf = host_->scratch_;
   // One shared buffer for every execution (single loop thread): an idle execution owns none.
-  if (buf.size() < chunk_bytes_) buf.resize(chunk_bytes_);
+  if (buf.size() < io_state_.chunk_bytes) buf.resize(io_state_.chunk_bytes);
   int const fd = r.sd->native_handle();
   for (int k = 0; k < kReadsPerWake; ++k) {
-    ssize_t const n = ::read(fd, buf.data(), chunk_bytes_);
+    ssize_t const n = ::read(fd, buf.data(), io_state_.chunk_bytes);
     if (n >= kBusyReadBytes && !r.pipe_grown) {
       // A stream that delivers half a default pipe per read is busy: a larger pipe lets the
       // writer run ahead while we spool, and each wake-up then drains up to kReadsPerWake
@@ -411,14 +412,14 @@ void NativeExecution::on_readable(std::size_t i) {
 }
 
 void NativeExecution::end_reader(std::size_t i, bool complete) {
-  Reader& r = readers_[i];
+  Reader& r = io_state_.readers[i];
   r.sd.reset();
   port_->on_stream_end(r.stream, complete);
 }
 
 std::vector<core::Stream> NativeExecution::close_streams() {
   std::vector<core::Stream> open;
-  for (auto& r : readers_) {
+  for (auto& r : io_state_.readers) {
     if (!r.sd) continue;
     open.push_back(r.stream);
     r.sd.reset();  // cancels its wait
@@ -430,11 +431,11 @@ std::vector<core::Stream> NativeExecution::close_streams() {
 
 InputWrite NativeExecution::write_input(std::span<std::uint8_t const> bytes) {
   InputWrite w;
-  if (!input_) {
+  if (!io_state_.input) {
     w.closed = true;
     return w;
   }
-  int const fd = input_->native_handle();
+  int const fd = io_state_.input->native_handle();
   while (w.written < bytes.size()) {
     ssize_t const n = ::write(fd, bytes.data() + w.written, bytes.size() - w.written);
     if (n > 0) {
@@ -453,34 +454,34 @@ InputWrite NativeExecution::write_input(std::span<std::uint8_t const> bytes) {
 }
 
 void NativeExecution::await_input_writable() {
-  if (!input_ || input_waiting_ || !live()) return;
+  if (!io_state_.input || io_state_.input_waiting || !live()) return;
   // Non-blocking: a terminal or pipe nobody reads only leaves this wait pending, and teardown
   // cancels it (close_input), so it can never hold the close.
-  input_waiting_ = true;
+  io_state_.input_waiting = true;
   port_->task_begun();
-  input_->async_wait(asio::posix::descriptor_base::wait_write,
-                     [self = shared_from_this()](boost::system::error_code ec) {
-                       self->input_waiting_ = false;
-                       if (!self->live()) return;
-                       if (!ec) self->port_->on_input_writable();
-                       self->port_->task_ended();
-                     });
+  io_state_.input->async_wait(asio::posix::descriptor_base::wait_write,
+                              [self = shared_from_this()](boost::system::error_code ec) {
+                                self->io_state_.input_waiting = false;
+                                if (!self->live()) return;
+                                if (!ec) self->port_->on_input_writable();
+                                self->port_->task_ended();
+                              });
 }
 
 void NativeExecution::close_input(bool eof) {
-  if (!input_) return;
-  if (eof && pty_mode_) {
+  if (!io_state_.input) return;
+  if (eof && io_state_.pty_mode) {
     // A terminal has no write-end close: EOF is the VEOF character (^D), which the line
     // discipline turns into a zero-length read in canonical mode.
     std::uint8_t const veof = 0x04;
-    (void)::write(input_->native_handle(), &veof, 1);
+    (void)::write(io_state_.input->native_handle(), &veof, 1);
   }
-  input_.reset();  // cancels a pending write wait
+  io_state_.input.reset();  // cancels a pending write wait
 }
 
 Result<> NativeExecution::resize(std::uint16_t rows, std::uint16_t cols) {
-  if (!pty_) return Error(Errc::exec_not_running, id_);
-  return pty_->resize(rows, cols);
+  if (!io_state_.pty) return Error(Errc::exec_not_running, id_);
+  return io_state_.pty->resize(rows, cols);
 }
 
 // ------------------------------------------------------------------------------ exit
@@ -546,10 +547,10 @@ void NativeExecution::close() {
   host_->forget_root(root_pid_, this);
   cgroup_.reset();
   root_.reset();
-  pty_.reset();
-  workspace_fd_.reset();
-  readers_.clear();
-  input_.reset();
+  io_state_.pty.reset();
+  disk_.workspace.reset();
+  io_state_.readers.clear();
+  io_state_.input.reset();
   exit_sd_.reset();
 }
 
@@ -561,8 +562,8 @@ void NativeExecution::detach() {
   // record is recovery's), so its cgroup is empty and goes too.
   if (launching_) abort();
   exit_retry_timer_.cancel();
-  for (auto& r : readers_) r.sd.reset();
-  input_.reset();
+  for (auto& r : io_state_.readers) r.sd.reset();
+  io_state_.input.reset();
   exit_sd_.reset();
   if (host_alive()) {
     unwatch_tree();

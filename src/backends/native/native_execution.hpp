@@ -45,7 +45,7 @@ class NativeExecution final : public BackendExecution,
   // A root a previous daemon launched, through its recovered pidfd (native_adopt.cpp).
   [[nodiscard]] Result<Acquired> adopt(AdoptContext ctx) override;
 
-  [[nodiscard]] bool has_input() const noexcept override { return input_.has_value(); }
+  [[nodiscard]] bool has_input() const noexcept override { return io_state_.input.has_value(); }
   [[nodiscard]] InputWrite write_input(std::span<std::uint8_t const> bytes) override;
   void await_input_writable() override;
   void close_input(bool eof) override;
@@ -137,27 +137,35 @@ class NativeExecution final : public BackendExecution,
   std::int32_t root_pid_ = 0;
   std::uint64_t root_start_ticks_ = 0;
   bool root_reaped_ = false;
-  std::size_t chunk_bytes_ = 65536;
-  bool pty_mode_ = false;
-  sys::UniqueFd workspace_fd_;
-  std::optional<sys::Pty> pty_;  // kept for resize; I/O goes through dups of the master
   std::unique_ptr<Launching> launching_;
-
-  std::vector<Reader> readers_;
-  std::optional<boost::asio::posix::stream_descriptor> input_;
-  bool input_waiting_ = false;
+  // The root's stdio as this side holds it.
+  struct IoState {
+    std::size_t chunk_bytes = 65536;
+    bool pty_mode = false;
+    std::optional<sys::Pty> pty;  // kept for resize; I/O goes through dups of the master
+    std::vector<Reader> readers;
+    std::optional<boost::asio::posix::stream_descriptor> input;
+    bool input_waiting = false;
+  };
+  IoState io_state_;
   std::optional<boost::asio::posix::stream_descriptor> exit_sd_;
   boost::asio::steady_timer exit_retry_timer_;  // exit ready but not yet waitable (ptrace)
   int events_wd_ = -1;  // cgroup.events watch in the backend's inotify, -1: none
-  bool disk_walk_running_ = false;
-  std::optional<std::uint64_t> disk_baseline_;
+  // The workspace disk measurement (plan.disk_bytes): its directory, a walk in flight, and the
+  // usage before the launch.
+  struct Disk {
+    sys::UniqueFd workspace;
+    bool walk_running = false;
+    std::optional<std::uint64_t> baseline;
+  };
+  Disk disk_;
   std::uint64_t final_signalled_ = 0;
   // Set when adopted after a restart (native_adopt.cpp): no stdio, the root not our child.
   struct Adoption {
     std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
-    std::string unconfirmed;  // a reason the final scan cannot confirm (cgroup unusable)
-    bool after_restart = true;               // AdoptContext::after_restart
-    std::optional<std::uint64_t> pid_ns;     // the marker sweep's PID namespace, if limited
+    std::string unconfirmed;    // a reason the final scan cannot confirm (cgroup unusable)
+    bool after_restart = true;  // AdoptContext::after_restart
+    std::optional<std::uint64_t> pid_ns;  // the marker sweep's PID namespace, if limited
   };
   std::optional<Adoption> adoption_;
 };

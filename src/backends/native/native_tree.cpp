@@ -2,6 +2,7 @@
 // Part of NativeExecution (native_execution.hpp), split from the launch and I/O for size.
 #include <boost/asio/post.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
 #include <signal.h>
@@ -105,7 +106,11 @@ std::uint32_t NativeExecution::kill_tree() {
 TreeState NativeExecution::tree_state() const {
   if (!cgroup_) return TreeState::unknown;  // marker boundary: only the final sweep can tell
   auto p = cgroup_->populated();
-  // Unreadable counts as populated: never claim empty without seeing it.
+  // A cgroup removed under us (a container's engine removes its cgroup tree when the container
+  // stops) was empty when it was removed — rmdir refuses a populated cgroup — and nothing can
+  // enter a removed cgroup: it is empty for good.
+  if (!p && p.error().sys_errno == ENOENT) return TreeState::empty;
+  // Otherwise unreadable counts as populated: never claim empty without seeing it.
   return p && !*p ? TreeState::empty : TreeState::populated;
 }
 
@@ -286,12 +291,12 @@ Usage NativeExecution::sample() {
 }
 
 bool NativeExecution::measure_disk(std::function<void(std::optional<std::uint64_t>)> done) {
-  if (!workspace_fd_.valid() || disk_walk_running_ || !live()) return false;
+  if (!disk_.workspace.valid() || disk_.walk_running || !live()) return false;
   // The walk may visit up to disk_walk_max_entries entries: far too slow for the loop. The
   // worker gets its own dup of the workspace fd, so closing ours at close cannot race it.
-  auto fd = workspace_fd_.dup();
+  auto fd = disk_.workspace.dup();
   if (!fd) return false;
-  disk_walk_running_ = true;
+  disk_.walk_running = true;
   port_->task_begun();
   auto root = std::make_shared<sys::UniqueFd>(std::move(*fd));
   std::uint64_t const max_entries = host_->config_.disk_walk_max_entries;
@@ -299,15 +304,15 @@ bool NativeExecution::measure_disk(std::function<void(std::optional<std::uint64_
                                done = std::move(done)]() mutable {
     auto d = std::make_shared<Result<sys::DiskUsage>>(sys::walk_disk_usage(*root, max_entries));
     asio::post(self->io_, [self, d, done = std::move(done)]() {
-      self->disk_walk_running_ = false;
+      self->disk_.walk_running = false;
       if (!self->live()) return;
       std::optional<std::uint64_t> growth;
       if (*d) {
         auto const bytes = d->value().bytes;
-        if (!self->disk_baseline_) {
-          self->disk_baseline_ = bytes;
+        if (!self->disk_.baseline) {
+          self->disk_.baseline = bytes;
         } else {
-          growth = bytes > *self->disk_baseline_ ? bytes - *self->disk_baseline_ : 0;
+          growth = bytes > *self->disk_.baseline ? bytes - *self->disk_.baseline : 0;
         }
       }
       done(growth);

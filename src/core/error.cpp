@@ -116,9 +116,9 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::auth_replay, "auth.replay", Recovery::terminal},
     {Errc::auth_user, "auth.user", Recovery::caller_correction},
     {Errc::auth_digest_mismatch, "auth.digest_mismatch", Recovery::caller_correction},
-    {Errc::auth_container, "auth.container", Recovery::caller_correction},
     {Errc::lease_conflict, "lease.conflict", Recovery::reauthorize},
     {Errc::lease_not_found, "lease.not_found", Recovery::reauthorize},
+    {Errc::auth_container, "auth.container", Recovery::caller_correction},
     {Errc::sandbox_invalid, "sandbox.invalid", Recovery::caller_correction},
     {Errc::sandbox_undeclared, "sandbox.undeclared", Recovery::caller_correction},
     {Errc::sandbox_unsupported, "sandbox.unsupported", Recovery::caller_correction},
@@ -143,6 +143,20 @@ constexpr auto kRecoveryNames = core::wire_names<Recovery>({
     {Recovery::terminal, "terminal"},
 });
 static_assert(kRecoveryNames.complete());
+
+// Every code is one number with one wire string: two enumerators given the same number (or two
+// rows of one code) would make a code answer with another's name.
+constexpr bool rows_unique() {
+  constexpr std::size_t n = std::size(kErrorTable);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = i + 1; j < n; ++j) {
+      if (kErrorTable[i].code == kErrorTable[j].code) return false;
+      if (kErrorTable[i].wire == kErrorTable[j].wire) return false;
+    }
+  }
+  return true;
+}
+static_assert(rows_unique(), "two error rows share a number or a wire string");
 
 ErrorRow const* find_row(Errc code) noexcept {
   for (auto const& row : kErrorTable) {

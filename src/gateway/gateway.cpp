@@ -242,25 +242,52 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
   auto p = prepare(caller, std::move(request), claim);
   if (!p) return done(p.error());
   std::shared_ptr<Pending> pending = std::move(*p);
-  // The backend's checks that need an outside answer (an engine: the container exists, runs and
-  // can run the gate) come before the claim too: a refusal there consumes nothing. Immediate
-  // for backends with nothing to ask.
+  // In flight from here: a quiescence check or a drain sees this start while its preflight runs.
+  inflight_.emplace(
+      pending->req.execution_id,
+      Inflight{pending->request.identity.session_id, pending->request.identity.generation,
+               Principal{PrincipalKind::uid, caller.uid}.to_string(), std::nullopt});
+  // Native and reference starts ask no one before their claim: straight to the authorizing
+  // transaction, as fast as before.
+  if (!manager_->asks_before_claim(pending->request.plan)) {
+    return authorize_and_launch(std::move(pending), std::move(done));
+  }
+  // A backend that must ask an outside party (an engine: the container exists, runs and can run
+  // the gate) does so before the claim, so a refusal there consumes nothing — but only for a
+  // caller the authority accepts (a read-only check on the authorizer thread), so nobody learns
+  // from the engine what they may not use. The authorizing transaction checks again.
+  boost::asio::post(authorizer_, [this, pending, done = std::move(done)]() mutable {
+    Result<> checked = Error{Errc::internal, "not checked"};
+    try {
+      checked = store_->precheck(pending->req);
+    } catch (std::exception const& ex) {
+      checked = Error{Errc::internal, std::string{"authority check failed: "} + ex.what()};
+    }
+    boost::asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), pending,
+                            checked = std::move(checked), done = std::move(done)]() mutable {
+      if (alive.expired()) return;
+      if (!checked) return answer_async(pending->req.execution_id, checked.error(), done);
+      preflight_then_launch(std::move(pending), std::move(done));
+    });
+  });
+}
+
+void ExecutionGateway::preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done) {
   auto const& plan = pending->request.plan;
   manager_->preflight(plan, [this, alive = std::weak_ptr<bool>(alive_), pending,
                              done = std::move(done)](Result<> r) mutable {
     if (alive.expired()) return;
-    if (!r) return done(r.error());
-    if (draining_) return done(Error{Errc::daemon_shutting_down, "the daemon is shutting down"});
+    std::string const id = pending->req.execution_id;
+    if (!r) return answer_async(id, r.error(), done);
+    if (draining_) {
+      return answer_async(id, Error{Errc::daemon_shutting_down, "the daemon is shutting down"},
+                          done);
+    }
     authorize_and_launch(std::move(pending), std::move(done));
   });
 }
 
 void ExecutionGateway::authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done) {
-  Caller const& caller = pending->req.caller;
-  inflight_.emplace(
-      pending->req.execution_id,
-      Inflight{pending->request.identity.session_id, pending->request.identity.generation,
-               Principal{PrincipalKind::uid, caller.uid}.to_string(), std::nullopt});
   // An idle daemon (this is the only start in flight and nothing runs) has no one for the loop
   // to serve meanwhile: the loop makes the authorizing transaction itself, saving the two
   // cross-thread hand-offs. The registry is then free too (no

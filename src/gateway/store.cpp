@@ -502,6 +502,26 @@ Result<void> record_use(Db& db, AuthorityUse const& use) {
 
 }  // namespace
 
+Result<void> AuthorityStore::precheck(AuthorizeRequest const& req) {
+  if (req.identity == nullptr || req.plan == nullptr) {
+    return Error{Errc::internal, "precheck: incomplete request"};
+  }
+  return db_->read([&](Db& db) -> Result<void> {
+    CUSTOS_TRYV(refuse_replay(db, *req.identity));
+    AuthoritySnapshot const snap = CUSTOS_TRY(load_snapshot(db, req));
+    CheckInput in;
+    in.caller = req.caller;
+    in.identity = req.identity;
+    in.plan = req.plan;
+    in.plan_digest = req.plan_digest;
+    in.claim = &req.claim;
+    in.current = &snap;
+    in.now_ns = req.now_ns;
+    CUSTOS_TRYV(cross_check(in));
+    return Result<void>{};
+  });
+}
+
 Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
   if (req.identity == nullptr || req.plan == nullptr || req.execution_id.empty()) {
     return Error{Errc::internal, "authorize: incomplete request"};

@@ -202,7 +202,7 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
     core::ClassifyInput in;
     in.spawn_failed = true;
     in.trigger = trigger;
-    in.cleanup = core::Cleanup::confirmed;
+    in.cleanup = self->backend_->abort_cleanup();
     auto rec = core::make_terminal_record(in, failure);
     core::TerminalRecord record;
     if (rec) {
@@ -214,7 +214,7 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
     record.output = self->pumps_.accounting();
     record.resources = self->watch_.report(self->acquired_.pid > 0, 0);
     record.tree =
-        core::TreeReport{self->acquired_.boundary, core::Cleanup::confirmed,
+        core::TreeReport{self->acquired_.boundary, in.cleanup,
                          self->acquired_.kernel_enforced ? core::Containment::kernel_enforced
                                                          : core::Containment::escapable};
     record.escalation = core::EscalationReport{false, false};

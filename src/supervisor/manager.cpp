@@ -170,6 +170,11 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
                "missing: " + missing + (a.detail.empty() ? "" : "; " + a.detail));
 }
 
+bool ExecutionManager::asks_before_claim(core::ExecutionPlan const& plan) const noexcept {
+  auto const* b = backend_for(plan.backend.kind);
+  return b != nullptr && b->asks_before_claim();
+}
+
 void ExecutionManager::preflight(core::ExecutionPlan const& plan,
                                  std::function<void(Result<>)> done) {
   auto* b = backend_for(plan.backend.kind);

@@ -169,6 +169,21 @@ TEST_P(Containers, AMissingExecutableIsASpawnFailureAtExecve) {
   expect_container_running(engine_.running);
 }
 
+TEST_P(Containers, AMissingWorkingDirectoryIsASpawnFailureNotTheGatesVerdict) {
+  auto c = daemon_.client();
+  auto p = params({"/bin/true"});
+  p["plan"].as_object()["cwd"] = "no/such/dir";
+  auto const id = start(c, std::move(p));
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "spawn_failed") << json::serialize(t);
+  // The engine could not start the exec at all (its runtime's own status, or a refused start):
+  // never mistaken for the gate's "no executable" or "no limit".
+  std::string const step{t.at("spawn_error").at("code").as_string()};
+  EXPECT_TRUE(step == "exec_start" || step == "engine") << json::serialize(t);
+  expect_container_running(engine_.running);
+}
+
 TEST_P(Containers, EscapeesAreGoneAfterCancelAndTheContainerRuns) {
   auto c = daemon_.client();
   std::string const n = unique_sleep();
@@ -212,7 +227,8 @@ TEST_P(Containers, TheMarkerBoundaryEndsTheTreeWithoutACgroup) {
   auto c = marker.client();
   std::string const n = unique_sleep();
   auto const id = start(
-      c, params({"/bin/sh", "-c", "setsid sleep " + n + " & (sleep " + n + " &); exec sleep " + n}));
+      c,
+      params({"/bin/sh", "-c", "setsid sleep " + n + " & (sleep " + n + " &); exec sleep " + n}));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(await_sleeps(n, 3)) << host_sleeps(n).size();
   auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
@@ -262,6 +278,83 @@ TEST_P(Containers, PtyOutputSeesTheInitialSizeAndAResize) {
   auto const t = wait(c, id);
   EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
   EXPECT_NE(output(c, id, "pty").find("42 123"), std::string::npos) << output(c, id, "pty");
+}
+
+TEST_P(Containers, AStalledTerminalInputNeverHoldsTheTeardown) {
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  // The program never reads its terminal: input piles up in the engine's stream and the pty.
+  auto const id = start(c, params({"/bin/sh", "-c", "exec sleep " + n}, {}, {},
+                                  {{"mode", "pty"}, {"rows", 24}, {"cols", 80}}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 1));
+  std::string const chunk(48 * 1024, 'x');
+  std::string b64(boost::beast::detail::base64::encoded_size(chunk.size()), '\0');
+  b64.resize(boost::beast::detail::base64::encode(b64.data(), chunk.data(), chunk.size()));
+  std::size_t accepted = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto in = c.call(next_++, "exec.input", {{"execution_id", id}, {"data_b64", b64}});
+    if (in && in->contains("result")) ++accepted;
+  }
+  EXPECT_GT(accepted, 0U);
+  auto const t0 = std::chrono::steady_clock::now();
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result"));
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
+  // Bounded by the escalation (grace 2 s, kill after 5 s), not by the stalled input.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  EXPECT_TRUE(host_sleeps(n).empty());
+}
+
+TEST_P(Containers, AGrantNamesItsContainersAndARevokeFencesTheExec) {
+  Daemon d{DaemonOptions{{"--socket-mode", "0666"}, true, {}}};
+  ASSERT_TRUE(d.ready()) << d.log();
+  ::chmod(d.state().c_str(), 0711);  // the socket's directory, for the runner's uid
+  auto admin = d.client();
+  std::string const principal = "uid:" + std::to_string(nobody_uid());
+  auto grant = runner_grant(principal, "g-c");
+  grant["operations"] = json::array{"exec." + std::string{engine::to_string(GetParam())}};
+  grant["workspaces"] =
+      json::array{json::object{{"workspace_id", "w1"}, {"root", "/"}, {"max_access", "read_only"}}};
+  grant["containers"] = json::array{json::object{{"engine", engine::to_string(GetParam())},
+                                                 {"name", engine_.running},
+                                                 {"socket", engine_.socket}}};
+  auto g = admin.call(next_++, "authority.grant", grant);
+  ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+  std::string const n = unique_sleep();
+  auto with_grant = [](json::object p, std::uint64_t ep) {
+    p["authority"] = json::object{{"epoch", ep}, {"grant_id", "g-c"}, {"lease_id", nullptr}};
+    return p;
+  };
+  auto sleeper = params({"/bin/sh", "-c", "exec sleep " + n});
+  auto other = params({"/bin/true"}, engine_.stopped);
+  fs::path const sock = d.socket();
+  auto [rc, id] = as_user_output(nobody_uid(), 65534, {}, [&](std::string& out) {
+    LineClient c{sock};
+    auto l = c.call(1, "authority.list");
+    if (!l || !l->contains("result")) return 10;
+    auto const ep = l->at("result").at("epoch").to_number<std::uint64_t>();
+    // A container the grant does not name: refused, nothing consumed.
+    auto bad = c.call(2, "exec.start", with_grant(other, ep));
+    if (!bad || error_code_of(*bad) != "auth.container") return 11;
+    auto ok = c.call(3, "exec.start", with_grant(sleeper, ep));
+    if (!ok || !ok->contains("result")) return 12;
+    out = std::string{ok->at("result").at("execution_id").as_string()};
+    return 0;
+  });
+  ASSERT_EQ(rc, 0) << d.log();
+  ASSERT_TRUE(await_sleeps(n, 1));
+  auto rv = admin.call(next_++, "authority.revoke", {{"grant_id", "g-c"}});
+  ASSERT_TRUE(rv && rv->contains("result")) << (rv ? json::serialize(*rv) : "");
+  auto const& fenced = rv->at("result").at("fenced").as_array();
+  ASSERT_EQ(fenced.size(), 1U);
+  EXPECT_EQ(fenced[0].as_string(), id);
+  auto const t = wait(admin, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("trigger").as_string(), "lease_fence");
+  EXPECT_TRUE(host_sleeps(n).empty());
 }
 
 TEST_P(Containers, AMissingOrStoppedContainerIsRefusedBeforeAnyClaim) {

@@ -225,6 +225,10 @@ class BackendExecution {
   virtual void release(std::function<void(Step<std::monostate>)> done) = 0;
   // Drops a root still held at its barrier: nothing of the target runs. Idempotent.
   virtual void abort() = 0;
+  // What abort() (or a failed acquire) left behind: confirmed when the root was seen gone and
+  // nothing of it can remain; unconfirmed when that could not be seen (an engine's exec whose
+  // gate was never identified). Read by the spawn failure's terminal record.
+  [[nodiscard]] virtual core::Cleanup abort_cleanup() const { return core::Cleanup::confirmed; }
   // The target runs: output, exit and tree notifications start flowing into `port`, which
   // outlives this object.
   virtual void start(ExecutionPort& port) = 0;
@@ -293,6 +297,9 @@ class Backend {
     (void)plan;
     done(Result<>{});
   }
+  // Whether preflight asks anyone (the gateway then checks the authority first, read-only, so
+  // that a caller it refuses learns nothing from the answer).
+  [[nodiscard]] virtual bool asks_before_claim() const noexcept { return false; }
   // The per-execution side (nothing is created until acquire).
   [[nodiscard]] virtual std::shared_ptr<BackendExecution> create(std::string execution_id) = 0;
   // Host-wide upkeep the manager asks for: is `pid` the live root of one of this backend's

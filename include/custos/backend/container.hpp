@@ -72,6 +72,7 @@ class ContainerBackend final : public Backend {
   // The engine checks that need an answer: engine.unavailable, engine.container_not_found,
   // engine.container_not_running, engine.gate_unavailable.
   void preflight(core::ExecutionPlan const& plan, std::function<void(Result<>)> done) override;
+  [[nodiscard]] bool asks_before_claim() const noexcept override { return true; }
   [[nodiscard]] std::shared_ptr<BackendExecution> create(std::string execution_id) override;
 
   [[nodiscard]] ContainerConfig const& config() const noexcept { return config_; }

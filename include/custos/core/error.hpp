@@ -133,9 +133,9 @@ enum class Errc : std::uint16_t {
   auth_replay = 6017,
   auth_user = 6018,
   auth_digest_mismatch = 6019,
-  auth_container = 6020,  // the grant does not name the plan's engine container
   lease_conflict = 6020,
   lease_not_found = 6021,
+  auth_container = 6022,  // the grant does not name the plan's engine container
 
   // 7xxx — sandbox
   sandbox_invalid = 7000,

@@ -203,6 +203,8 @@ class ExecutionGateway {
   void authorize(Pending& pending) noexcept;
   // After the backend's preflight: the authorizing transaction (on the loop or the authorizer
   // thread), then the launch.
+  // The backend's preflight (after the read-only authority check), then as above.
+  void preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done);
   void authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done);
   // start_async on the loop, once the authorizing transaction ended: the manager's launch.
   void launch_async(std::shared_ptr<Pending> p, StartDone done);

@@ -173,6 +173,10 @@ class AuthorityStore {
   // req.record is set, create the execution record. Any error leaves the database exactly as
   // it was (no claim, no record, no budget change).
   [[nodiscard]] Result<AuthorityUse> authorize(AuthorizeRequest const& req);
+  // authorize()'s checks (replay, the current authority, cross_check) without any write: for a
+  // start that must ask someone outside the daemon before its claim (an engine's preflight), so
+  // a caller the authority refuses learns nothing from that party. authorize() checks again.
+  [[nodiscard]] Result<void> precheck(AuthorizeRequest const& req);
   // Settles the budget of a terminal execution: its reservation is replaced by what the
   // terminal record observed (cpu_ms; wall_ms). Idempotent (a settled use is left alone).
   [[nodiscard]] Result<void> settle(std::string_view execution_id, core::TerminalRecord const& t);

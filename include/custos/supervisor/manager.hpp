@@ -67,6 +67,8 @@ class ExecutionManager {
   // engine: the container exists, runs and can run the gate). No effect; `done` on the loop
   // (or at once when there is nothing to ask).
   void preflight(core::ExecutionPlan const& plan, std::function<void(Result<>)> done);
+  // Whether preflight() asks anyone outside the daemon for this plan's backend.
+  [[nodiscard]] bool asks_before_claim(core::ExecutionPlan const& plan) const noexcept;
 
   // Launches the plan under `permit` (launch_permit.hpp), which must be valid and minted for this
   // request: its plan digest is the request's, its claim the identity's (action_id, process_id);

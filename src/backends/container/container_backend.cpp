@@ -17,11 +17,12 @@ namespace asio = boost::asio;
 
 // The gate. "$1" is the descriptor limit ("-" for none), "$2" the executable path, then its
 // arguments (argv[0] of the target is that path). It refuses an executable that is missing or not
-// executable for the exec's user (exit 127) and a limit it cannot set (exit 126), both before it
-// stops; then it stops itself, and once continued runs the target.
+// executable for the exec's user (exit 120) and a limit it cannot set (exit 121), both before it
+// stops — its own statuses, not the 126/127 engines give an exec they could not start; then it
+// stops itself, and once continued runs the target.
 constexpr std::string_view kGate =
-    "n=$1; shift; [ -f \"$1\" ] && [ -x \"$1\" ] || exit 127; "
-    "[ \"$n\" = - ] || ulimit -n \"$n\" || exit 126; kill -STOP $$; exec \"$@\"";
+    "n=$1; shift; [ -f \"$1\" ] && [ -x \"$1\" ] || exit 120; "
+    "[ \"$n\" = - ] || ulimit -n \"$n\" || exit 121; kill -STOP $$; exec \"$@\"";
 
 // The probe: can this container run the gate's program at all (a /bin/sh with kill, ulimit and
 // exec)?

@@ -18,10 +18,14 @@ using std::chrono::milliseconds;
 
 // How often the gate's arrival is looked at (the host's /proc, not the engine).
 constexpr milliseconds kGatePoll{1};
-// The gate's exit status when the executable is missing or not executable for the exec's user,
-// and when it cannot set the descriptor limit.
-constexpr int kGateNoExecutable = 127;
-constexpr int kGateNoLimit = 126;
+// The gate's own exit statuses (container_backend.cpp): the executable is missing or not
+// executable for the exec's user; the descriptor limit cannot be set. Not 126/127, which the
+// engines use for an exec their runtime could not start (a missing working directory).
+constexpr int kGateNoExecutable = 120;
+constexpr int kGateNoLimit = 121;
+// How long an aborted gate may take to be seen dead after its SIGKILL (a stopped process dies
+// at once; this bounds a blocking wait on the loop of a failure path).
+constexpr milliseconds kGateDeathWait{50};
 // PF_EXITING in /proc/PID/stat's flags: the process is inside exit(2).
 constexpr std::uint64_t kPfExiting = 0x4;
 
@@ -73,7 +77,7 @@ ContainerExecution::ContainerExecution(ContainerBackend& host, std::string execu
     : host_(&host), io_(host.io()), id_(std::move(execution_id)), engine_(host.config().engine) {}
 
 ContainerExecution::~ContainerExecution() {
-  if (stream_) stream_->close();
+  if (io_state_.stream) io_state_.stream->close();
 }
 
 // ------------------------------------------------------------------------------ acquire
@@ -84,8 +88,8 @@ void ContainerExecution::acquire(LaunchContext const& ctx,
   launching_->ctx = ctx;
   launching_->done = std::move(done);
   PlanView const& plan = *ctx.view;
-  chunk_bytes_ = static_cast<std::size_t>(plan.chunk_bytes);
-  tty_ = plan.pty;
+  io_state_.chunk_bytes = static_cast<std::size_t>(plan.chunk_bytes);
+  io_state_.tty = plan.pty;
   client_ = host_->client(ctx.plan->backend.socket.value_or(""));
   auto m = sys::Marker::generate();
   if (!m) return fail("marker", m.error());
@@ -151,7 +155,7 @@ void ContainerExecution::on_created(Result<std::string> exec_id) {
   if (!launching_) return;
   if (!exec_id) return fail("engine", exec_id.error());
   exec_id_ = *exec_id;
-  client_->start_exec(exec_id_, tty_, host_->config().call_timeout,
+  client_->start_exec(exec_id_, io_state_.tty, host_->config().call_timeout,
                       [self = shared_from_this()](Result<std::shared_ptr<engine::ExecStream>> s) {
                         self->on_started(std::move(s));
                       });
@@ -160,8 +164,8 @@ void ContainerExecution::on_created(Result<std::string> exec_id) {
 void ContainerExecution::on_started(Result<std::shared_ptr<engine::ExecStream>> stream) {
   if (!launching_) return;
   if (!stream) return fail("engine", stream.error());
-  stream_ = std::move(*stream);
-  stream_open_ = true;
+  io_state_.stream = std::move(*stream);
+  io_state_.open = true;
   PlanView const& plan = *launching_->ctx.view;
   if (plan.pty) {
     // Engines below API 1.42 ignore the size given at create: set it while the gate holds, so
@@ -180,7 +184,8 @@ void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) 
   if (!launching_) return;
   if (!inspect) return fail("gate", inspect.error());
   if (!inspect->running && inspect->exit_code) {
-    // The gate ended before it stopped: it found no executable (127), or /bin/sh itself failed.
+    // The gate ended before it stopped: it found no executable, could not set the limit, or the
+    // engine could not start it at all.
     if (*inspect->exit_code == kGateNoExecutable) {
       PlanView const& plan = *launching_->ctx.view;
       return fail(
@@ -188,7 +193,7 @@ void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) 
           Error(Errc::spawn_failed,
                 plan.executable + ": not found or not executable in the container", ENOENT));
     }
-    if (*inspect->exit_code == kGateNoLimit) {
+    if (*inspect->exit_code == kGateNoLimit && launching_->ctx.view->open_files) {
       PlanView const& plan = *launching_->ctx.view;
       return fail("rlimit", Error(Errc::spawn_failed,
                                   "the container refuses RLIMIT_NOFILE " +
@@ -196,9 +201,11 @@ void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) 
                                       " (above its hard limit?)",
                                   EPERM));
     }
-    return fail("gate", Error(Errc::engine_gate_unavailable,
-                              "the gate ended with status " + std::to_string(*inspect->exit_code) +
-                                  " before it stopped"));
+    return fail("exec_start",
+                Error(Errc::engine_failed,
+                      "the exec ended with status " + std::to_string(*inspect->exit_code) +
+                          " before its gate stopped (the engine could not start it: a missing "
+                          "working directory or user?)"));
   }
   if (inspect->pid > 0) return gate_step(inspect->pid);
   if (Clock::now() >= launching_->gate_deadline) {
@@ -232,10 +239,8 @@ void ContainerExecution::poll_gate() {
   launching_->timer.expires_after(kGatePoll);
   launching_->timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || !self->launching_) return;
-    // Once the engine named the pid, the host's /proc is read until the process there is the
-    // stopped gate; the engine is asked again only while it named none, or once the process it
-    // named ended (an exited gate's status shows there).
-    if (self->gate_ && self->gate_->alive()) return self->gate_step(self->gate_->pid());
+    // The engine is asked each time: an exited gate's status shows there before a recycled pid
+    // could be mistaken for it.
     self->client_->inspect_exec(
         self->exec_id_, self->host_->config().call_timeout,
         [self](Result<engine::ExecInspect> r) { self->on_exec_inspected(std::move(r)); });
@@ -243,10 +248,11 @@ void ContainerExecution::poll_gate() {
 }
 
 Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
-  if (!gate_ || gate_->pid() != pid) {
+  // A candidate until every check passed: only a verified gate is ever signalled.
+  if (!candidate_ || candidate_->pid() != pid) {
     auto fd = sys::Pidfd::open(pid);
     if (!fd) return fd.error().sys_errno == ESRCH ? Result<bool>{false} : Result<bool>{fd.error()};
-    gate_ = std::move(*fd);
+    candidate_ = std::move(*fd);
   }
   // Everything below is read by pid, then the pidfd is checked alive: a live process holds its
   // pid, so what was read belongs to the process behind the pidfd.
@@ -256,7 +262,7 @@ Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
   auto env = sys::read_file_at(*dir, "environ", std::size_t{1} << 20);
   if (!env || !sys::environ_has_marker(*env, *marker_)) return false;
   auto ns = sys::pid_namespace_inode(std::to_string(pid));
-  if (!ns) return ns.error();
+  if (!ns) return candidate_->alive() ? Result<bool>{ns.error()} : Result<bool>{false};
   if (*ns != pid_ns_) {
     return Error(Errc::identity_mismatch, "pid " + std::to_string(pid) +
                                               " carries the exec's marker outside the "
@@ -264,7 +270,9 @@ Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
   }
   auto st = read_stat(pid);
   if (!st || st->state != 'T') return false;  // not stopped at the gate yet
-  if (!gate_->alive()) return false;
+  if (!candidate_->alive()) return false;
+  gate_ = std::move(candidate_);
+  candidate_.reset();
   return true;
 }
 
@@ -315,11 +323,17 @@ Step<Acquired> ContainerExecution::enter_boundary() {
     std::string const rel = cgroup_->path().substr(mount.size());
     // A process stopped at the gate cannot end by itself, so the pid still names it here; the
     // move is then checked through the pidfd (alive, and its cgroup is the new one).
+    if (!gate_->alive()) {
+      return failure("gate", Error(Errc::identity_mismatch, "the gate ended before its move"));
+    }
     if (auto a = cgroup_->attach(pid); !a) return failure("cgroup", a.error());
     auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
     auto text = dir ? sys::read_file_at(*dir, "cgroup") : Result<std::string>{dir.error()};
     auto own = text ? sys::parse_own_cgroup(*text) : Result<std::string>{text.error()};
     if (!own || *own != rel || !gate_->alive()) {
+      // What moved in is not known to be ours: never cgroup.kill it. Only an empty cgroup goes.
+      (void)cgroup_->remove();
+      cgroup_.reset();
       return failure("cgroup", Error(Errc::identity_mismatch,
                                      "the gate is not in " + rel + " after the move"));
     }
@@ -344,6 +358,10 @@ Step<Acquired> ContainerExecution::enter_boundary() {
   tree_ = host_->native().create(id_);
   auto acq = tree_->adopt(std::move(a));
   if (!acq) return failure("gate", acq.error());
+  if (cgroup_ && acq->cgroup_path.empty()) {
+    return failure("cgroup", Error(Errc::cgroup_failed,
+                                   "the tree could not open " + cgroup_->path() + " it was given"));
+  }
   // The tree half removes the cgroup when it closes: one owner.
   cgroup_.reset();
   // A process in a container may hold CAP_SYS_ADMIN over a cgroup namespace of its own: the
@@ -364,7 +382,16 @@ void ContainerExecution::fail(std::string step, Error const& e) {
 }
 
 void ContainerExecution::discard() {
-  if (gate_) (void)gate_->send_signal(SIGKILL);
+  std::vector<std::string> why;
+  if (gate_) {
+    (void)gate_->send_signal(SIGKILL);
+    auto const until = Clock::now() + kGateDeathWait;
+    while (gate_->alive() && Clock::now() < until) ::usleep(500);
+    if (gate_->alive()) why.emplace_back("the gate was not seen dead after its SIGKILL");
+  } else if (!exec_id_.empty()) {
+    why.emplace_back("the engine's exec " + exec_id_.substr(0, 12) +
+                     " was started but its gate never identified");
+  }
   if (tree_) {
     (void)tree_->kill_tree();
   } else if (marker_ && pid_ns_ != 0) {
@@ -373,22 +400,26 @@ void ContainerExecution::discard() {
     sys::MarkerSweepOptions o;
     o.pid_ns_inode = pid_ns_;
     o.max_rounds = 4;
-    (void)sys::marker_sweep(*marker_, o);
+    auto sw = sys::marker_sweep(*marker_, o);
+    if (!sw || !sw->confirmed)
+      why.emplace_back("the marker sweep of the container was not confirmed");
   }
-  if (stream_) stream_->close();
-  stream_open_ = false;
+  if (io_state_.stream) io_state_.stream->close();
+  io_state_.open = false;
   if (cgroup_) {
     (void)cgroup_->kill();
-    (void)cgroup_->remove();
+    if (!cgroup_->remove()) why.emplace_back("the exec's cgroup " + cgroup_->path() + " remained");
     cgroup_.reset();
   }
+  for (auto& w : why) discard_unconfirmed_ += (discard_unconfirmed_.empty() ? "" : "; ") + w;
 }
 
 // ------------------------------------------------------------------------------ release
 
 void ContainerExecution::release(std::function<void(Step<std::monostate>)> done) {
   released_ = true;
-  auto sent = gate_ ? gate_->send_signal(SIGCONT) : Result<bool>{false};
+  // A zombie still takes a signal: a gate that died after its checks did not start anything.
+  auto sent = gate_ && gate_->alive() ? gate_->send_signal(SIGCONT) : Result<bool>{false};
   gate_.reset();
   Step<std::monostate> verdict = std::monostate{};
   if (!sent || !*sent) {
@@ -420,19 +451,20 @@ Result<Acquired> ContainerExecution::adopt(AdoptContext ctx) {
 void ContainerExecution::start(ExecutionPort& port) {
   port_ = &port;
   tree_->start(*this);
-  if (!stream_) return;  // adopted after a restart: the supervisor accounts the streams lost
+  if (!io_state_.stream)
+    return;  // adopted after a restart: the supervisor accounts the streams lost
   port_->task_begun();
-  stream_->start(
+  io_state_.stream->start(
       [self = shared_from_this()](engine::StdStream s, std::span<std::uint8_t const> bytes) {
         self->deliver(s, bytes);
       },
       [self = shared_from_this()](engine::StreamEnd end) {
-        bool const was_open = self->stream_open_;
-        self->stream_open_ = false;
+        bool const was_open = self->io_state_.open;
+        self->io_state_.open = false;
         if (self->port_ == nullptr) return;
         if (was_open) {
           bool const complete = end.kind == engine::StreamEnd::Kind::eof;
-          if (self->tty_) {
+          if (self->io_state_.tty) {
             self->port_->on_stream_end(core::Stream::pty, complete);
           } else {
             self->port_->on_stream_end(core::Stream::stdout_stream, complete);
@@ -444,13 +476,13 @@ void ContainerExecution::start(ExecutionPort& port) {
 }
 
 void ContainerExecution::deliver(engine::StdStream s, std::span<std::uint8_t const> bytes) {
-  if (port_ == nullptr || !stream_open_) return;
-  core::Stream const stream = tty_                          ? core::Stream::pty
+  if (port_ == nullptr || !io_state_.open) return;
+  core::Stream const stream = io_state_.tty                 ? core::Stream::pty
                               : s == engine::StdStream::err ? core::Stream::stderr_stream
                                                             : core::Stream::stdout_stream;
   // The supervisor takes at most chunk_bytes at a time.
-  while (!bytes.empty()) {
-    std::size_t const n = std::min(bytes.size(), chunk_bytes_);
+  while (!bytes.empty() && port_ != nullptr && io_state_.open) {
+    std::size_t const n = std::min(bytes.size(), io_state_.chunk_bytes);
     port_->on_output(stream, bytes.first(n));
     bytes = bytes.subspan(n);
   }
@@ -473,7 +505,19 @@ void ContainerExecution::on_root_exit(std::optional<core::ExitStatus> status) {
     port_->on_backend_failure("container " + container_id_.substr(0, 12) +
                               " stopped while the exec ran");
   }
-  port_->on_root_exit(status);
+  if (status || exec_id_.empty()) return port_->on_root_exit(status);
+  // The kernel could not say (no PIDFD_INFO_EXIT before Linux 6.15: the root is the engine
+  // shim's child, not ours): the engine's recorded exit code is the next best witness.
+  port_->task_begun();
+  client_->wait_exec(exec_id_, host_->config().call_timeout,
+                     [self = shared_from_this()](Result<engine::ExecInspect> r) {
+                       if (self->port_ == nullptr) return;
+                       std::optional<core::ExitStatus> st;
+                       if (r && r->exit_code) st = core::ExitStatus{*r->exit_code, std::nullopt};
+                       self->observed_engine_exit_ = st.has_value();
+                       self->port_->on_root_exit(st);
+                       self->port_->task_ended();
+                     });
 }
 
 bool ContainerExecution::container_went_away() const {
@@ -487,19 +531,21 @@ bool ContainerExecution::container_went_away() const {
 }
 
 bool ContainerExecution::has_input() const noexcept {
-  return stream_ != nullptr && stream_open_;
+  return io_state_.stream != nullptr && io_state_.open;
 }
 
 InputWrite ContainerExecution::write_input(std::span<std::uint8_t const> bytes) {
-  if (!stream_) return InputWrite{0, false, true};
-  auto const w = stream_->try_write(bytes);
+  if (!io_state_.stream) return InputWrite{0, false, true};
+  auto const w = io_state_.stream->try_write(bytes);
   return InputWrite{w.written, w.would_block, w.closed};
 }
 
 void ContainerExecution::await_input_writable() {
-  if (!stream_ || port_ == nullptr) return;
+  if (!io_state_.stream || port_ == nullptr || io_state_.input_waiting) return;
+  io_state_.input_waiting = true;
   port_->task_begun();
-  stream_->await_writable([self = shared_from_this()](Result<>) {
+  io_state_.stream->await_writable([self = shared_from_this()](Result<>) {
+    self->io_state_.input_waiting = false;
     if (self->port_ == nullptr) return;
     // Writable, or closed: the next write tells which.
     self->port_->on_input_writable();
@@ -508,13 +554,25 @@ void ContainerExecution::await_input_writable() {
 }
 
 void ContainerExecution::close_input(bool eof) {
-  (void)eof;  // the exec reads end-of-file either way: the write half is shut
-  if (stream_) (void)stream_->close_input();
+  if (!io_state_.stream) return;
+  if (io_state_.tty) {
+    // A terminal reads end-of-file from its EOF character, as a native PTY is given; shutting
+    // the connection's write half would be a hangup to some engines, not an EOF.
+    if (eof) {
+      std::uint8_t const veof = 0x04;
+      (void)io_state_.stream->try_write(std::span<std::uint8_t const>{&veof, 1});
+    }
+    return;
+  }
+  (void)io_state_.stream->close_input();
 }
 
 Result<> ContainerExecution::resize(std::uint16_t rows, std::uint16_t cols) {
-  if (!tty_) return Error(Errc::exec_not_pty, id_ + " has no terminal");
-  if (exec_id_.empty() || port_ == nullptr) return Error(Errc::exec_not_running, id_);
+  if (exec_id_.empty() || port_ == nullptr) {
+    return Error(Errc::exec_not_running,
+                 id_ + ": no engine exec to resize (adopted after a restart)");
+  }
+  if (!io_state_.tty) return Error(Errc::exec_not_pty, id_ + " has no terminal");
   port_->task_begun();
   client_->resize_exec(exec_id_, rows, cols, host_->config().call_timeout,
                        [self = shared_from_this()](Result<void>) {
@@ -531,21 +589,21 @@ void ContainerExecution::final_scan(std::function<void(FinalScan)> done) {
 
 std::vector<core::Stream> ContainerExecution::close_streams() {
   std::vector<core::Stream> open;
-  if (stream_ && stream_open_) {
-    stream_open_ = false;
-    if (tty_) {
+  if (io_state_.stream && io_state_.open) {
+    io_state_.open = false;
+    if (io_state_.tty) {
       open.push_back(core::Stream::pty);
     } else {
       open = {core::Stream::stdout_stream, core::Stream::stderr_stream};
     }
-    stream_->close();  // its end arrives later and only ends its task
+    io_state_.stream->close();  // its end arrives later and only ends its task
   }
   return open;
 }
 
 void ContainerExecution::close() {
-  if (stream_) stream_->close();
-  stream_open_ = false;
+  if (io_state_.stream) io_state_.stream->close();
+  io_state_.open = false;
   if (tree_) tree_->close();
   gate_.reset();
   init_.reset();
@@ -554,11 +612,15 @@ void ContainerExecution::close() {
 void ContainerExecution::detach() {
   if (detached_) return;
   detached_ = true;
-  // A launch still at the gate is abandoned: nothing of the target ran, so it is ended.
-  if (launching_) abort();
+  // A launch still at the gate (acquiring, or acquired and not yet released) is abandoned:
+  // nothing of the target ran, so it is ended, and its cgroup goes with it.
+  if (launching_ || (gate_ && !released_)) {
+    abort();
+    if (tree_) tree_->close();
+  }
   port_ = nullptr;
   if (tree_) tree_->detach();
-  if (stream_) stream_->close();
+  if (io_state_.stream) io_state_.stream->close();
 }
 
 core::Observations ContainerExecution::observations() const {
@@ -569,6 +631,7 @@ core::Observations ContainerExecution::observations() const {
   if (!exec_id_.empty()) o["exec"] = exec_id_;
   o["cgroup_placement"] = placement_.empty() ? "none" : placement_;
   if (backend_failed_) o["container_stopped"] = "true";
+  if (observed_engine_exit_) o["exit_status_from"] = "engine";
   return o;
 }
 

@@ -42,6 +42,9 @@ class ContainerExecution final : public BackendExecution,
   void acquire(LaunchContext const& ctx, std::function<void(Step<Acquired>)> done) override;
   void release(std::function<void(Step<std::monostate>)> done) override;
   void abort() override;
+  [[nodiscard]] core::Cleanup abort_cleanup() const override {
+    return discard_unconfirmed_.empty() ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
+  }
   void start(ExecutionPort& port) override;
   // After a daemon restart: the tree is taken over as a native one (the engine's stream died
   // with the previous daemon, so no output is kept).
@@ -118,7 +121,6 @@ class ContainerExecution final : public BackendExecution,
   [[nodiscard]] bool container_went_away() const;
 
   ContainerBackend* host_;
-  std::weak_ptr<bool> alive_;
   boost::asio::io_context& io_;
   std::string id_;
   engine::EngineKind engine_;
@@ -130,18 +132,26 @@ class ContainerExecution final : public BackendExecution,
   std::optional<sys::Marker> marker_;
   std::string exec_id_;
   std::string container_id_;
-  std::shared_ptr<engine::ExecStream> stream_;
-  bool tty_ = false;
-  std::size_t chunk_bytes_ = 65536;
-  bool stream_open_ = false;
-  std::optional<sys::Pidfd> gate_;  // the exec's first process until the tree half takes it
-  std::optional<sys::Pidfd> init_;  // the container's init: its end is the container's
+  // The engine's hijacked stream: the exec's output and input.
+  struct Io {
+    std::shared_ptr<engine::ExecStream> stream;
+    bool tty = false;
+    std::size_t chunk_bytes = 65536;
+    bool open = false;           // output still reported (not ended, not closed at its bound)
+    bool input_waiting = false;  // one await_writable at a time
+  };
+  Io io_state_;
+  std::optional<sys::Pidfd> candidate_;  // the process the engine named, not yet verified
+  std::optional<sys::Pidfd> gate_;       // the verified gate, kept for its release (SIGCONT)
+  std::optional<sys::Pidfd> init_;       // the container's init: its end is the container's
   std::uint64_t pid_ns_ = 0;
   std::optional<sys::CgroupDir> cgroup_;  // made here, handed to the tree half by path
   std::string placement_;                 // "container", "daemon" or "" (marker)
   std::shared_ptr<BackendExecution> tree_;
   bool released_ = false;
   bool backend_failed_ = false;
+  bool observed_engine_exit_ = false;  // the exit code is the engine's (no PIDFD_INFO_EXIT)
+  std::string discard_unconfirmed_;    // why an aborted launch's cleanup cannot be confirmed
 };
 
 }  // namespace custos::backend

@@ -6,6 +6,8 @@
 // parent reaped it.
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+
 #include "custos/sys/openat2.hpp"
 
 #include "native_execution.hpp"
@@ -17,6 +19,9 @@ using std::chrono::milliseconds;
 
 // Systemd as PID 1 reaps at once; some inits poll (about every second on the build machines).
 constexpr milliseconds kAdoptedStatusWait{5000};
+// The first look comes soon (an engine's shim reaps its exec at once, and every container exec
+// ends this way), then the pause doubles up to the last value.
+constexpr milliseconds kAdoptedStatusFirstPoll{1};
 constexpr milliseconds kAdoptedStatusPoll{20};
 
 }  // namespace
@@ -85,8 +90,10 @@ bool NativeExecution::await_adopted_status() {
   auto& until = adoption_->status_until;
   if (!until) until = now + kAdoptedStatusWait;
   if (now >= *until) return false;
+  auto& pause = adoption_->status_poll;
+  pause = pause.count() == 0 ? kAdoptedStatusFirstPoll : std::min(pause * 2, kAdoptedStatusPoll);
   port_->task_begun();
-  exit_retry_timer_.expires_after(kAdoptedStatusPoll);
+  exit_retry_timer_.expires_after(pause);
   exit_retry_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!self->live()) return;
     if (!ec) self->on_exit_ready();

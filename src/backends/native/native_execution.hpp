@@ -163,6 +163,7 @@ class NativeExecution final : public BackendExecution,
   // Set when adopted after a restart (native_adopt.cpp): no stdio, the root not our child.
   struct Adoption {
     std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
+    std::chrono::milliseconds status_poll{0};  // the last pause of that wait
     std::string unconfirmed;    // a reason the final scan cannot confirm (cgroup unusable)
     bool after_restart = true;  // AdoptContext::after_restart
     std::optional<std::uint64_t> pid_ns;  // the marker sweep's PID namespace, if limited

@@ -293,6 +293,7 @@ class Backend {
   // Before any claim is consumed, after admit: the checks that need an answer from outside the
   // daemon (an engine: is the container there and running?). No effect; `done` may complete at
   // once (the default: nothing to ask).
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): overriders keep `done` for later
   virtual void preflight(core::ExecutionPlan const& plan, std::function<void(Result<>)> done) {
     (void)plan;
     done(Result<>{});

@@ -32,11 +32,8 @@
 #pragma GCC diagnostic pop
 
 #include "custos/backend/backend.hpp"
+#include "custos/engine/client.hpp"
 #include "custos/engine/wire.hpp"
-
-namespace custos::engine {
-class Client;
-}
 
 namespace custos::backend {
 
@@ -78,6 +75,11 @@ class ContainerBackend final : public Backend {
   [[nodiscard]] ContainerConfig const& config() const noexcept { return config_; }
   // The client of `socket` (the configured one when empty), made on first use.
   [[nodiscard]] std::shared_ptr<engine::Client> client(std::string const& socket);
+  // What the preflight of a start just read of its container (socket + reference), handed to
+  // that start's acquire once and only while fresh (kRecentInspect): one engine round trip
+  // less per exec. Acquire checks it again through the init's pidfd.
+  [[nodiscard]] std::optional<engine::ContainerInfo> take_recent(std::string const& socket,
+                                                                 std::string const& ref);
   [[nodiscard]] NativeBackend& native() noexcept { return native_; }
   [[nodiscard]] boost::asio::io_context& io() noexcept { return io_; }
 
@@ -91,6 +93,8 @@ class ContainerBackend final : public Backend {
   // after this backend is gone.
   std::shared_ptr<std::map<std::string, std::string>> gate_ok_ =
       std::make_shared<std::map<std::string, std::string>>();
+  struct Recent;
+  std::shared_ptr<std::map<std::string, Recent>> recent_;
 };
 
 // The gate's shell program (argv after "/bin/sh", "-c"), for tests and the docs.

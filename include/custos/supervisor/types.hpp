@@ -175,7 +175,7 @@ struct ManagerConfig {
   // After the tree was killed: how long the readers may still take to reach EOF before they
   // are closed and the stream (and the cleanup) is recorded incomplete/unconfirmed.
   std::chrono::milliseconds reader_close_bound{2000};
-  std::size_t stdin_queue_bytes = 256 * 1024;  // in-memory stdin queue bound
+  std::size_t stdin_queue_bytes = std::size_t{256} * 1024;  // in-memory stdin queue bound
   std::size_t retained_event_count = 4096;     // replay buffer bound in events
   std::size_t terminal_history = 4096;         // terminal executions kept for get/wait
   std::uint32_t marker_sweep_rounds = 64;

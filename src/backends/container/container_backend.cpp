@@ -29,10 +29,14 @@ constexpr std::string_view kGate =
 constexpr std::string_view kProbe = "kill -0 $$ && ulimit -n >/dev/null && exec true";
 
 using GateCache = std::shared_ptr<std::map<std::string, std::string>>;
+using Clock = std::chrono::steady_clock;
+
+// How long a preflight's inspect stands in for the acquire's own.
+constexpr std::chrono::milliseconds kRecentInspect{2000};
 
 // Runs the gate's program once in the container; `ok` remembers a container that passed.
 void probe_gate(std::shared_ptr<engine::Client> const& c, engine::ContainerInspect const& in,
-                std::chrono::milliseconds timeout, GateCache ok,
+                std::chrono::milliseconds timeout, GateCache const& ok,
                 std::function<void(Result<>)> done) {
   // Any refusal of the probe other than the engine or the container going away means the
   // container cannot run the gate: engine.gate_unavailable, the engine's message kept.
@@ -58,7 +62,7 @@ void probe_gate(std::shared_ptr<engine::Client> const& c, engine::ContainerInspe
               // Its output is discarded; the stream is kept open until the exec ends.
               auto stream = *s;
               stream->start([](engine::StdStream, std::span<std::uint8_t const>) {},
-                            [stream](engine::StreamEnd) {});
+                            [stream](engine::StreamEnd const&) {});
               c->wait_exec(
                   exec, timeout,
                   [in, refuse, stream, ok,
@@ -83,9 +87,27 @@ std::string_view container_gate_script() noexcept {
   return kGate;
 }
 
+struct ContainerBackend::Recent {
+  Clock::time_point at;
+  engine::ContainerInfo info;
+};
+
 ContainerBackend::ContainerBackend(boost::asio::io_context& io, ContainerConfig config,
                                    NativeBackend& native)
-    : io_(io), config_(std::move(config)), native_(native) {}
+    : io_(io),
+      config_(std::move(config)),
+      native_(native),
+      recent_(std::make_shared<std::map<std::string, Recent>>()) {}
+
+std::optional<engine::ContainerInfo> ContainerBackend::take_recent(std::string const& socket,
+                                                                   std::string const& ref) {
+  auto it = recent_->find((socket.empty() ? config_.socket : socket) + "\n" + ref);
+  if (it == recent_->end()) return std::nullopt;
+  auto r = std::move(it->second);
+  recent_->erase(it);
+  if (Clock::now() - r.at > kRecentInspect) return std::nullopt;
+  return std::move(r.info);
+}
 
 ContainerBackend::~ContainerBackend() {
   for (auto& [socket, c] : clients_) c->cancel();
@@ -157,8 +179,9 @@ void ContainerBackend::preflight(core::ExecutionPlan const& plan,
                                  std::function<void(Result<>)> done) {
   auto c = client(plan.backend.socket.value_or(""));
   std::string const ref = plan.backend.container.value_or("");
+  std::string const key = c->endpoint().socket + "\n" + ref;
   c->inspect_container(ref, config_.call_timeout,
-                       [c, ok = gate_ok_, timeout = config_.call_timeout,
+                       [c, ok = gate_ok_, recent = recent_, key, timeout = config_.call_timeout,
                         done = std::move(done)](Result<engine::ContainerInfo> info) mutable {
                          if (!info) return done(info.error());
                          auto const& in = info->inspect;
@@ -170,6 +193,8 @@ void ContainerBackend::preflight(core::ExecutionPlan const& plan,
                            return done(info->init_error.value_or(
                                Error(Errc::engine_container_not_running, in.name)));
                          }
+                         // Bounded: one entry per container reference in use.
+                         (*recent)[key] = Recent{Clock::now(), *info};
                          auto it = ok->find(in.id);
                          if (it != ok->end() && it->second == in.started_at) return done({});
                          probe_gate(c, in, timeout, ok, std::move(done));

@@ -94,6 +94,10 @@ void ContainerExecution::acquire(LaunchContext const& ctx,
   auto m = sys::Marker::generate();
   if (!m) return fail("marker", m.error());
   marker_ = *m;
+  if (auto recent = host_->take_recent(ctx.plan->backend.socket.value_or(""),
+                                       ctx.plan->backend.container.value_or(""))) {
+    return on_inspected(std::move(*recent));
+  }
   client_->inspect_container(ctx.plan->backend.container.value_or(""), host_->config().call_timeout,
                              [self = shared_from_this()](Result<engine::ContainerInfo> info) {
                                self->on_inspected(std::move(info));
@@ -171,7 +175,7 @@ void ContainerExecution::on_started(Result<std::shared_ptr<engine::ExecStream>> 
     // Engines below API 1.42 ignore the size given at create: set it while the gate holds, so
     // the first program of the target sees it either way.
     client_->resize_exec(exec_id_, plan.rows, plan.cols, host_->config().call_timeout,
-                         [self = shared_from_this()](Result<void>) {});
+                         [self = shared_from_this()](Result<void> const&) {});
   }
   launching_->gate_deadline = Clock::now() + host_->config().call_timeout;
   client_->inspect_exec(exec_id_, host_->config().call_timeout,
@@ -458,7 +462,7 @@ void ContainerExecution::start(ExecutionPort& port) {
       [self = shared_from_this()](engine::StdStream s, std::span<std::uint8_t const> bytes) {
         self->deliver(s, bytes);
       },
-      [self = shared_from_this()](engine::StreamEnd end) {
+      [self = shared_from_this()](engine::StreamEnd const& end) {
         bool const was_open = self->io_state_.open;
         self->io_state_.open = false;
         if (self->port_ == nullptr) return;
@@ -544,7 +548,7 @@ void ContainerExecution::await_input_writable() {
   if (!io_state_.stream || port_ == nullptr || io_state_.input_waiting) return;
   io_state_.input_waiting = true;
   port_->task_begun();
-  io_state_.stream->await_writable([self = shared_from_this()](Result<>) {
+  io_state_.stream->await_writable([self = shared_from_this()](Result<> const&) {
     self->io_state_.input_waiting = false;
     if (self->port_ == nullptr) return;
     // Writable, or closed: the next write tells which.
@@ -575,7 +579,7 @@ Result<> ContainerExecution::resize(std::uint16_t rows, std::uint16_t cols) {
   if (!io_state_.tty) return Error(Errc::exec_not_pty, id_ + " has no terminal");
   port_->task_begun();
   client_->resize_exec(exec_id_, rows, cols, host_->config().call_timeout,
-                       [self = shared_from_this()](Result<void>) {
+                       [self = shared_from_this()](Result<void> const&) {
                          if (self->port_ != nullptr) self->port_->task_ended();
                        });
   return {};

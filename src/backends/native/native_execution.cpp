@@ -27,7 +27,7 @@ constexpr milliseconds kExitRetry{10};
 constexpr int kReadsPerWake = 16;
 // Pipe size for a stream once it fills whole chunks (the default pipe-max-size for non-root).
 constexpr int kBusyPipeBytes = 1 << 20;
-constexpr ssize_t kBusyReadBytes = 32 * 1024;
+constexpr ssize_t kBusyReadBytes = ssize_t{32} * 1024;
 
 // A launch step of this backend's own (marker, workspace, cgroup, pty, pipe, barrier).
 core::SpawnFailure failure(std::string step, Error const& e) {

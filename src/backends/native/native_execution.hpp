@@ -30,6 +30,17 @@
 
 namespace custos::backend {
 
+// What an adopted native execution keeps (native_adopt.cpp): a root taken over after a restart,
+// or handed over by another backend (a container's gate). Outside NativeExecution so that its
+// default member initializers are complete where std::optional needs them.
+struct NativeAdoption {
+  std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
+  std::chrono::milliseconds status_poll{0};                           // the last pause of that wait
+  std::string unconfirmed;              // a reason the final scan cannot confirm (cgroup unusable)
+  bool after_restart = true;            // AdoptContext::after_restart
+  std::optional<std::uint64_t> pid_ns;  // the marker sweep's PID namespace, if limited
+};
+
 class NativeExecution final : public BackendExecution,
                               public std::enable_shared_from_this<NativeExecution> {
  public:
@@ -160,15 +171,8 @@ class NativeExecution final : public BackendExecution,
   };
   Disk disk_;
   std::uint64_t final_signalled_ = 0;
-  // Set when adopted after a restart (native_adopt.cpp): no stdio, the root not our child.
-  struct Adoption {
-    std::optional<std::chrono::steady_clock::time_point> status_until;  // PIDFD_GET_INFO wait
-    std::chrono::milliseconds status_poll{0};  // the last pause of that wait
-    std::string unconfirmed;    // a reason the final scan cannot confirm (cgroup unusable)
-    bool after_restart = true;  // AdoptContext::after_restart
-    std::optional<std::uint64_t> pid_ns;  // the marker sweep's PID namespace, if limited
-  };
-  std::optional<Adoption> adoption_;
+  // Set when adopted (native_adopt.cpp): no stdio, the root not our child.
+  std::optional<NativeAdoption> adoption_;
 };
 
 }  // namespace custos::backend

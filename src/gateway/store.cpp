@@ -500,6 +500,23 @@ Result<void> record_use(Db& db, AuthorityUse const& use) {
   return ins->run();
 }
 
+// The checks of a start against the authority as it is now: replay first (a consumed pair is
+// refused whatever the authority says), then the current grant, lease and epochs (`snap`),
+// cross_check()ed.
+Result<CheckOutcome> check_current(Db& db, AuthorizeRequest const& req, AuthoritySnapshot& snap) {
+  CUSTOS_TRYV(refuse_replay(db, *req.identity));
+  snap = CUSTOS_TRY(load_snapshot(db, req));
+  CheckInput in;
+  in.caller = req.caller;
+  in.identity = req.identity;
+  in.plan = req.plan;
+  in.plan_digest = req.plan_digest;
+  in.claim = &req.claim;
+  in.current = &snap;
+  in.now_ns = req.now_ns;
+  return cross_check(in);
+}
+
 }  // namespace
 
 Result<void> AuthorityStore::precheck(AuthorizeRequest const& req) {
@@ -507,17 +524,8 @@ Result<void> AuthorityStore::precheck(AuthorizeRequest const& req) {
     return Error{Errc::internal, "precheck: incomplete request"};
   }
   return db_->read([&](Db& db) -> Result<void> {
-    CUSTOS_TRYV(refuse_replay(db, *req.identity));
-    AuthoritySnapshot const snap = CUSTOS_TRY(load_snapshot(db, req));
-    CheckInput in;
-    in.caller = req.caller;
-    in.identity = req.identity;
-    in.plan = req.plan;
-    in.plan_digest = req.plan_digest;
-    in.claim = &req.claim;
-    in.current = &snap;
-    in.now_ns = req.now_ns;
-    CUSTOS_TRYV(cross_check(in));
+    AuthoritySnapshot snap;
+    CUSTOS_TRYV(check_current(db, req, snap));
     return Result<void>{};
   });
 }
@@ -543,18 +551,8 @@ Result<AuthorityUse> AuthorityStore::authorize(AuthorizeRequest const& req) {
   // Runs first in the transaction; the registry then consumes the claim and (req.record)
   // creates the record in the same job, so a refusal anywhere undoes all of it.
   auto checks_and_writes = [&](Db& db) -> Result<void> {
-    // Replay first: a consumed pair is refused whatever the authority says now.
-    CUSTOS_TRYV(refuse_replay(db, id));
-    AuthoritySnapshot const snap = CUSTOS_TRY(load_snapshot(db, req));
-    CheckInput in;
-    in.caller = req.caller;
-    in.identity = req.identity;
-    in.plan = req.plan;
-    in.plan_digest = req.plan_digest;
-    in.claim = &req.claim;
-    in.current = &snap;
-    in.now_ns = req.now_ns;
-    CheckOutcome const out = CUSTOS_TRY(cross_check(in));
+    AuthoritySnapshot snap;
+    CheckOutcome const out = CUSTOS_TRY(check_current(db, req, snap));
     if (snap.grant) {
       use.grant_id = snap.grant->id;
       use.expires_ns = snap.grant->expires_ns;

@@ -176,8 +176,8 @@ struct ManagerConfig {
   // are closed and the stream (and the cleanup) is recorded incomplete/unconfirmed.
   std::chrono::milliseconds reader_close_bound{2000};
   std::size_t stdin_queue_bytes = std::size_t{256} * 1024;  // in-memory stdin queue bound
-  std::size_t retained_event_count = 4096;     // replay buffer bound in events
-  std::size_t terminal_history = 4096;         // terminal executions kept for get/wait
+  std::size_t retained_event_count = 4096;                  // replay buffer bound in events
+  std::size_t terminal_history = 4096;                      // terminal executions kept for get/wait
   std::uint32_t marker_sweep_rounds = 64;
   // Where `inherit: true` plan entries take their values: the daemon's environment as it was at
   // daemon start. nullopt: the manager snapshots its own process environment when constructed

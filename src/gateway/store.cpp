@@ -4,10 +4,11 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <time.h>
 
 #include "custos/registry/registry.hpp"
 #include "custos/sys/procfs.hpp"
+
+#include "clock.hpp"
 
 namespace custos::gateway {
 
@@ -17,12 +18,6 @@ using registry::sql::Stmt;
 using registry::sql::StmtLease;
 
 namespace {
-
-std::int64_t realtime_ns() noexcept {
-  timespec ts{};
-  (void)clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::int64_t i64(std::uint64_t v) noexcept {
   return static_cast<std::int64_t>(v);

@@ -123,16 +123,24 @@ std::string start_line(Engine const& e, std::string const& action, std::string c
          "\n";
 }
 
-// exec.start; the execution id, or "" on any error.
-std::string start(int fd, std::string& buf, std::string const& line) {
+// Sends one request line; the `result` object of its answer, or nullptr on any error.
+json::object const* call(int fd, std::string& buf, std::string const& line, json::value& answer) {
   std::string out;
   if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return {};
-  if (!read_line(fd, buf, out)) return {};
+    return nullptr;
+  if (!read_line(fd, buf, out)) return nullptr;
   boost::system::error_code ec;
-  auto v = json::parse(out, ec);
-  if (ec || !v.is_object() || !v.as_object().contains("result")) return {};
-  return std::string{v.at("result").at("execution_id").as_string()};
+  answer = json::parse(out, ec);
+  auto const* r = !ec && answer.is_object() ? answer.as_object().if_contains("result") : nullptr;
+  return r != nullptr && r->is_object() ? &r->as_object() : nullptr;
+}
+
+// exec.start; the execution id, or "" on any error.
+std::string start(int fd, std::string& buf, std::string const& line) {
+  json::value answer;
+  auto const* r = call(fd, buf, line, answer);
+  auto const* id = r != nullptr ? r->if_contains("execution_id") : nullptr;
+  return id != nullptr && id->is_string() ? std::string{id->as_string()} : std::string{};
 }
 
 // exec.wait; the terminal record's classification (and exit code), "" on any error.
@@ -143,15 +151,11 @@ std::string wait_terminal(int fd, std::string& buf, std::string const& id, int& 
                                    {"method", "exec.wait"},
                                    {"params", json::object{{"execution_id", id}}}}) +
       "\n";
-  std::string out;
-  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return {};
-  if (!read_line(fd, buf, out)) return {};
-  boost::system::error_code ec;
-  auto v = json::parse(out, ec);
-  auto const* t = !ec && v.is_object() ? v.as_object().if_contains("result") : nullptr;
-  if (t == nullptr || !t->is_object()) return {};
-  auto const& to = t->as_object();
+  json::value answer;
+  auto const* t = call(fd, buf, line, answer);
+  code = -1;
+  if (t == nullptr) return {};
+  auto const& to = *t;
   auto const* exit = to.if_contains("exit");
   auto const* c =
       exit != nullptr && exit->is_object() ? exit->as_object().if_contains("code") : nullptr;

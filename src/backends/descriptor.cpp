@@ -24,6 +24,16 @@ Control const* Descriptor::find(std::string_view name) const noexcept {
   return it != controls.end() && it->name == name ? &*it : nullptr;
 }
 
+void Descriptor::add(std::string name, ControlFidelity fidelity, std::string how) {
+  auto it = std::upper_bound(controls.begin(), controls.end(), name,
+                             [](std::string const& n, Control const& c) { return n < c.name; });
+  controls.insert(it, Control{std::move(name), fidelity, std::move(how)});
+}
+
+core::SpawnFailure step_failure(std::string step, Error const& e) {
+  return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
+}
+
 boost::json::value to_json(Descriptor const& d) {
   boost::json::array controls;
   for (auto const& c : d.controls) {

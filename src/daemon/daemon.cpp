@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -392,10 +393,14 @@ class Daemon {
   // Whether each answers (and its version) is live, not static: `custos doctor` asks them.
   json::array describe_engines() const {
     json::array engines;
-    for (auto const& [name, socket] :
-         {std::pair{"docker", config_.docker_socket}, std::pair{"podman", config_.podman_socket}}) {
-      struct stat st {};
-      bool const present = ::stat(socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+    auto const served = manager_->backends();
+    for (auto const& [kind, socket] :
+         {std::pair{core::BackendKind::docker, config_.docker_socket},
+          std::pair{core::BackendKind::podman, config_.podman_socket}}) {
+      // The backend's descriptor already looked: available = a socket is there.
+      auto const d = std::find_if(served.begin(), served.end(),
+                                  [k = kind](backend::Descriptor const& x) { return x.kind == k; });
+      bool const present = d != served.end() && d->available;
       std::string boundary = "marker";
       if (config_.boundary != BoundaryMode::marker) {
         boundary = subtree_ ? "cgroup (beneath the container's own cgroup, else beneath " +
@@ -403,7 +408,7 @@ class Daemon {
                             : "cgroup beneath the container's own cgroup where it has one, "
                               "else marker";
       }
-      engines.push_back(json::object{{"engine", name},
+      engines.push_back(json::object{{"engine", core::to_string(kind)},
                                      {"socket", socket},
                                      {"socket_present", present},
                                      {"boundary", boundary}});

@@ -78,6 +78,8 @@ struct Descriptor {
   std::vector<Control> controls;   // sorted by name, names unique
 
   [[nodiscard]] Control const* find(std::string_view name) const noexcept;
+  // Adds a control, keeping `controls` in canonical order (sorted by name).
+  void add(std::string name, ControlFidelity fidelity, std::string how);
 };
 
 [[nodiscard]] std::string_view control_fidelity_wire(ControlFidelity f) noexcept;
@@ -151,6 +153,10 @@ struct AdoptContext {
 // step (SpawnFailure::code), never a message to parse.
 template <class T>
 using Step = std::variant<T, core::SpawnFailure>;
+
+// The failure of launch step `step` (a backend's own: "cgroup", "gate", ...) with `e`'s errno
+// and message.
+[[nodiscard]] core::SpawnFailure step_failure(std::string step, Error const& e);
 
 // Whether a backend can still tell that the tree is empty.
 enum class TreeState : std::uint8_t {

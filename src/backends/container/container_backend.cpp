@@ -133,29 +133,24 @@ Descriptor ContainerBackend::descriptor() const {
   struct stat st {};
   d.available = ::stat(config_.socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
   if (!d.available) d.unavailable_reason = "no engine socket at " + config_.socket;
-  auto add = [&](std::string name, ControlFidelity f, std::string how) {
-    d.controls.push_back(Control{std::move(name), f, std::move(how)});
-  };
   bool const cg = config_.boundary != BoundaryPreference::marker;
-  add("boundary.cgroup", cg ? ControlFidelity::hard : ControlFidelity::none,
-      cg ? "a per-exec cgroup v2 beneath the container's own cgroup, else beneath the daemon's "
-           "subtree; cgroup.kill"
-         : "boundary=marker");
-  add("boundary.marker", ControlFidelity::sampled,
-      "a random marker in the exec's environment, swept from the host's /proc within the "
-      "container's PID namespace (cooperative)");
-  add("io.pipes", ControlFidelity::hard, "the engine's multiplexed exec stream");
-  add("io.pty", ControlFidelity::hard, "the engine's exec TTY, resized through the engine");
-  add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the exec's cgroup or /proc");
-  add("resources.descriptors", ControlFidelity::hard,
-      "RLIMIT_NOFILE (soft and hard) set by the gate before the target runs");
-  add("resources.disk_bytes", ControlFidelity::none, "the workspace is the container's");
-  add("resources.memory_bytes", ControlFidelity::sampled, "sampled RSS of the exec's tree");
-  add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
-  add("resources.processes", ControlFidelity::sampled, "sampled process count of the tree");
-  add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
-  std::sort(d.controls.begin(), d.controls.end(),
-            [](Control const& a, Control const& b) { return a.name < b.name; });
+  d.add("boundary.cgroup", cg ? ControlFidelity::hard : ControlFidelity::none,
+        cg ? "a per-exec cgroup v2 beneath the container's own cgroup, else beneath the daemon's "
+             "subtree; cgroup.kill"
+           : "boundary=marker");
+  d.add("boundary.marker", ControlFidelity::sampled,
+        "a random marker in the exec's environment, swept from the host's /proc within the "
+        "container's PID namespace (cooperative)");
+  d.add("io.pipes", ControlFidelity::hard, "the engine's multiplexed exec stream");
+  d.add("io.pty", ControlFidelity::hard, "the engine's exec TTY, resized through the engine");
+  d.add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the exec's cgroup or /proc");
+  d.add("resources.descriptors", ControlFidelity::hard,
+        "RLIMIT_NOFILE (soft and hard) set by the gate before the target runs");
+  d.add("resources.disk_bytes", ControlFidelity::none, "the workspace is the container's");
+  d.add("resources.memory_bytes", ControlFidelity::sampled, "sampled RSS of the exec's tree");
+  d.add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
+  d.add("resources.processes", ControlFidelity::sampled, "sampled process count of the tree");
+  d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
   return d;
 }
 

@@ -29,10 +29,6 @@ constexpr milliseconds kGateDeathWait{50};
 // PF_EXITING in /proc/PID/stat's flags: the process is inside exit(2).
 constexpr std::uint64_t kPfExiting = 0x4;
 
-core::SpawnFailure failure(std::string step, Error const& e) {
-  return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
-}
-
 // State (field 3) and flags (field 9) of a /proc/PID/stat line; nullopt when malformed.
 struct StatFields {
   char state = '?';
@@ -320,7 +316,7 @@ Result<std::optional<sys::CgroupDir>> ContainerExecution::make_cgroup(std::strin
 Step<Acquired> ContainerExecution::enter_boundary() {
   std::int32_t const pid = gate_->pid();
   auto cg = make_cgroup(placement_);
-  if (!cg) return failure("cgroup", cg.error());
+  if (!cg) return step_failure("cgroup", cg.error());
   cgroup_ = std::move(*cg);
   if (cgroup_) {
     auto const& mount = host_->native().cgroup_mount();
@@ -328,9 +324,9 @@ Step<Acquired> ContainerExecution::enter_boundary() {
     // A process stopped at the gate cannot end by itself, so the pid still names it here; the
     // move is then checked through the pidfd (alive, and its cgroup is the new one).
     if (!gate_->alive()) {
-      return failure("gate", Error(Errc::identity_mismatch, "the gate ended before its move"));
+      return step_failure("gate", Error(Errc::identity_mismatch, "the gate ended before its move"));
     }
-    if (auto a = cgroup_->attach(pid); !a) return failure("cgroup", a.error());
+    if (auto a = cgroup_->attach(pid); !a) return step_failure("cgroup", a.error());
     auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
     auto text = dir ? sys::read_file_at(*dir, "cgroup") : Result<std::string>{dir.error()};
     auto own = text ? sys::parse_own_cgroup(*text) : Result<std::string>{text.error()};
@@ -338,14 +334,14 @@ Step<Acquired> ContainerExecution::enter_boundary() {
       // What moved in is not known to be ours: never cgroup.kill it. Only an empty cgroup goes.
       (void)cgroup_->remove();
       cgroup_.reset();
-      return failure("cgroup", Error(Errc::identity_mismatch,
-                                     "the gate is not in " + rel + " after the move"));
+      return step_failure("cgroup", Error(Errc::identity_mismatch,
+                                          "the gate is not in " + rel + " after the move"));
     }
   }
   auto identity = sys::read_identity(*gate_);
-  if (!identity) return failure("gate", identity.error());
+  if (!identity) return step_failure("gate", identity.error());
   auto keep = gate_->dup();
-  if (!keep) return failure("gate", keep.error());
+  if (!keep) return step_failure("gate", keep.error());
 
   AdoptContext a;
   a.execution_id = id_;
@@ -361,10 +357,11 @@ Step<Acquired> ContainerExecution::enter_boundary() {
   gate_ = std::move(*keep);  // kept for the release (SIGCONT)
   tree_ = host_->native().create(id_);
   auto acq = tree_->adopt(std::move(a));
-  if (!acq) return failure("gate", acq.error());
+  if (!acq) return step_failure("gate", acq.error());
   if (cgroup_ && acq->cgroup_path.empty()) {
-    return failure("cgroup", Error(Errc::cgroup_failed,
-                                   "the tree could not open " + cgroup_->path() + " it was given"));
+    return step_failure(
+        "cgroup",
+        Error(Errc::cgroup_failed, "the tree could not open " + cgroup_->path() + " it was given"));
   }
   // The tree half removes the cgroup when it closes: one owner.
   cgroup_.reset();
@@ -379,7 +376,7 @@ void ContainerExecution::fail(std::string step, Error const& e) {
   auto done = std::move(launching_->done);
   launching_.reset();
   discard();
-  auto f = failure(std::move(step), e);
+  auto f = step_failure(std::move(step), e);
   // Never inside the call that started the launch's step (acquire may complete at once, but a
   // completion of the engine client is already on the loop).
   done(std::move(f));

@@ -57,35 +57,30 @@ Descriptor NativeBackend::descriptor() const {
   Descriptor d;
   d.kind = core::BackendKind::native;
   d.available = true;
-  auto add = [&](std::string name, ControlFidelity f, std::string how) {
-    d.controls.push_back(Control{std::move(name), f, std::move(how)});
-  };
   bool const cg = boundary() == core::Boundary::cgroup;
-  add("boundary.cgroup", cg ? ControlFidelity::hard : ControlFidelity::none,
-      cg ? "a per-execution cgroup v2 beneath " + config_.cgroup_subtree + ", cgroup.kill"
-         : "no writable cgroup v2 subtree");
-  add("boundary.marker", ControlFidelity::sampled,
-      "a random marker in the environment, swept from /proc (cooperative)");
-  add("io.pipes", ControlFidelity::hard, "three pipes");
-  add("io.pty", ControlFidelity::hard, "a pseudo-terminal, the controlling tty of a new session");
-  add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the cgroup or /proc");
-  add("resources.descriptors", ControlFidelity::hard, "RLIMIT_NOFILE of every process");
-  add("resources.disk_bytes", ControlFidelity::sampled, "workspace walks off the loop");
+  d.add("boundary.cgroup", cg ? ControlFidelity::hard : ControlFidelity::none,
+        cg ? "a per-execution cgroup v2 beneath " + config_.cgroup_subtree + ", cgroup.kill"
+           : "no writable cgroup v2 subtree");
+  d.add("boundary.marker", ControlFidelity::sampled,
+        "a random marker in the environment, swept from /proc (cooperative)");
+  d.add("io.pipes", ControlFidelity::hard, "three pipes");
+  d.add("io.pty", ControlFidelity::hard, "a pseudo-terminal, the controlling tty of a new session");
+  d.add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the cgroup or /proc");
+  d.add("resources.descriptors", ControlFidelity::hard, "RLIMIT_NOFILE of every process");
+  d.add("resources.disk_bytes", ControlFidelity::sampled, "workspace walks off the loop");
   // A child of the subtree gets what the subtree enables for its children.
   std::set<std::string> enabled;
   if (cg) {
     if (auto c = subtree_->subtree_control()) enabled = *c;
   }
   bool const memory = enabled.contains("memory");
-  add("resources.memory_bytes", memory ? ControlFidelity::hard : ControlFidelity::sampled,
-      memory ? "memory.max of the execution's cgroup" : "sampled RSS (no memory controller)");
-  add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
+  d.add("resources.memory_bytes", memory ? ControlFidelity::hard : ControlFidelity::sampled,
+        memory ? "memory.max of the execution's cgroup" : "sampled RSS (no memory controller)");
+  d.add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
   bool const pids = enabled.contains("pids");
-  add("resources.processes", pids ? ControlFidelity::hard : ControlFidelity::sampled,
-      pids ? "pids.max of the execution's cgroup" : "sampled (no pids controller)");
-  add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
-  std::sort(d.controls.begin(), d.controls.end(),
-            [](Control const& a, Control const& b) { return a.name < b.name; });
+  d.add("resources.processes", pids ? ControlFidelity::hard : ControlFidelity::sampled,
+        pids ? "pids.max of the execution's cgroup" : "sampled (no pids controller)");
+  d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
   return d;
 }
 

@@ -29,14 +29,9 @@ constexpr int kReadsPerWake = 16;
 constexpr int kBusyPipeBytes = 1 << 20;
 constexpr ssize_t kBusyReadBytes = ssize_t{32} * 1024;
 
-// A launch step of this backend's own (marker, workspace, cgroup, pty, pipe, barrier).
-core::SpawnFailure failure(std::string step, Error const& e) {
-  return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
-}
-
 // A failure of sys's spawn: its step is a field of the error.
 core::SpawnFailure failure(sys::SpawnError const& e) {
-  return failure(std::string{sys::spawn_step_wire(e.step)}, e);
+  return step_failure(std::string{sys::spawn_step_wire(e.step)}, e);
 }
 
 // Our ends of the stdio streams are read and written with plain read(2)/write(2), which must
@@ -106,16 +101,16 @@ Step<NativeExecution::Stdio> NativeExecution::open_stdio(PlanView const& plan) {
   Stdio io;
   if (plan.pty) {
     auto p = sys::Pty::open(plan.rows, plan.cols);
-    if (!p) return failure("pty", p.error());
+    if (!p) return step_failure("pty", p.error());
     io.pty = std::move(*p);
     return io;
   }
   auto in = sys::make_pipe();
-  if (!in) return failure("pipe", in.error());
+  if (!in) return step_failure("pipe", in.error());
   auto out = sys::make_pipe();
-  if (!out) return failure("pipe", out.error());
+  if (!out) return step_failure("pipe", out.error());
   auto err = sys::make_pipe();
-  if (!err) return failure("pipe", err.error());
+  if (!err) return step_failure("pipe", err.error());
   io.child_in = std::move(in->first);
   io.our_in = std::move(in->second);
   io.our_out = std::move(out->first);
@@ -149,7 +144,7 @@ std::optional<core::SpawnFailure> NativeExecution::enter_boundary(LaunchContext 
         acq.memory_hard = cgroup_->set_memory_max(*plan.memory_bytes).has_value();
       if (plan.processes) acq.pids_hard = cgroup_->set_pids_max(*plan.processes).has_value();
     } else if (host_->config_.boundary == BoundaryPreference::cgroup) {
-      return failure("cgroup", cg.error());
+      return step_failure("cgroup", cg.error());
     }
   }
   kernel_enforced_ =
@@ -196,11 +191,11 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   io_state_.pty_mode = plan.pty;
 
   auto marker = sys::Marker::generate();
-  if (!marker) return failure("marker", marker.error());
+  if (!marker) return step_failure("marker", marker.error());
   marker_ = *marker;
 
   auto ws = sys::open_directory(plan.workspace_root);
-  if (!ws) return failure("workspace", ws.error());
+  if (!ws) return step_failure("workspace", ws.error());
   disk_.workspace = std::move(*ws);
   if (plan.disk_bytes) {
     // Disk growth is measured against the workspace as it was before the child ran.
@@ -251,13 +246,13 @@ void NativeExecution::release(std::function<void(Step<std::monostate>)> done) {
   // The watch first: until the go byte is sent, a failure here still kills a child that ran
   // nothing of the target.
   auto watch = l.staged.watch_channel();
-  if (!watch) return fail(failure("barrier", watch.error()));
+  if (!watch) return fail(step_failure("barrier", watch.error()));
   try {
     l.channel.emplace(io_, watch->get());
     (void)watch->release();  // the descriptor object owns it now
   } catch (std::exception const& ex) {
-    return fail(failure("barrier",
-                        Error(Errc::sys_error, std::string{"watching the child: "} + ex.what())));
+    return fail(step_failure(
+        "barrier", Error(Errc::sys_error, std::string{"watching the child: "} + ex.what())));
   }
   l.staged.send_go();
   // A child that neither execs nor reports within the spawn bound is killed (dropping the

@@ -311,10 +311,8 @@ Descriptor ReferenceBackend::descriptor() const {
        {"boundary.reference", "io.pipes", "io.pty", "resources.cpu_ms", "resources.descriptors",
         "resources.disk_bytes", "resources.memory_bytes", "resources.output_bytes",
         "resources.processes", "resources.wall_ms"}) {
-    d.controls.push_back(Control{std::move(name), ControlFidelity::hard, "the model"});
+    d.add(std::move(name), ControlFidelity::hard, "the model");
   }
-  std::sort(d.controls.begin(), d.controls.end(),
-            [](Control const& a, Control const& b) { return a.name < b.name; });
   return d;
 }
 

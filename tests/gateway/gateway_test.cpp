@@ -816,7 +816,9 @@ TEST_F(GatewayTest, TheRecordComesWithTheClaimAndTheSettlementWithTheTerminalRec
   Grant g = spec("g1");
   g.budget.wall_ms = 100'000;
   add(g);
-  auto p = sh("exit 0");
+  // It waits for the end of its input, so it is still running (its reservation held) when the
+  // budget is read: an `exit 0` could already be terminal and settled by then.
+  auto p = sh("read x; exit 0");
   p.limits.wall_ms = 20'000;
   auto st = gw_start(p, claim("g1"));
   ASSERT_TRUE(st.has_value()) << st.error().message();
@@ -827,6 +829,7 @@ TEST_F(GatewayTest, TheRecordComesWithTheClaimAndTheSettlementWithTheTerminalRec
   EXPECT_EQ((*store_->get_grant("g1"))->second.wall_ms_reserved, 20'000U);
 
   auto const deferred_before = reg_->write_stats();
+  ASSERT_TRUE(gateway_->input(st->execution_id, {}, true).has_value());
   ASSERT_TRUE(terminal(st->execution_id));
   auto const after = reg_->write_stats();
   EXPECT_GE(after.deferred - deferred_before.deferred, 1U) << "the settlement was queued";

@@ -57,10 +57,10 @@ class TimedSink final : public sup::OwnershipSink {
     authorized_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity,
-                           sup::Boundary boundary, std::string const& cgroup_path,
-                           std::string const& marker, std::function<void(Result<>)> done) override {
+                           sup::StagedBoundary const& boundary,
+                           std::function<void(Result<>)> done) override {
     auto const t0 = Clock::now();
-    inner_->record_staged_async(id, identity, boundary, cgroup_path, marker, std::move(done));
+    inner_->record_staged_async(id, identity, boundary, std::move(done));
     other_us_ += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   }
   void record_committed_async(std::string const& id, std::function<void(Result<>)> done) override {
@@ -128,8 +128,8 @@ class HandoffSink final : public sup::OwnershipSink {
                                std::function<void(Result<>)> done) override {
     hand(std::move(done));
   }
-  void record_staged_async(std::string const&, sys::PidfsIdentity const&, sup::Boundary,
-                           std::string const&, std::string const&,
+  void record_staged_async(std::string const&, sys::PidfsIdentity const&,
+                           sup::StagedBoundary const&,
                            std::function<void(Result<>)> done) override {
     hand(std::move(done));
   }

@@ -60,12 +60,10 @@ class ExecutionGateway::Sink final : public supervisor::OwnershipSink {
     done(g_->on_record_authorized(execution_id, identity, plan, plan_digest));
   }
   void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
-                           supervisor::Boundary boundary, std::string const& cgroup_path,
-                           std::string const& marker_value,
+                           supervisor::StagedBoundary const& boundary,
                            std::function<void(Result<>)> done) override {
     if (inner() == nullptr) return done(ok());
-    inner()->record_staged_async(execution_id, identity, boundary, cgroup_path, marker_value,
-                                 std::move(done));
+    inner()->record_staged_async(execution_id, identity, boundary, std::move(done));
   }
   void record_committed_async(std::string const& execution_id,
                               std::function<void(Result<>)> done) override {

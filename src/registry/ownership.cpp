@@ -44,11 +44,12 @@ Ownership staged_ownership(sys::PidfsIdentity const& id) {
 }
 
 BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_path,
-                           std::string const& marker_hex) {
+                           std::string const& marker_hex, std::uint64_t marker_ns_ino) {
   BoundaryInfo b;
   b.kind = boundary;
   b.cgroup_path = cgroup_path;
   b.marker_hex = marker_hex;
+  b.marker_ns_ino = marker_ns_ino;
   return b;
 }
 

@@ -51,6 +51,8 @@ enum : core::Tag {
   kTagPidfsDev = 22,
   kTagPidfsIno = 23,
   kTagPidNsIno = 24,
+  // v6: the PID namespace of a container execution's marker sweep (absent when 0).
+  kTagMarkerNsIno = 25,
 };
 
 void write_stream(core::CanonicalWriter& w, core::Tag tag, StreamProgress const& s) {
@@ -134,6 +136,7 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
   } else if (o.state == OwnershipState::modelled) {
     w.string(kTagOwnershipState, ownership_state_wire(o.state));
   }
+  if (rec.boundary.marker_ns_ino != 0) w.u64(kTagMarkerNsIno, rec.boundary.marker_ns_ino);
   return std::move(w).finish();
 }
 

@@ -165,9 +165,16 @@ DROP INDEX IF EXISTS executions_by_phase;
 UPDATE meta SET value = '5' WHERE key = 'schema_version';
 )sql";
 
+// v5 -> v6: the PID namespace a container execution's marker sweep is limited to, so recovery
+// sweeps the container's namespace (not the daemon's) for a gone execution's leftovers.
+constexpr std::string_view kMigrateV5toV6 = R"sql(
+ALTER TABLE executions ADD COLUMN marker_ns_ino INTEGER;
+UPDATE meta SET value = '6' WHERE key = 'schema_version';
+)sql";
+
 // kMigrations[i] moves version i+1 to i+2. Append only; never edit a released step.
-constexpr std::array<std::string_view, 4> kMigrations = {kMigrateV1toV2, kMigrateV2toV3,
-                                                         kMigrateV3toV4, kMigrateV4toV5};
+constexpr std::array<std::string_view, 5> kMigrations = {
+    kMigrateV1toV2, kMigrateV2toV3, kMigrateV3toV4, kMigrateV4toV5, kMigrateV5toV6};
 static_assert(kMigrations.size() + 1 == static_cast<std::size_t>(kSchemaVersion),
               "every version above 1 needs exactly one migration step");
 
@@ -178,8 +185,8 @@ constexpr std::string_view kColumns =
     "err_observed, err_retained, err_dropped, err_complete, "
     "terminal, terminal_digest, classification, recovery, checksum, created_ns, updated_ns, "
     "ownership, boot_id, pidfs_dev, pidfs_ino, pid_ns_ino, "
-    "out_published, out_pub_done, err_published, err_pub_done";
-constexpr int kColumnCount = 38;
+    "out_published, out_pub_done, err_published, err_pub_done, marker_ns_ino";
+constexpr int kColumnCount = 39;
 
 // u64 values are stored bit-for-bit in SQLite's signed 64-bit INTEGER.
 std::int64_t to_i64(std::uint64_t v) noexcept {
@@ -257,6 +264,7 @@ Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
   r.boundary.kind = *bk;
   r.boundary.cgroup_path = s.text(8);
   r.boundary.marker_hex = s.text(9);
+  r.boundary.marker_ns_ino = s.is_null(38) ? 0 : to_u64(s.int64(38));
   auto ph = core::phase_from_wire(s.text(10));
   if (!ph) return bad_row(id, "unknown phase '" + s.text(10) + "'");
   r.phase = *ph;
@@ -319,7 +327,8 @@ constexpr std::string_view kUpdateSql =
     "out_complete=?18, err_observed=?19, err_retained=?20, err_dropped=?21, err_complete=?22, "
     "terminal=?23, terminal_digest=?24, classification=?25, recovery=?26, checksum=?27, "
     "updated_ns=?29, ownership=?30, boot_id=?31, pidfs_dev=?32, pidfs_ino=?33, pid_ns_ino=?34, "
-    "out_published=?35, out_pub_done=?36, err_published=?37, err_pub_done=?38 "
+    "out_published=?35, out_pub_done=?36, err_published=?37, err_pub_done=?38, "
+    "marker_ns_ino=?39 "
     "WHERE execution_id=?1";
 
 std::string insert_sql() {
@@ -391,6 +400,7 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   CUSTOS_TRYV(s.bind(32, opt_int(pidfs, to_i64(o.pidfs_dev))));
   CUSTOS_TRYV(s.bind(33, opt_int(pidfs, to_i64(o.pidfs_ino))));
   CUSTOS_TRYV(s.bind(34, opt_int(pidfs && o.pid_ns_ino != 0, to_i64(o.pid_ns_ino))));
+  CUSTOS_TRYV(s.bind(39, opt_int(r.boundary.marker_ns_ino != 0, to_i64(r.boundary.marker_ns_ino))));
   CUSTOS_TRYV(s.run());
   if (!insert && db.changes() != 1) {
     return Error{Errc::registry_not_found, "no execution " + r.execution_id + " to update"};

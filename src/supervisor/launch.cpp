@@ -103,7 +103,9 @@ void Supervisor::on_acquired(backend::Step<backend::Acquired> acquired, LaunchDo
   // The staged record is committed off the loop (with other launches' writes); the barrier is
   // released only once it is in the WAL and the claim is durable.
   s->record_staged_async(
-      id_, acquired_.identity, acquired_.boundary, acquired_.cgroup_path, acquired_.marker_value,
+      id_, acquired_.identity,
+      StagedBoundary{acquired_.boundary, acquired_.cgroup_path, acquired_.marker_value,
+                     acquired_.marker_ns_ino},
       [self = shared_from_this(), release, done = std::move(done)](Result<> staged) mutable {
         if (self->detached_) return;
         if (!staged)

@@ -21,7 +21,7 @@ rcv::RecordedRoot recorded_root(registry::Ownership const& o) {
 }
 
 rcv::RecordedBoundary recorded_boundary(registry::BoundaryInfo const& b) {
-  return rcv::RecordedBoundary{b.kind, b.cgroup_path, b.marker_hex};
+  return rcv::RecordedBoundary{b.kind, b.cgroup_path, b.marker_hex, b.marker_ns_ino};
 }
 
 // How long the root has run: from its start time when recorded (exact to a clock tick), else
@@ -57,6 +57,7 @@ Result<AdoptRequest> adoption_of(registry::ExecutionRecord const& rec, sys::Pidf
   a.root.boundary = rec.boundary.kind.value_or(core::Boundary::marker);
   a.root.cgroup_path = rec.boundary.cgroup_path;
   a.root.marker_hex = rec.boundary.marker_hex;
+  if (rec.boundary.marker_ns_ino != 0) a.root.pid_ns_inode = rec.boundary.marker_ns_ino;
   return a;
 }
 

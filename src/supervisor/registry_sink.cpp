@@ -113,17 +113,18 @@ std::function<void(Result<>)> RegistrySink::on_loop(std::function<void(Result<>)
 }
 
 void RegistrySink::record_staged_async(std::string const& execution_id,
-                                       sys::PidfsIdentity const& identity, Boundary boundary,
-                                       std::string const& cgroup_path,
-                                       std::string const& marker_value,
+                                       sys::PidfsIdentity const& identity,
+                                       StagedBoundary const& boundary,
                                        std::function<void(Result<>)> done) {
   // A reference execution's root is a model: its slot is modelled, with no process identity.
-  auto const ownership = boundary == core::Boundary::reference
+  auto const ownership = boundary.kind == core::Boundary::reference
                              ? registry::modelled_ownership()
                              : registry::staged_ownership(identity);
-  registry_->record_staged_async(execution_id, ownership,
-                                 registry::boundary_info(boundary, cgroup_path, marker_value),
-                                 on_loop(std::move(done)));
+  registry_->record_staged_async(
+      execution_id, ownership,
+      registry::boundary_info(boundary.kind, boundary.cgroup_path, boundary.marker_value,
+                              boundary.marker_ns_ino),
+      on_loop(std::move(done)));
   schedule_flush(Urgency::now);
 }
 

@@ -2,10 +2,13 @@
 // engines of scripts/engines (ctest fixture `engines`). Every test runs on both engines. What a
 // test leaves on the host is checked from the host: a process of the exec's tree is found by a
 // distinctive `sleep N` in the container's PID namespace, never by trusting the engine.
+#include "custos/backend/container.hpp"
+
 #include <boost/beast/core/detail/base64.hpp>
 
 #include <dirent.h>
 #include <set>
+#include <sys/wait.h>
 
 #include "custos/engine/sync.hpp"
 
@@ -222,7 +225,7 @@ TEST_P(Containers, EscapeesAreGoneWhenTheRootExits) {
 
 TEST_P(Containers, TheMarkerBoundaryEndsTheTreeWithoutACgroup) {
   // No cgroup at all: the exec's tree is found by its marker in the container's PID namespace.
-  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}}};
+  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}}};
   ASSERT_TRUE(marker.ready()) << marker.log();
   auto c = marker.client();
   std::string const n = unique_sleep();
@@ -239,6 +242,172 @@ TEST_P(Containers, TheMarkerBoundaryEndsTheTreeWithoutACgroup) {
   EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
   EXPECT_EQ(t.at("observations").at("cgroup_placement").as_string(), "none");
   EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+// A process's state letter from /proc/PID/stat ('?' when unreadable).
+char proc_state(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  auto const close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+bool await_state(int pid, char state) {
+  auto const until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (proc_state(pid) == state) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+TEST_P(Containers, TheIdentityCheckRefusesEveryProcessButTheGate) {
+  // The check the daemon runs on the process an engine names before it signals it: real
+  // processes that are not the gate in each way an engine (or a race) could present one.
+  engine::SyncClient client(engine::Endpoint{GetParam(), engine_.socket});
+  auto info = client.inspect_container(engine_.running, 10s);
+  ASSERT_TRUE(info && info->init) << (info ? "no init" : info.error().message());
+  std::uint64_t const ns = info->init->pid_namespace;
+  auto marker = sys::Marker::generate();
+  ASSERT_TRUE(marker);
+  auto check = [&](int pid) {
+    auto fd = sys::Pidfd::open(pid);
+    EXPECT_TRUE(fd) << fd.error().message();
+    return fd ? backend::check_gate_identity(*fd, *marker, ns)
+              : Result<backend::GateCheck>{fd.error()};
+  };
+
+  // 1. A host process with the marker, stopped: outside the container's namespace, never the gate.
+  std::string const entry = marker->env_entry();
+  pid_t const host = ::fork();
+  ASSERT_GE(host, 0);
+  if (host == 0) {
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("1000"), nullptr};
+    char* const envp[] = {const_cast<char*>(entry.c_str()), nullptr};
+    ::execve("/bin/sleep", argv, envp);
+    ::_exit(127);
+  }
+  // Stopped only once it runs `sleep` (before its execve it carries this test's environment).
+  auto const exec_until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < exec_until &&
+         std::filesystem::read_symlink("/proc/" + std::to_string(host) + "/exe").filename() !=
+             "sleep") {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(::kill(host, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(host, &status, WUNTRACED), host);
+  auto outside = check(host);
+  ASSERT_FALSE(outside);
+  EXPECT_EQ(outside.error().code, Errc::identity_mismatch) << outside.error().message();
+  ::kill(host, SIGKILL);
+  ::waitpid(host, &status, 0);
+
+  // 2. The container's init: in the namespace, no marker.
+  auto init = check(info->init->pid);
+  ASSERT_TRUE(init) << init.error().message();
+  EXPECT_EQ(*init, backend::GateCheck::not_yet);
+
+  // 3. A process in the container with another exec's marker, stopped: not this gate.
+  auto other = sys::Marker::generate();
+  ASSERT_TRUE(other);
+  std::string const n_other = unique_sleep();
+  ASSERT_EQ(engine_cli(engine_, "exec -d -e " + other->env_entry() + " " + engine_.running +
+                                    " sleep " + n_other),
+            0);
+  ASSERT_TRUE(await_sleeps(n_other, 1));
+  int const foreign = host_sleeps(n_other).at(0);
+  ASSERT_EQ(::kill(foreign, SIGSTOP), 0);
+  ASSERT_TRUE(await_state(foreign, 'T'));
+  auto not_ours = check(foreign);
+  ASSERT_TRUE(not_ours) << not_ours.error().message();
+  EXPECT_EQ(*not_ours, backend::GateCheck::not_yet);
+  ::kill(foreign, SIGKILL);
+
+  // 4. This exec's marker in the container, running: not at the gate yet; once stopped: the gate.
+  std::string const n = unique_sleep();
+  ASSERT_EQ(engine_cli(engine_, "exec -d -e " + entry + " " + engine_.running + " sleep " + n), 0);
+  ASSERT_TRUE(await_sleeps(n, 1));
+  int const pid = host_sleeps(n).at(0);
+  ASSERT_TRUE(await_state(pid, 'S'));
+  auto running = check(pid);
+  ASSERT_TRUE(running) << running.error().message();
+  EXPECT_EQ(*running, backend::GateCheck::not_yet);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(await_state(pid, 'T'));
+  auto gate = check(pid);
+  ASSERT_TRUE(gate) << gate.error().message();
+  EXPECT_EQ(*gate, backend::GateCheck::gate);
+  ::kill(pid, SIGKILL);
+  auto const until = std::chrono::steady_clock::now() + 20s;
+  while (!(host_sleeps(n).empty() && host_sleeps(n_other).empty()) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(host_sleeps(n).empty() && host_sleeps(n_other).empty());
+}
+
+// The host pids of processes whose command line contains every one of `parts`.
+std::vector<int> host_processes_with(std::vector<std::string> const& parts) {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    int const pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string{"/proc/"} + e->d_name + "/cmdline");
+    std::string cmd{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+    bool all = !cmd.empty();
+    for (auto const& p : parts) all = all && cmd.find(p) != std::string::npos;
+    if (all) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+TEST_P(Containers, AnUnreadableProcessNeverGivesAConfirmedCleanup) {
+  // A daemon without CAP_SYS_PTRACE (a hardened unit's bounding set) cannot read the /proc
+  // entries of a process of another uid. Under the marker boundary (no cgroup) it cannot tell
+  // whether such a process is the exec's, so it never claims the cleanup confirmed.
+  Daemon restricted{DaemonOptions{
+      {"--boundary", "marker"},
+      false,
+      {},
+      {"/usr/bin/setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"}}};
+  ASSERT_TRUE(restricted.ready()) << restricted.log();
+  auto c = restricted.client();
+  std::string const root = unique_sleep();
+  std::string const other_uid = unique_sleep();
+  auto p = params({"/bin/sh", "-c",
+                   "su -s /bin/sh nobody -c 'exec sleep " + other_uid + "' & exec sleep " + root});
+  if (GetParam() == EngineKind::podman) {
+    // Rootless Podman runs the whole container under the service user's uids: the daemon cannot
+    // read even the container's init, so the start is refused before any claim or process.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      // The same action twice: the first refusal consumed nothing, so the second is refused
+      // for the same reason, not as a replay.
+      auto r = c.call(next_++, "exec.start", p);
+      ASSERT_TRUE(r && r->contains("error")) << (r ? json::serialize(*r) : "no reply");
+      EXPECT_EQ(error_code_of(*r), "procfs.failed") << json::serialize(*r);
+    }
+    EXPECT_TRUE(host_processes_with({"custos-gate", root}).empty());
+    return;
+  }
+  // Docker runs the exec as the container's root, which the daemon may read (the same uid with
+  // fewer capabilities); its descendant runs as nobody, which it may not.
+  auto const id = start(c, std::move(p));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(root, 1) && await_sleeps(other_uid, 1));
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(r && r->contains("result"));
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("boundary").as_string(), "marker");
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "unconfirmed") << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(root).empty());
+  // What the daemon could not end, the test does (found by its unique command line).
+  for (int pid : host_sleeps(other_uid)) ::kill(pid, SIGKILL);
   expect_container_running(engine_.running);
 }
 
@@ -309,7 +478,7 @@ TEST_P(Containers, AStalledTerminalInputNeverHoldsTheTeardown) {
 }
 
 TEST_P(Containers, AGrantNamesItsContainersAndARevokeFencesTheExec) {
-  Daemon d{DaemonOptions{{"--socket-mode", "0666"}, true, {}}};
+  Daemon d{DaemonOptions{{"--socket-mode", "0666"}, true, {}, {}}};
   ASSERT_TRUE(d.ready()) << d.log();
   ::chmod(d.state().c_str(), 0711);  // the socket's directory, for the runner's uid
   auto admin = d.client();
@@ -425,6 +594,42 @@ TEST_P(Containers, ADaemonKilledMidExecRecoversAndEndsTheExec) {
   EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
   EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
   EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
+  expect_container_running(engine_.running);
+}
+
+TEST_P(Containers, AGoneMarkerExecIsSweptInTheContainersNamespaceAfterACrash) {
+  // Under the marker boundary the exec's leftovers live in the container's PID namespace, which
+  // the record keeps: recovery sweeps there, not in the daemon's own namespace.
+  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}}};
+  ASSERT_TRUE(marker.ready()) << marker.log();
+  auto c = marker.client();
+  std::string const root = unique_sleep();
+  std::string const escapee = unique_sleep();
+  auto const id =
+      start(c, params({"/bin/sh", "-c", "setsid sleep " + escapee + " & exec sleep " + root}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(root, 1) && await_sleeps(escapee, 1));
+  ASSERT_TRUE(marker.signal(SIGKILL));
+  ASSERT_TRUE(marker.wait_exit(30s));
+  // The root ends while no daemon runs (found by its unique command line in the container's
+  // namespace); its setsid descendant stays behind.
+  auto const roots = host_sleeps(root);
+  ASSERT_EQ(roots.size(), 1U);
+  ASSERT_EQ(::kill(roots[0], SIGKILL), 0);
+  auto const until = std::chrono::steady_clock::now() + 20s;
+  while (!host_sleeps(root).empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(host_sleeps(root).empty());
+  ASSERT_EQ(host_sleeps(escapee).size(), 1U);
+  marker.start();
+  ASSERT_TRUE(marker.ready()) << marker.log();
+  auto c2 = marker.client();
+  auto const t = wait(c2, id);
+  EXPECT_EQ(t.at("recovery").as_string(), "absent_without_terminal") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("boundary").as_string(), "marker");
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(escapee).empty()) << "survivors: " << host_sleeps(escapee).size();
   expect_container_running(engine_.running);
 }
 

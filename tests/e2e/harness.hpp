@@ -311,6 +311,9 @@ struct DaemonOptions {
   std::vector<std::string> extra_args;
   bool use_cgroup = true;        // a private subtree under the v2 mount, removed at the end
   std::vector<std::string> env;  // NAME=VALUE added to the daemon's environment
+  // A command the daemon is started through (absolute path first), e.g. setpriv with a reduced
+  // capability bounding set.
+  std::vector<std::string> wrapper;
 };
 
 // One `custos daemon` child with its own state dir and socket.
@@ -335,13 +338,9 @@ class Daemon {
   }
 
   void start() {
-    std::vector<std::string> args{binary(),
-                                  "daemon",
-                                  "--state-dir",
-                                  state_.native(),
-                                  "--log-file",
-                                  (dir_.path() / "daemon.log").native(),
-                                  "--no-socket-activation"};
+    std::vector<std::string> args = opts_.wrapper;
+    args.insert(args.end(), {binary(), "daemon", "--state-dir", state_.native(), "--log-file",
+                             (dir_.path() / "daemon.log").native(), "--no-socket-activation"});
     if (!cgroup_.empty()) {
       args.push_back("--cgroup-subtree");
       args.push_back(cgroup_);

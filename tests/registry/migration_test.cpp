@@ -171,8 +171,8 @@ TEST(RegistryMigration, FromV1ThenReopenIsCurrent) {
             std::to_string(kSchemaVersion));
 }
 
-// v4 -> v5 drops the phase index. A v4 file is a current one with the index put back and the
-// version set to 4 (v5 changes nothing else); its records and claims survive the step.
+// v4 -> v5 drops the phase index. A v4 file is a current one with the index put back, v6's column
+// dropped and the version set to 4; its records and claims survive the steps.
 TEST(RegistryMigration, FromV4DropsThePhaseIndexAndKeepsRecords) {
   TempDir t;
   {
@@ -182,6 +182,7 @@ TEST(RegistryMigration, FromV4DropsThePhaseIndexAndKeepsRecords) {
   }
   raw_exec(t.db(),
            "CREATE INDEX executions_by_phase ON executions (phase); "
+           "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
            "UPDATE meta SET value = '4' WHERE key = 'schema_version';");
   auto index_count = [&] {
     auto db = sql::Db::open(t.db().string(), false);
@@ -204,6 +205,47 @@ TEST(RegistryMigration, FromV4DropsThePhaseIndexAndKeepsRecords) {
                        Errc::registry_claim_consumed);
   }
   EXPECT_EQ(index_count(), 0);
+}
+
+// v5 -> v6 adds the marker sweep's PID namespace. A v5 file is a current one without that column;
+// its staged record survives with no namespace (the daemon's), and a new one keeps its own.
+TEST(RegistryMigration, FromV5AddsTheMarkerNamespaceAndKeepsRecords) {
+  TempDir t;
+  auto const old = make_execution("ex-5", "act-5");
+  {
+    auto reg = Registry::open(t.state());
+    ASSERT_TRUE(reg) << reg.error().message();
+    CUSTOS_ASSERT_OK((*reg)->record_authorized(old));
+    CUSTOS_ASSERT_OK((*reg)->record_staged(
+        "ex-5", fake_staged(555, 8888),
+        boundary_info(core::Boundary::marker, "", std::string(32, 'a'))));
+  }
+  raw_exec(t.db(),
+           "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
+           "UPDATE meta SET value = '5' WHERE key = 'schema_version';");
+  auto reg = Registry::open(t.state());
+  ASSERT_TRUE(reg) << reg.error().message();
+  EXPECT_EQ((*reg)->opened_version(), 5);
+  EXPECT_TRUE((*reg)->quarantined()->empty());
+  auto rec = (*reg)->get("ex-5");
+  ASSERT_TRUE(rec) << rec.error().message();
+  EXPECT_EQ(rec->boundary.marker_hex, std::string(32, 'a'));
+  EXPECT_EQ(rec->boundary.marker_ns_ino, 0U);
+  // A container execution's namespace is kept, and covered by the record's checksum.
+  CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution("ex-6", "act-6")));
+  CUSTOS_ASSERT_OK((*reg)->record_staged(
+      "ex-6", fake_staged(556, 8889),
+      boundary_info(core::Boundary::marker, "", std::string(32, 'b'), 4026532001ULL)));
+  auto fresh = (*reg)->get("ex-6");
+  ASSERT_TRUE(fresh) << fresh.error().message();
+  EXPECT_EQ(fresh->boundary.marker_ns_ino, 4026532001ULL);
+  EXPECT_EQ(fresh->checksum, record_checksum(*fresh));
+  reg->reset();
+  raw_exec(t.db(), "UPDATE executions SET marker_ns_ino = 4026532002 WHERE execution_id='ex-6'");
+  auto again = Registry::open(t.state());
+  ASSERT_TRUE(again) << again.error().message();
+  ASSERT_EQ((*again)->quarantined()->size(), 1U);
+  EXPECT_EQ((*again)->quarantined()->front().execution_id, "ex-6");
 }
 
 TEST(RegistryMigration, FromV2KeepsStagedPidfsOwnership) {

@@ -37,7 +37,7 @@ class DaemonGateway : public ::testing::Test {
   }
 
   Daemon daemon_{
-      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}}};
+      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}}};
   std::int64_t next_id_ = 1;
 };
 

@@ -182,7 +182,7 @@ TEST_F(RegistrySinkTest, AloneTheLoopCommitsTheWriteItWaitsForItself) {
   sys::PidfsIdentity const staged{*boot, 1, 4242, ::getpid(), 1};
   std::optional<Result<>> told;
   auto const before = registry_->write_stats();
-  sink.record_staged_async(id, staged, Boundary::marker, "", std::string(32, 'c'),
+  sink.record_staged_async(id, staged, {Boundary::marker, "", std::string(32, 'c')},
                            [&](Result<> r) { told = std::move(r); });
   // Committed before the call returned, on this thread; told only by the loop.
   EXPECT_EQ(registry_->deferred_pending(), 0U);
@@ -251,7 +251,7 @@ TEST_F(RegistrySinkTest, UnderLoadATurnsUrgentWritesAreOneTransaction) {
   boost::asio::post(io_, [&] {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       sys::PidfsIdentity const staged{*boot, 1, 4242 + i, ::getpid(), 1};
-      sink.record_staged_async(ids[i], staged, Boundary::marker, "", std::string(32, 'd'),
+      sink.record_staged_async(ids[i], staged, {Boundary::marker, "", std::string(32, 'd')},
                                [&told, i](Result<> r) { told[i] = std::move(r); });
     }
     // Still in the turn: a commit thread woken by the first write would have taken it by now.
@@ -397,10 +397,9 @@ class HeldCommitSink final : public OwnershipSink {
                                std::function<void(Result<>)> done) override {
     inner_->record_authorized_async(id, identity, plan, digest, std::move(done));
   }
-  void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity, Boundary b,
-                           std::string const& cgroup, std::string const& marker,
-                           std::function<void(Result<>)> done) override {
-    inner_->record_staged_async(id, identity, b, cgroup, marker, std::move(done));
+  void record_staged_async(std::string const& id, sys::PidfsIdentity const& identity,
+                           StagedBoundary const& b, std::function<void(Result<>)> done) override {
+    inner_->record_staged_async(id, identity, b, std::move(done));
   }
   void when_durable(std::string const& id, std::function<void(Result<>)> done) override {
     if (!hold_durable_) return inner_->when_durable(id, std::move(done));

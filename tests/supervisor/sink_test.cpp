@@ -28,10 +28,10 @@ class ScriptedSink final : public OwnershipSink {
     EXPECT_EQ(digest.rfind("sha256:", 0), 0U);
     done(step("authorized"));
   }
-  void record_staged_async(std::string const&, sys::PidfsIdentity const& id, Boundary,
-                           std::string const&, std::string const& marker,
+  void record_staged_async(std::string const&, sys::PidfsIdentity const& id,
+                           StagedBoundary const& boundary,
                            std::function<void(Result<>)> done) override {
-    EXPECT_EQ(marker.size(), 32U);
+    EXPECT_EQ(boundary.marker_value.size(), 32U);
     staged = id;
     done(step("staged"));
   }

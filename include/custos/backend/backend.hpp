@@ -124,6 +124,8 @@ struct Acquired {
   std::string cgroup_path;       // absolute, empty without a cgroup
   std::string cgroup_rel;        // below the cgroup2 mount, as /proc/PID/cgroup shows it
   std::string marker_value;      // empty without a marker
+  // The PID namespace the marker sweep is limited to (a container's); 0: the daemon's.
+  std::uint64_t marker_ns_ino = 0;
   // Limits the kernel enforces for the whole tree from birth (a cgroup controller).
   bool memory_hard = false;
   bool pids_hard = false;

@@ -34,6 +34,8 @@
 #include "custos/backend/backend.hpp"
 #include "custos/engine/client.hpp"
 #include "custos/engine/wire.hpp"
+#include "custos/sys/pidfd.hpp"
+#include "custos/sys/procfs.hpp"
 
 namespace custos::backend {
 
@@ -99,5 +101,16 @@ class ContainerBackend final : public Backend {
 
 // The gate's shell program (argv after "/bin/sh", "-c"), for tests and the docs.
 [[nodiscard]] std::string_view container_gate_script() noexcept;
+
+// One look at the process behind `candidate` (the one the engine named for a gated exec): `gate`
+// when it carries `marker` in its environment, lives in the container's PID namespace `pid_ns`
+// and is stopped; `not_yet` when it does not (yet): the runtime has not exec'd the gate, the gate
+// has not stopped, it ended; `unreadable` when its environment is refused to the daemon while it
+// lives. Errors: identity.mismatch (the marker outside that namespace: never the gate), the
+// namespace unreadable while the process lives.
+enum class GateCheck : std::uint8_t { gate, not_yet, unreadable };
+[[nodiscard]] Result<GateCheck> check_gate_identity(sys::Pidfd const& candidate,
+                                                    sys::Marker const& marker,
+                                                    std::uint64_t pid_ns);
 
 }  // namespace custos::backend

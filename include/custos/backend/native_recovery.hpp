@@ -63,6 +63,8 @@ struct RecordedBoundary {
   std::optional<core::Boundary> kind;  // none: the root was never staged
   std::string cgroup_path;             // absolute
   std::string marker_hex;              // 32 hex digits, or empty
+  // The PID namespace its marker sweep is limited to (a container's); 0: the daemon's.
+  std::uint64_t marker_ns_ino = 0;
 };
 
 // The host recovery runs on: what steps 1-2 compare a record with.

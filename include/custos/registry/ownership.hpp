@@ -28,8 +28,11 @@ namespace custos::registry {
 // The slot of a reference execution: modelled, no process identity at all.
 [[nodiscard]] Ownership modelled_ownership();
 
+// `marker_ns_ino`: the PID namespace the marker sweep is limited to (a container's), 0: the
+// daemon's.
 [[nodiscard]] BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_path,
-                                         std::string const& marker_hex);
+                                         std::string const& marker_hex,
+                                         std::uint64_t marker_ns_ino = 0);
 
 // Index of a stream in ExecutionRecord: stdout and pty -> 0 (out), stderr -> 1 (err).
 [[nodiscard]] int stream_index(core::Stream s) noexcept;

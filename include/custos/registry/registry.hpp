@@ -67,7 +67,7 @@ inline constexpr std::string_view kSchemaId = "custos-registry";
 //   4  the gateway's authority tables: epoch, principals, grants, budgets, lease epochs,
 //      leases, authority uses (docs/authority.md "Storage")
 //   5  the index on executions.phase is dropped (no query used it; each phase write paid a page)
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // How hard a write is pushed to disk when its transaction commits (WAL mode):
 //   full    synchronous=FULL: the WAL is fsync'ed at commit; survives power loss.
@@ -128,6 +128,8 @@ struct BoundaryInfo {
   BoundaryKind kind;
   std::string cgroup_path;
   std::string marker_hex;
+  // The PID namespace the marker sweep is limited to: a container's (since v6); 0: the daemon's.
+  std::uint64_t marker_ns_ino = 0;
 
   friend bool operator==(BoundaryInfo const&, BoundaryInfo const&) = default;
 };

@@ -40,8 +40,8 @@ class OwnershipSink {
   // positive process authority; zero for a backend with no host process). `done` as above; the
   // staged record is durable by then. The manager releases the barrier only from `done`.
   virtual void record_staged_async(std::string const& execution_id,
-                                   sys::PidfsIdentity const& identity, Boundary boundary,
-                                   std::string const& cgroup_path, std::string const& marker_value,
+                                   sys::PidfsIdentity const& identity,
+                                   StagedBoundary const& boundary,
                                    std::function<void(Result<>)> done) = 0;
 
   // Everything recorded for this execution so far (its claim above all) is on stable storage

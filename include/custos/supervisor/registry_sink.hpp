@@ -76,8 +76,7 @@ class RegistrySink final : public OwnershipSink {
   // Registry::record_staged_async, committed by the commit thread (with whatever else is
   // queued), its completion posted to the loop.
   void record_staged_async(std::string const& execution_id, sys::PidfsIdentity const& identity,
-                           Boundary boundary, std::string const& cgroup_path,
-                           std::string const& marker_value,
+                           StagedBoundary const& boundary,
                            std::function<void(Result<>)> done) override;
   // The group commit of this execution's claim on stable storage (not those other launches made
   // since): `done` at once when it is durable already (the usual case: the fsync ran while the

@@ -68,6 +68,15 @@ struct AdoptRequest {
 // Which ownership boundary an execution got (part of its record): core's enum.
 using Boundary = core::Boundary;
 
+// What holds a staged root's tree, as its record keeps it.
+struct StagedBoundary {
+  Boundary kind = Boundary::marker;
+  std::string cgroup_path;   // absolute; empty without a cgroup
+  std::string marker_value;  // empty without a marker
+  // The PID namespace the marker sweep is limited to (a container's); 0: the daemon's.
+  std::uint64_t marker_ns_ino = 0;
+};
+
 // How the native backend chooses: `automatic` = cgroup when a writable subtree exists, else
 // marker.
 using BoundaryPreference = backend::BoundaryPreference;

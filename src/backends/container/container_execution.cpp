@@ -69,6 +69,34 @@ std::string working_dir(PlanView const& plan) {
 
 }  // namespace
 
+Result<GateCheck> check_gate_identity(sys::Pidfd const& candidate, sys::Marker const& marker,
+                                      std::uint64_t pid_ns) {
+  std::int32_t const pid = candidate.pid();
+  // Everything below is read by pid, then the pidfd is checked alive: a live process holds its
+  // pid, so what was read belongs to the process behind the pidfd.
+  auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
+  if (!dir) return GateCheck::not_yet;
+  // Before the engine's runtime execs /bin/sh the process is the runtime's own (no marker yet,
+  // and briefly not readable: the runtime makes itself non-dumpable while it sets up).
+  auto env = sys::read_file_at(*dir, "environ", std::size_t{1} << 20);
+  if (!env) {
+    bool const denied = env.error().sys_errno == EACCES || env.error().sys_errno == EPERM;
+    return denied && candidate.alive() ? GateCheck::unreadable : GateCheck::not_yet;
+  }
+  if (!sys::environ_has_marker(*env, marker)) return GateCheck::not_yet;
+  auto ns = sys::pid_namespace_inode(std::to_string(pid));
+  if (!ns) return candidate.alive() ? Result<GateCheck>{ns.error()} : GateCheck::not_yet;
+  if (*ns != pid_ns) {
+    return Error(Errc::identity_mismatch, "pid " + std::to_string(pid) +
+                                              " carries the exec's marker outside the "
+                                              "container's PID namespace");
+  }
+  auto st = read_stat(pid);
+  if (!st || st->state != 'T') return GateCheck::not_yet;  // not stopped at the gate yet
+  if (!candidate.alive()) return GateCheck::not_yet;
+  return GateCheck::gate;
+}
+
 ContainerExecution::ContainerExecution(ContainerBackend& host, std::string execution_id)
     : host_(&host), io_(host.io()), id_(std::move(execution_id)), engine_(host.config().engine) {}
 
@@ -229,8 +257,12 @@ void ContainerExecution::gate_step(std::int32_t pid) {
   }
   if (Clock::now() >= launching_->gate_deadline) {
     return fail("gate", Error(Errc::identity_mismatch,
-                              "the exec's process did not show as the gate (marker, namespace, "
-                              "stopped) within the call timeout"));
+                              std::string{"the exec's process did not show as the gate (marker, "
+                                          "namespace, stopped) within the call timeout"} +
+                                  (launching_->unreadable
+                                       ? "; its /proc entries were unreadable to the daemon "
+                                         "(no CAP_SYS_PTRACE over it?)"
+                                       : "")));
   }
   poll_gate();
 }
@@ -254,23 +286,11 @@ Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
     if (!fd) return fd.error().sys_errno == ESRCH ? Result<bool>{false} : Result<bool>{fd.error()};
     candidate_ = std::move(*fd);
   }
-  // Everything below is read by pid, then the pidfd is checked alive: a live process holds its
-  // pid, so what was read belongs to the process behind the pidfd.
-  auto dir = sys::open_dir_path("/proc/" + std::to_string(pid));
-  if (!dir) return false;
-  // Before the engine's runtime execs /bin/sh the process is the runtime's own (no marker yet).
-  auto env = sys::read_file_at(*dir, "environ", std::size_t{1} << 20);
-  if (!env || !sys::environ_has_marker(*env, *marker_)) return false;
-  auto ns = sys::pid_namespace_inode(std::to_string(pid));
-  if (!ns) return candidate_->alive() ? Result<bool>{ns.error()} : Result<bool>{false};
-  if (*ns != pid_ns_) {
-    return Error(Errc::identity_mismatch, "pid " + std::to_string(pid) +
-                                              " carries the exec's marker outside the "
-                                              "container's PID namespace");
+  auto const verdict = CUSTOS_TRY(check_gate_identity(*candidate_, *marker_, pid_ns_));
+  if (verdict != GateCheck::gate) {
+    if (verdict == GateCheck::unreadable) launching_->unreadable = true;
+    return false;
   }
-  auto st = read_stat(pid);
-  if (!st || st->state != 'T') return false;  // not stopped at the gate yet
-  if (!candidate_->alive()) return false;
   gate_ = std::move(candidate_);
   candidate_.reset();
   return true;
@@ -368,6 +388,8 @@ Step<Acquired> ContainerExecution::enter_boundary() {
   // A process in a container may hold CAP_SYS_ADMIN over a cgroup namespace of its own: the
   // weaker claim, as for an adopted root.
   acq->kernel_enforced = false;
+  // Recorded, so recovery sweeps the container's namespace for a gone exec's leftovers.
+  acq->marker_ns_ino = pid_ns_;
   return *acq;
 }
 
@@ -437,8 +459,9 @@ void ContainerExecution::abort() {
 }
 
 Result<Acquired> ContainerExecution::adopt(AdoptContext ctx) {
-  // The container's namespace, read through the recovered root (a live process holds its pid).
-  if (ctx.root.valid()) {
+  // The container's namespace as recorded; else read through the recovered root (a live process
+  // holds its pid).
+  if (!ctx.pid_ns_inode && ctx.root.valid()) {
     if (auto ns = sys::pid_namespace_inode(std::to_string(ctx.root.pid())); ns) {
       if (ctx.root.alive()) ctx.pid_ns_inode = *ns;
     }

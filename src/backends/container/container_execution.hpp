@@ -96,6 +96,7 @@ class ContainerExecution final : public BackendExecution,
     std::string container_id;
     engine::ContainerProcess init;  // the container's init, as the host sees it
     std::chrono::steady_clock::time_point gate_deadline;
+    bool unreadable = false;  // the candidate's environ was refused to the daemon (EACCES)
     boost::asio::steady_timer timer;
     explicit Launching(boost::asio::io_context& io) : timer(io) {}
   };

@@ -109,8 +109,9 @@ core::Cleanup remove_unrecorded_cgroup(std::string const& execution_id,
 // to the root, so no process that started earlier can carry it. Skipping those keeps processes
 // this daemon may never read (PID 1's environ is unreadable even to root on some hosts) from
 // making every sweep unconfirmed.
-bool sweep_marker(std::string const& marker_hex, CleanupOptions const& options,
+bool sweep_marker(RecordedBoundary const& boundary, CleanupOptions const& options,
                   std::uint64_t not_before_ticks, std::string& detail) {
+  auto const& marker_hex = boundary.marker_hex;
   auto marker = sys::Marker::from_hex(marker_hex);
   if (!marker) {
     detail += "; marker unreadable: " + marker.error().message();
@@ -118,7 +119,10 @@ bool sweep_marker(std::string const& marker_hex, CleanupOptions const& options,
   }
   sys::MarkerSweepOptions so;
   so.signal = SIGKILL;
-  so.pid_ns_inode = options.pid_ns_ino != 0 ? options.pid_ns_ino : own_pid_ns_ino();
+  // A container execution's processes are in the container's namespace, as recorded.
+  so.pid_ns_inode = boundary.marker_ns_ino != 0 ? boundary.marker_ns_ino
+                    : options.pid_ns_ino != 0   ? options.pid_ns_ino
+                                                : own_pid_ns_ino();
   so.proc_root = options.proc_root;
   if (not_before_ticks != 0) so.not_before_ticks = not_before_ticks;
   auto r = sys::marker_sweep(*marker, so);
@@ -221,7 +225,7 @@ core::Cleanup clean_up_gone(GoneExecution const& gone, CleanupOptions const& opt
   // Not across a reboot: no process can have survived it, and the sweep would read every /proc
   // entry for nothing.
   if (gone.same_boot && options.marker_sweep && !b.marker_hex.empty()) {
-    if (!sweep_marker(b.marker_hex, options, gone.start_time_ticks, detail)) {
+    if (!sweep_marker(b, options, gone.start_time_ticks, detail)) {
       cleanup = core::Cleanup::unconfirmed;
     }
   }

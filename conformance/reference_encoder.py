@@ -130,6 +130,8 @@ def plan(p):
     if "script" in b:
         steps = [step(st) for st in b["script"]["steps"]]
         bf.append((4, RECORD, record(0x001C, [(1, LIST, lst(RECORD, steps))])))
+    if b.get("gate", "required") != "required":
+        bf.append((5, U8, scalar(U8, {"optional": 2}[b["gate"]])))
     fs.append((11, RECORD, record(0x001B, bf)))
     return record(0x0002, fs)
 

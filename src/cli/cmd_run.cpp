@@ -69,6 +69,7 @@ struct RunFlags {
   std::string podman;
   std::string docker_socket;
   std::string podman_socket;
+  bool ungated = false;  // --ungated: the plan's gate is optional
   [[nodiscard]] bool in_container() const { return !docker.empty() || !podman.empty(); }
 };
 
@@ -170,6 +171,9 @@ Result<std::string> container_executable(std::string const& name) {
 Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
   json::object params;
   bool const contained = f.in_container();
+  if (f.ungated && !contained) {
+    return Error{Errc::plan_invalid_backend, "--ungated applies to --docker and --podman only"};
+  }
   auto const exe = CUSTOS_TRY(contained ? container_executable(f.command.front())
                                         : resolve_executable(f.command.front()));
   fs::path const here = contained ? fs::path{"/"} : fs::current_path();
@@ -219,6 +223,7 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
                          {"container", docker ? f.docker : f.podman}};
     std::string const& socket = docker ? f.docker_socket : f.podman_socket;
     if (!socket.empty()) backend["socket"] = fs::absolute(socket).lexically_normal().native();
+    if (f.ungated) backend["gate"] = "optional";
     plan["backend"] = std::move(backend);
   }
   if (f.timeout_s > 0) {
@@ -620,6 +625,9 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_option("--podman-socket", flags->podman_socket,
                   "Podman API socket (default: the daemon's)")
       ->needs(podman);
+  sub->add_flag("--ungated", flags->ungated,
+                "Accept the marker boundary where the container cannot run the exec gate (an "
+                "image without /bin/sh): the plan's backend gets \"gate\": \"optional\"");
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

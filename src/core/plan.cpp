@@ -166,6 +166,12 @@ constexpr auto kBackendKindNames = wire_names<BackendKind>({
 });
 static_assert(kBackendKindNames.complete(1));
 
+constexpr auto kGatePolicyNames = wire_names<GatePolicy>({
+    {GatePolicy::required, "required"},
+    {GatePolicy::optional, "optional"},
+});
+static_assert(kGatePolicyNames.complete(1));
+
 }  // namespace
 
 std::string_view to_string(WorkspaceAccess a) noexcept {
@@ -179,6 +185,13 @@ std::string_view to_string(OnLimit o) noexcept {
 }
 std::string_view to_string(BackendKind k) noexcept {
   return kBackendKindNames.wire(k);
+}
+
+std::string_view to_string(GatePolicy g) noexcept {
+  return kGatePolicyNames.wire(g);
+}
+std::optional<GatePolicy> gate_policy_from(std::string_view s) noexcept {
+  return kGatePolicyNames.from_wire(s);
 }
 
 std::optional<WorkspaceAccess> workspace_access_from(std::string_view s) noexcept {
@@ -405,6 +418,9 @@ void validate_backend(Backend const& b, std::string const& ptr, std::vector<Diag
   if (!engine) {
     if (b.container) add(out, code, container, "only docker and podman backends name a container");
     if (b.socket) add(out, code, socket, "only docker and podman backends name a socket");
+    if (b.gate != GatePolicy::required) {
+      add(out, code, pointer_append(ptr, "gate"), "only docker and podman backends have a gate");
+    }
     validate_backend_script(b, ptr, out);
     return;
   }

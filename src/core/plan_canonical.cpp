@@ -174,8 +174,8 @@ void write_step(CanonicalWriter& w, ScriptStep const& step) {
 }
 
 void write_backend(CanonicalWriter& w, Backend const& b) {
-  static_assert(Backend::kFieldCount == 4);
-  auto const& [kind_v, container, socket, script] = b;
+  static_assert(Backend::kFieldCount == 5);
+  auto const& [kind_v, container, socket, script, gate] = b;
   w.begin_record(11, kind::backend).u8(1, static_cast<std::uint8_t>(kind_v));
   if (container) w.string(2, *container);
   if (socket) w.string(3, *socket);
@@ -186,6 +186,8 @@ void write_backend(CanonicalWriter& w, Backend const& b) {
     for (auto const& step : script->steps) write_step(w, step);
     w.end_list().end_record();
   }
+  // Absent when required (the default), so a gated plan's bytes are what they were before.
+  if (gate != GatePolicy::required) w.u8(5, static_cast<std::uint8_t>(gate));
   w.end_record();
 }
 
@@ -383,6 +385,10 @@ Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
     p.backend.container = CUSTOS_TRY(b.optional_string(2));
     p.backend.socket = CUSTOS_TRY(b.optional_string(3));
     if (b.has(4)) p.backend.script = CUSTOS_TRY(read_script(b, 4));
+    if (b.has(5)) {
+      std::uint8_t const gate = CUSTOS_TRY(b.u8(5));
+      p.backend.gate = CUSTOS_TRY(enum_from_u8<GatePolicy>(gate, 2, "gate policy"));
+    }
     CUSTOS_TRYV(b.finish());
   }
   CUSTOS_TRYV(r.finish());

@@ -451,7 +451,7 @@ void parse_backend(FieldReader& w, json::value const& v, std::string const& ptr,
   std::size_t const before = w.count();
   auto const* o = w.object(v, ptr);
   if (o == nullptr) return;
-  w.only(*o, ptr, {"kind", "container", "socket", "script"});
+  w.only(*o, ptr, {"kind", "container", "socket", "script", "gate"});
   if (auto const* kind = w.required(*o, ptr, "kind")) {
     std::string s;
     std::string const kptr = pointer_append(ptr, "kind");
@@ -468,6 +468,17 @@ void parse_backend(FieldReader& w, json::value const& v, std::string const& ptr,
     if (auto const* m = FieldReader::optional(*o, key)) {
       std::string s;
       if (w.string(*m, pointer_append(ptr, key), s)) *member = std::move(s);
+    }
+  }
+  if (auto const* m = FieldReader::optional(*o, "gate")) {
+    std::string s;
+    std::string const gptr = pointer_append(ptr, "gate");
+    if (w.string(*m, gptr, s)) {
+      if (auto g = gate_policy_from(s)) {
+        out.gate = *g;
+      } else {
+        w.add(Errc::plan_invalid_backend, gptr, "must be required or optional");
+      }
     }
   }
   if (auto const* m = FieldReader::optional(*o, "script"); m != nullptr && w.count() == before) {
@@ -653,6 +664,7 @@ json::value to_json(ExecutionPlan const& p) {
   if (p.backend.container) backend["container"] = *p.backend.container;
   if (p.backend.socket) backend["socket"] = *p.backend.socket;
   if (p.backend.script) backend["script"] = script_json(*p.backend.script);
+  if (p.backend.gate != GatePolicy::required) backend["gate"] = to_string(p.backend.gate);
   o["backend"] = std::move(backend);
   return o;
 }

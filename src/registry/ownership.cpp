@@ -43,6 +43,13 @@ Ownership staged_ownership(sys::PidfsIdentity const& id) {
   return o;
 }
 
+Ownership marked_ownership(std::uint64_t not_before_ticks) {
+  Ownership o;
+  o.state = OwnershipState::marked;
+  o.start_time_ticks = not_before_ticks;
+  return o;
+}
+
 BoundaryInfo boundary_info(core::Boundary boundary, std::string const& cgroup_path,
                            std::string const& marker_hex, std::uint64_t marker_ns_ino) {
   BoundaryInfo b;

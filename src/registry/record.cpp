@@ -16,6 +16,7 @@ constexpr auto kOwnershipStateNames = core::wire_names<OwnershipState>({
     {OwnershipState::committed, "committed"},
     {OwnershipState::legacy_unverified, "legacy_unverified"},
     {OwnershipState::modelled, "modelled"},
+    {OwnershipState::marked, "marked"},
 });
 static_assert(kOwnershipStateNames.complete());
 
@@ -115,6 +116,8 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
   if (o.has_pid()) {
     w.i64(kTagPid, o.pid);
     w.u64(kTagStartTime, o.start_time_ticks);
+  } else if (o.state == OwnershipState::marked && o.start_time_ticks != 0) {
+    w.u64(kTagStartTime, o.start_time_ticks);
   }
   if (rec.trigger) w.string(kTagTrigger, core::trigger_wire(*rec.trigger));
   write_stream(w, kTagOut, rec.out);
@@ -133,7 +136,7 @@ std::vector<std::uint8_t> record_canonical_bytes(ExecutionRecord const& rec) {
     w.u64(kTagPidfsDev, o.pidfs_dev);
     w.u64(kTagPidfsIno, o.pidfs_ino);
     if (o.pid_ns_ino != 0) w.u64(kTagPidNsIno, o.pid_ns_ino);
-  } else if (o.state == OwnershipState::modelled) {
+  } else if (o.state == OwnershipState::modelled || o.state == OwnershipState::marked) {
     w.string(kTagOwnershipState, ownership_state_wire(o.state));
   }
   if (rec.boundary.marker_ns_ino != 0) w.u64(kTagMarkerNsIno, rec.boundary.marker_ns_ino);
@@ -214,6 +217,11 @@ Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
   } else if (o.state == OwnershipState::modelled) {
     if (o.pid != 0 || rec.boundary.kind != core::Boundary::reference) {
       return corrupt(rec, "modelled ownership is the reference boundary's, without a pid");
+    }
+  } else if (o.state == OwnershipState::marked) {
+    if (o.pid != 0 || rec.boundary.kind != core::Boundary::marker ||
+        rec.boundary.marker_hex.empty()) {
+      return corrupt(rec, "marked ownership is a marker boundary's, with a marker, without a pid");
     }
   }
   // Which ownership each phase allows (docs/registry.md "Ownership by phase").

@@ -26,6 +26,8 @@ StoredEvidence stored_evidence(ExecutionRecord const& rec) noexcept {
       return StoredEvidence::pidfs_identity;
     case OwnershipState::modelled:
       return StoredEvidence::modelled;
+    case OwnershipState::marked:
+      return StoredEvidence::marker_only;
   }
   return StoredEvidence::legacy;  // unreachable: an unknown slot is never acted on
 }

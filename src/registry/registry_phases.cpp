@@ -59,8 +59,10 @@ Result<void> commit_ownership(ExecutionRecord& rec) {
     return Error{Errc::registry_legacy_unverified,
                  rec.execution_id + ": legacy ownership cannot be committed"};
   }
-  if (rec.ownership.state == OwnershipState::modelled && rec.phase == core::Phase::starting) {
-    return ok();  // a model has no process slot to commit: it stays modelled
+  if ((rec.ownership.state == OwnershipState::modelled ||
+       rec.ownership.state == OwnershipState::marked) &&
+      rec.phase == core::Phase::starting) {
+    return ok();  // a model or a marked exec has no process slot to commit: it stays as it is
   }
   if (rec.ownership.state != OwnershipState::staged || rec.phase != core::Phase::starting) {
     return illegal_step(rec, "commit needs staged ownership while starting");
@@ -69,11 +71,18 @@ Result<void> commit_ownership(ExecutionRecord& rec) {
   return ok();
 }
 
+// The slots a running execution may have: a committed pidfs identity, a model, a marked exec.
+bool runs_ownership(OwnershipState s) noexcept {
+  return s == OwnershipState::committed || s == OwnershipState::modelled ||
+         s == OwnershipState::marked;
+}
+
 Result<void> staged_ownership_check(Ownership const& staged) {
-  if (staged.state == OwnershipState::staged || staged.state == OwnershipState::modelled)
+  if (staged.state == OwnershipState::staged || staged.state == OwnershipState::modelled ||
+      staged.state == OwnershipState::marked)
     return ok();
   return Error{Errc::registry_illegal_phase,
-               "record_staged needs an ownership in state staged (or modelled)"};
+               "record_staged needs an ownership in state staged (or modelled, or marked)"};
 }
 
 }  // namespace
@@ -126,15 +135,14 @@ Result<void> Registry::record_phase(std::string_view execution_id, core::Phase p
   if (phase == core::Phase::terminal) {
     return Error{Errc::registry_illegal_phase, "terminal is written by record_terminal only"};
   }
-  if (auto wr = modify(options_.ownership_durability, mode, execution_id, "record_phase",
-                       [phase](ExecutionRecord& rec) -> Result<void> {
-                         if (phase == core::Phase::running &&
-                             rec.ownership.state != OwnershipState::committed &&
-                             rec.ownership.state != OwnershipState::modelled) {
-                           return illegal_step(rec, "running needs committed pidfs ownership");
-                         }
-                         return step_phase(rec, phase);
-                       });
+  if (auto wr =
+          modify(options_.ownership_durability, mode, execution_id, "record_phase",
+                 [phase](ExecutionRecord& rec) -> Result<void> {
+                   if (phase == core::Phase::running && !runs_ownership(rec.ownership.state)) {
+                     return illegal_step(rec, "running needs committed pidfs ownership");
+                   }
+                   return step_phase(rec, phase);
+                 });
       !wr)
     return std::move(wr).error();
   if (phase == core::Phase::running) failpoint("while_running");
@@ -255,8 +263,7 @@ Result<void> Registry::record_recovered(std::string_view execution_id,
       [&steps, &t, via](ExecutionRecord& rec) -> Result<void> {
         for (core::Phase const p : steps) {
           if (p == core::Phase::terminal) return illegal_step(rec, "terminal in steps");
-          if (p == core::Phase::running && rec.ownership.state != OwnershipState::committed &&
-              rec.ownership.state != OwnershipState::modelled) {
+          if (p == core::Phase::running && !runs_ownership(rec.ownership.state)) {
             return illegal_step(rec, "running needs committed pidfs ownership");
           }
           CUSTOS_TRYV(step_phase(rec, p));

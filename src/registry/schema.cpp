@@ -279,6 +279,8 @@ Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
     r.ownership.start_time_ticks = s.is_null(12) ? 0 : to_u64(s.int64(12));
   } else if (!s.is_null(11)) {
     return bad_row(id, "unassigned ownership with a pid");
+  } else if (r.ownership.state == OwnershipState::marked && !s.is_null(12)) {
+    r.ownership.start_time_ticks = to_u64(s.int64(12));
   }
   if (r.ownership.has_pidfs_authority()) {
     r.ownership.boot_id = s.text(30);
@@ -370,7 +372,8 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   CUSTOS_TRYV(s.bind(10, std::string_view{r.boundary.marker_hex}));
   CUSTOS_TRYV(s.bind(11, core::phase_wire(r.phase)));
   CUSTOS_TRYV(s.bind(12, opt_int(assigned, o.pid)));
-  CUSTOS_TRYV(s.bind(13, opt_int(assigned, to_i64(o.start_time_ticks))));
+  bool const marked_since = o.state == OwnershipState::marked && o.start_time_ticks != 0;
+  CUSTOS_TRYV(s.bind(13, opt_int(assigned || marked_since, to_i64(o.start_time_ticks))));
   CUSTOS_TRYV(
       s.bind(14, opt_str(r.trigger.has_value(), r.trigger ? core::trigger_wire(*r.trigger) : "")));
   auto bind_stream = [&](int base, int pub_base, StreamProgress const& p) -> Result<void> {

@@ -33,7 +33,7 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   adopted_ = true;
   claim_durable_ = true;  // the previous daemon's launch awaited it
   running_ = request.launch_committed;
-  watch_.acquired(acquired_.memory_hard, acquired_.pids_hard);
+  watch_.acquired(acquired_.memory_hard, acquired_.pids_hard, acquired_.descriptors_hard);
 
   // The record is in this phase already: nothing is written for it.
   auto entered = core::reduce(life_, core::event::Adopted{request.phase});

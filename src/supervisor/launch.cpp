@@ -88,7 +88,7 @@ void Supervisor::on_acquired(backend::Step<backend::Acquired> acquired, LaunchDo
     return fail_launch(std::move(*f), std::move(done));
   }
   acquired_ = std::get<backend::Acquired>(std::move(acquired));
-  watch_.acquired(acquired_.memory_hard, acquired_.pids_hard);
+  watch_.acquired(acquired_.memory_hard, acquired_.pids_hard, acquired_.descriptors_hard);
   auto release = [self = shared_from_this()](LaunchDone d) {
     self->backend_->release([self, d = std::move(d)](backend::Step<std::monostate> v) mutable {
       if (self->detached_) return;

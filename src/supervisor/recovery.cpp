@@ -109,6 +109,13 @@ RecoveredExecution classify(registry::ExecutionRecord const& rec, rcv::HostIdent
       out.classification = RP::absent_without_terminal;
       out.detail = "a modelled (reference) execution ends with its daemon";
       break;
+    case registry::StoredEvidence::marker_only:
+      // An ungated container exec: no identity to re-acquire, so a live one is never adopted;
+      // its marker sweep (in the recorded namespace) ends whatever of it remains.
+      out.classification = RP::absent_without_terminal;
+      out.detail = "an ungated execution is known by its marker only: swept, never adopted";
+      same_boot = true;
+      break;
     case registry::StoredEvidence::pidfs_identity: {
       auto r = rcv::reacquire_root(recorded_root(rec.ownership), host);
       out.classification = r.path;

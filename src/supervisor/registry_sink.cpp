@@ -117,9 +117,13 @@ void RegistrySink::record_staged_async(std::string const& execution_id,
                                        StagedBoundary const& boundary,
                                        std::function<void(Result<>)> done) {
   // A reference execution's root is a model: its slot is modelled, with no process identity.
-  auto const ownership = boundary.kind == core::Boundary::reference
-                             ? registry::modelled_ownership()
-                             : registry::staged_ownership(identity);
+  // An ungated container exec has no process yet: its slot is marked (marker and namespace).
+  auto ownership = registry::staged_ownership(identity);
+  if (boundary.kind == core::Boundary::reference) {
+    ownership = registry::modelled_ownership();
+  } else if (identity.pid == 0) {
+    ownership = registry::marked_ownership(identity.start_time_ticks);
+  }
   registry_->record_staged_async(
       execution_id, ownership,
       registry::boundary_info(boundary.kind, boundary.cgroup_path, boundary.marker_value,

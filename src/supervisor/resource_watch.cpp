@@ -34,9 +34,10 @@ void ResourceWatch::adopted(milliseconds age) {
   before_start_ = age;
 }
 
-void ResourceWatch::acquired(bool memory_hard, bool pids_hard) {
+void ResourceWatch::acquired(bool memory_hard, bool pids_hard, bool descriptors_hard) {
   memory_hard_ = memory_hard;
   pids_hard_ = pids_hard;
+  descriptors_hard_ = descriptors_hard;
 }
 
 void ResourceWatch::start() {
@@ -157,9 +158,10 @@ core::ResourceReport ResourceWatch::report(bool ran, std::uint64_t output_observ
   set(core::ResourceDim::output, ran ? std::optional<std::uint64_t>(output_observed) : std::nullopt,
       plan.output_bytes, core::Fidelity::hard);
   // limits.open_files is RLIMIT_NOFILE of every process (kernel-enforced per process, hence
-  // hard); the value is the sampled peak of descriptors open over the whole tree.
+  // hard) unless the backend could not set it; the value is the sampled peak of descriptors
+  // open over the whole tree.
   set(core::ResourceDim::descriptors, fds_peak_, plan.open_files,
-      plan.open_files ? core::Fidelity::hard : core::Fidelity::sampled);
+      plan.open_files && descriptors_hard_ ? core::Fidelity::hard : core::Fidelity::sampled);
   set(core::ResourceDim::processes, procs_peak_, plan.processes,
       pids_hard_ ? core::Fidelity::hard : core::Fidelity::sampled);
   set(core::ResourceDim::concurrency, concurrency_, std::nullopt, core::Fidelity::sampled);

@@ -28,7 +28,7 @@ class ResourceWatch {
   // An adopted execution's root started `age` ago: wall time and the deadline count from then.
   void adopted(std::chrono::milliseconds age);
   // The root exists with these kernel-enforced limits.
-  void acquired(bool memory_hard, bool pids_hard);
+  void acquired(bool memory_hard, bool pids_hard, bool descriptors_hard);
   // The target runs: the deadline and the sampler are armed.
   void start();
   void root_exited();
@@ -61,6 +61,7 @@ class ResourceWatch {
   std::chrono::milliseconds before_start_{0};  // of limits.wall_ms, spent before start() (adopted)
   bool memory_hard_ = false;
   bool pids_hard_ = false;
+  bool descriptors_hard_ = true;
   bool stopped_ = false;
   // Peaks.
   std::optional<std::uint64_t> cpu_ms_;

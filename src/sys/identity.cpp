@@ -10,6 +10,7 @@
 #include <string_view>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace custos::sys {
@@ -159,6 +160,22 @@ Result<PidfsIdentity> read_identity(Pidfd const& pidfd) {
 
 Result<PidfsIdentity> read_identity(Pidfd const& pidfd, std::uint64_t& ignored_signals) {
   return identity_of(pidfd, &ignored_signals);
+}
+
+}  // namespace custos::sys
+
+namespace custos::sys {
+
+Result<std::uint64_t> boot_ticks_now() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_BOOTTIME, &ts) != 0)
+    return Error(Errc::sys_error, "clock_gettime", errno);
+  long const hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0) return Error(Errc::sys_error, "sysconf(_SC_CLK_TCK)", EINVAL);
+  auto const ticks_per_s = static_cast<std::uint64_t>(hz);
+  // Rounded down: a process that starts later has a start time at least this.
+  return static_cast<std::uint64_t>(ts.tv_sec) * ticks_per_s +
+         static_cast<std::uint64_t>(ts.tv_nsec) * ticks_per_s / 1'000'000'000U;
 }
 
 }  // namespace custos::sys

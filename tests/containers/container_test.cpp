@@ -21,6 +21,16 @@ namespace {
 using engine::EngineKind;
 using engine::testing::RealEngine;
 
+// /proc/<pid>/cmdline, empty when the process is gone (a read can fail with ESRCH mid-way).
+std::string read_cmdline(char const* pid) {
+  try {
+    std::ifstream in(std::string{"/proc/"} + pid + "/cmdline");
+    return std::string{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  } catch (std::exception const&) {
+    return {};
+  }
+}
+
 // The host pids of processes whose command line is exactly `sleep <n>` (in any namespace).
 std::vector<int> host_sleeps(std::string const& n) {
   std::vector<int> out;
@@ -30,8 +40,7 @@ std::vector<int> host_sleeps(std::string const& n) {
   while (dirent* e = ::readdir(d)) {
     int const pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in(std::string{"/proc/"} + e->d_name + "/cmdline");
-    std::string cmd{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+    std::string cmd = read_cmdline(e->d_name);
     if (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
     if (cmd == want) out.push_back(pid);
   }
@@ -356,8 +365,7 @@ std::vector<int> host_processes_with(std::vector<std::string> const& parts) {
   while (dirent* e = ::readdir(d)) {
     int const pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in(std::string{"/proc/"} + e->d_name + "/cmdline");
-    std::string cmd{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+    std::string const cmd = read_cmdline(e->d_name);
     bool all = !cmd.empty();
     for (auto const& p : parts) all = all && cmd.find(p) != std::string::npos;
     if (all) out.push_back(pid);
@@ -409,6 +417,105 @@ TEST_P(Containers, AnUnreadableProcessNeverGivesAConfirmedCleanup) {
   // What the daemon could not end, the test does (found by its unique command line).
   for (int pid : host_sleeps(other_uid)) ::kill(pid, SIGKILL);
   expect_container_running(engine_.running);
+}
+
+// `/bin/busybox sleep <n>` run directly (an ungated exec has no shell to exec `sleep`): its
+// command line is the busybox path, then `sleep <n>`.
+std::vector<int> busybox_sleeps(std::string const& n) {
+  return host_processes_with({std::string{"/bin/busybox"} + '\0' + "sleep" + '\0' + n});
+}
+
+bool await_busybox_sleeps(std::string const& n) {
+  auto const until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (!busybox_sleeps(n).empty()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST_P(Containers, AContainerWithoutAShellRunsOnlyWhereThePlanAcceptsTheMarker) {
+  auto c = daemon_.client();
+  auto p = params({"/bin/busybox", "echo", "hi"}, engine_.noshell);
+  // The default (gate required): refused before any claim.
+  auto r = c.call(next_++, "exec.start", p);
+  ASSERT_TRUE(r && r->contains("error")) << (r ? json::serialize(*r) : "no reply");
+  EXPECT_EQ(error_code_of(*r), "engine.gate_unavailable") << json::serialize(*r);
+  // Accepted: it runs, ungated, under the marker boundary — with the same action id, since the
+  // refusal consumed nothing.
+  p["plan"].as_object()["backend"].as_object()["gate"] = "optional";
+  auto const id = start(c, p);
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(t.at("exit").at("code").as_int64(), 0) << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("boundary").as_string(), "marker");
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_NE(t.at("observations").at("launch").as_string().find("ungated"), std::string::npos);
+  EXPECT_EQ(output(c, id, "stdout"), "hi\n");
+  // Only the gate sets the descriptor limit: the container's own applied, and the record says so.
+  EXPECT_NE(t.at("resources").at("descriptors").at("fidelity").as_string(), "hard")
+      << json::serialize(t);
+  auto got = c.call(next_++, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(got && got->contains("result"));
+  EXPECT_EQ(got->at("result").at("boundary").as_string(), "marker");
+  expect_container_running(engine_.noshell);
+}
+
+TEST_P(Containers, AnUngatedExecsTreeEndsByItsMarker) {
+  auto c = daemon_.client();
+  auto ungated = [&](std::vector<std::string> const& argv) {
+    auto p = params(argv, engine_.noshell);
+    p["plan"].as_object()["backend"].as_object()["gate"] = "optional";
+    return p;
+  };
+  // The root exits at once, leaving a daemonized descendant (setsid, reparented in the
+  // container): the teardown finds it by its marker in the container's namespace.
+  std::string const daemonized = unique_sleep();
+  auto const id = start(c, ungated({"/bin/busybox", "start-stop-daemon", "-S", "-b", "-x",
+                                    "/bin/busybox", "-a", "sleep", "--", "sleep", daemonized}));
+  ASSERT_FALSE(id.empty());
+  auto const t = wait(c, id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(daemonized).empty()) << "survivors: " << host_sleeps(daemonized).size();
+
+  // A long root, cancelled: it and its descendants end.
+  std::string const n = unique_sleep();
+  auto const id2 = start(c, ungated({"/bin/busybox", "sleep", n}));
+  ASSERT_FALSE(id2.empty());
+  ASSERT_TRUE(await_busybox_sleeps(n));
+  auto r = c.call(next_++, "exec.cancel", {{"execution_id", id2}});
+  ASSERT_TRUE(r && r->contains("result"));
+  auto const t2 = wait(c, id2);
+  EXPECT_EQ(t2.at("classification").as_string(), "cancelled") << json::serialize(t2);
+  EXPECT_EQ(t2.at("tree").at("boundary").as_string(), "marker");
+  EXPECT_EQ(t2.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t2);
+  EXPECT_TRUE(busybox_sleeps(n).empty());
+  expect_container_running(engine_.noshell);
+}
+
+TEST_P(Containers, AnUngatedExecIsSweptAfterADaemonCrash) {
+  // Nothing of an ungated exec can be adopted (no identity was recorded before it started): a
+  // restart sweeps its marker in the recorded namespace, live root included.
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto p = params({"/bin/busybox", "sleep", n}, engine_.noshell);
+  p["plan"].as_object()["backend"].as_object()["gate"] = "optional";
+  auto const id = start(c, std::move(p));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_busybox_sleeps(n));
+  ASSERT_TRUE(daemon_.signal(SIGKILL));
+  ASSERT_TRUE(daemon_.wait_exit(30s));
+  EXPECT_EQ(busybox_sleeps(n).size(), 1U);
+  daemon_.start();
+  ASSERT_TRUE(daemon_.ready()) << daemon_.log();
+  auto c2 = daemon_.client();
+  auto const t = wait(c2, id);
+  EXPECT_EQ(t.at("recovery").as_string(), "absent_without_terminal") << json::serialize(t);
+  EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed") << json::serialize(t);
+  EXPECT_TRUE(busybox_sleeps(n).empty()) << "survivors: " << busybox_sleeps(n).size();
+  expect_container_running(engine_.noshell);
 }
 
 TEST_P(Containers, AnIgnoredSigtermIsForcedAfterTheGrace) {

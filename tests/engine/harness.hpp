@@ -24,6 +24,7 @@ struct RealEngine {
   std::string running;     // name of the running test container
   std::string running_id;  // its full id
   std::string stopped;     // name of the stopped one
+  std::string noshell;     // a running one without /bin/sh (it cannot run the exec gate)
 };
 
 inline std::string engines_state_path() {
@@ -63,7 +64,9 @@ inline std::optional<RealEngine> real_engine(EngineKind kind, std::string& why) 
   out.running = str(obj(o, "running"), "name");
   out.running_id = str(obj(o, "running"), "id");
   out.stopped = str(obj(o, "stopped"), "name");
-  if (out.socket.empty() || out.running.empty() || out.running_id.empty() || out.stopped.empty()) {
+  out.noshell = str(obj(o, "noshell"), "name");
+  if (out.socket.empty() || out.running.empty() || out.running_id.empty() || out.stopped.empty() ||
+      out.noshell.empty()) {
     why = std::string{to_string(kind)} + " is not recorded as up in " + path +
           ": run scripts/engines up (and see scripts/engines status)";
     return std::nullopt;

@@ -277,6 +277,52 @@ TEST_F(Recovery, AModelledSlotOutsideTheReferenceBoundaryIsRefused) {
   EXPECT_FALSE(registry_->record_staged("ex-bad", registry::modelled_ownership(), b));
 }
 
+// An ungated container exec's slot is `marked`: its record holds the marker (and where to sweep
+// for it), never a process identity. After a restart nothing can be re-acquired, so even a live
+// process of it is ended by the marker sweep, with no pid looked up.
+TEST_F(Recovery, AMarkedExecutionIsSweptNeverAdopted) {
+  auto marker = sys::Marker::generate();
+  ASSERT_TRUE(marker);
+  auto const since = sys::boot_ticks_now();
+  ASSERT_TRUE(since);
+  auto child = spawn_sleeper({marker->env_entry()});
+  CUSTOS_ASSERT_OK(registry_->record_authorized(make_execution("ex-marked", "act-marked")));
+  CUSTOS_ASSERT_OK(registry_->record_staged(
+      "ex-marked", registry::marked_ownership(*since),
+      registry::boundary_info(core::Boundary::marker, "", marker->env_value())));
+  CUSTOS_ASSERT_OK(registry_->record_committed("ex-marked"));
+  CUSTOS_ASSERT_OK(registry_->record_phase("ex-marked", core::Phase::running));
+  auto stored = registry_->get("ex-marked");
+  ASSERT_TRUE(stored) << stored.error().message();
+  EXPECT_EQ(stored->ownership.state, OwnershipState::marked);
+  EXPECT_EQ(stored->ownership.start_time_ticks, *since);
+  auto report = recover(*registry_);
+  ASSERT_TRUE(report) << report.error().message();
+  auto const* e = find(*report, "ex-marked");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->classification, core::RecoveryPath::absent_without_terminal) << e->detail;
+  EXPECT_EQ(e->cleanup, core::Cleanup::confirmed) << e->detail;
+  EXPECT_FALSE(e->pid_looked_up);
+  EXPECT_FALSE(e->adopt.has_value());
+  auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (child.pidfd().alive() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(child.pidfd().alive()) << "the marked process outlived recovery";
+  expect_one_terminal("ex-marked", "recovery_indeterminate", "absent_without_terminal");
+}
+
+// A marked slot belongs to the marker boundary, with a marker: anywhere else it is refused.
+TEST_F(Recovery, AMarkedSlotNeedsTheMarkerBoundaryAndAMarker) {
+  CUSTOS_ASSERT_OK(registry_->record_authorized(make_execution("ex-m1", "act-m1")));
+  EXPECT_FALSE(registry_->record_staged(
+      "ex-m1", registry::marked_ownership(1),
+      registry::boundary_info(core::Boundary::cgroup, "/sys/fs/cgroup/unified/x", "")));
+  CUSTOS_ASSERT_OK(registry_->record_authorized(make_execution("ex-m2", "act-m2")));
+  EXPECT_FALSE(registry_->record_staged("ex-m2", registry::marked_ownership(1),
+                                        registry::boundary_info(core::Boundary::marker, "", "")));
+}
+
 TEST_F(Recovery, QuarantinedAndTerminalRecordsAreNotTouched) {
   auto child = spawn_sleeper();
   fabricate("ex-q", registry::staged_ownership(child.identity()));

@@ -129,6 +129,9 @@ struct Acquired {
   // Limits the kernel enforces for the whole tree from birth (a cgroup controller).
   bool memory_hard = false;
   bool pids_hard = false;
+  // limits.open_files is RLIMIT_NOFILE of every process of the tree (false: an ungated container
+  // exec, where only the container's own limit applies: the record says sampled).
+  bool descriptors_hard = true;
 };
 
 // A live root a previous daemon launched, re-acquired after a restart by exact pidfs identity
@@ -149,6 +152,10 @@ struct AdoptContext {
   // true: re-acquired after a daemon restart (no stdio kept, the disk measured from here);
   // false: a root another backend created and hands over (a container exec at its gate).
   bool after_restart = true;
+  // true: the root ended before anyone could hold it (an ungated container exec whose program
+  // finished before its process was identified): `root` is empty, and the tree is what carries
+  // the marker. identity.start_time_ticks then bounds the marker sweep (the exec's start).
+  bool root_exited = false;
 };
 
 // The result of a step that may fail before the target program runs: the failure names its

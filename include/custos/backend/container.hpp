@@ -83,6 +83,8 @@ class ContainerBackend final : public Backend {
   [[nodiscard]] std::optional<engine::ContainerInfo> take_recent(std::string const& socket,
                                                                  std::string const& ref);
   [[nodiscard]] NativeBackend& native() noexcept { return native_; }
+  // Whether the gate probe passed for container `id` in its start `started_at`.
+  [[nodiscard]] bool gate_ok(std::string const& id, std::string const& started_at) const;
   [[nodiscard]] boost::asio::io_context& io() noexcept { return io_; }
 
  private:
@@ -109,8 +111,9 @@ class ContainerBackend final : public Backend {
 // lives. Errors: identity.mismatch (the marker outside that namespace: never the gate), the
 // namespace unreadable while the process lives.
 enum class GateCheck : std::uint8_t { gate, not_yet, unreadable };
+// `stopped` false: the same checks but the stop (an ungated exec's process).
 [[nodiscard]] Result<GateCheck> check_gate_identity(sys::Pidfd const& candidate,
-                                                    sys::Marker const& marker,
-                                                    std::uint64_t pid_ns);
+                                                    sys::Marker const& marker, std::uint64_t pid_ns,
+                                                    bool stopped = true);
 
 }  // namespace custos::backend

@@ -300,8 +300,12 @@ struct ReferenceScript {
 [[nodiscard]] std::optional<std::string_view> terminating_signal_name(
     std::uint32_t number) noexcept;
 
+// Whether a container exec must start behind the gate (docs/containers.md). optional: where the
+// container cannot run the gate (no /bin/sh), the exec starts ungated under the marker boundary.
+enum class GatePolicy : std::uint8_t { required = 1, optional = 2 };
+
 struct Backend {
-  static constexpr std::size_t kFieldCount = 4;
+  static constexpr std::size_t kFieldCount = 5;
   BackendKind kind = BackendKind::native;
   // docker/podman: required, 1..kMaxContainerBytes of [A-Za-z0-9_.-], first alphanumeric.
   // native/reference: must be empty.
@@ -311,6 +315,8 @@ struct Backend {
   std::optional<std::string> socket;
   // reference: required (the script the model walks). native/docker/podman: must be empty.
   std::optional<ReferenceScript> script;
+  // docker/podman only (anything but `required` elsewhere is refused).
+  GatePolicy gate = GatePolicy::required;
   friend bool operator==(Backend const&, Backend const&) = default;
 };
 
@@ -373,10 +379,12 @@ void validate_script(ReferenceScript const& s, std::string const& ptr,
 [[nodiscard]] std::string_view to_string(OnLimit o) noexcept;
 [[nodiscard]] std::string_view to_string(BackendKind k) noexcept;
 [[nodiscard]] std::string_view to_string(ScriptStream s) noexcept;
+[[nodiscard]] std::string_view to_string(GatePolicy g) noexcept;
 [[nodiscard]] std::optional<WorkspaceAccess> workspace_access_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<IoMode> io_mode_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<OnLimit> on_limit_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<BackendKind> backend_kind_from(std::string_view s) noexcept;
 [[nodiscard]] std::optional<ScriptStream> script_stream_from(std::string_view s) noexcept;
+[[nodiscard]] std::optional<GatePolicy> gate_policy_from(std::string_view s) noexcept;
 
 }  // namespace custos::core

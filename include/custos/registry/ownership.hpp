@@ -27,6 +27,10 @@ namespace custos::registry {
 [[nodiscard]] Ownership staged_ownership(sys::PidfsIdentity const& id);
 // The slot of a reference execution: modelled, no process identity at all.
 [[nodiscard]] Ownership modelled_ownership();
+// The slot of an ungated container exec: known by its marker (and PID namespace) only.
+// `not_before_ticks`: a time before the exec started (clock ticks since boot), which bounds the
+// marker sweep; 0 when unknown.
+[[nodiscard]] Ownership marked_ownership(std::uint64_t not_before_ticks);
 
 // `marker_ns_ino`: the PID namespace the marker sweep is limited to (a container's), 0: the
 // daemon's.

@@ -44,6 +44,9 @@ enum class StoredEvidence : std::uint8_t {
   // modelled: a reference execution's model, which lived in the previous daemon's memory only:
   // nothing of it can have survived, and there is no process to look for.
   modelled,
+  // marked: an ungated container exec, known by its marker and PID namespace only: nothing to
+  // re-acquire, so it is swept (a live one too) and never adopted.
+  marker_only,
 };
 [[nodiscard]] StoredEvidence stored_evidence(ExecutionRecord const& rec) noexcept;
 

@@ -136,12 +136,16 @@ struct BoundaryInfo {
 
 // modelled: the root is the reference backend's model, which lives in the daemon's memory only:
 // no process, no pid, nothing for recovery to re-acquire (it is absent after any restart).
+// marked: an ungated container exec (its plan accepted the marker boundary for an image that
+// cannot run the gate): its processes are known by the recorded marker and PID namespace only;
+// no pidfs identity was recorded before it started, so recovery sweeps it and never adopts it.
 enum class OwnershipState : std::uint8_t {
   unassigned,
   staged,
   committed,
   legacy_unverified,
-  modelled
+  modelled,
+  marked
 };
 [[nodiscard]] std::string_view ownership_state_wire(OwnershipState s) noexcept;
 [[nodiscard]] std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept;
@@ -152,24 +156,27 @@ enum class OwnershipState : std::uint8_t {
 // nothing else; it is never promoted to pidfs authority by observation.
 struct Ownership {
   OwnershipState state = OwnershipState::unassigned;
-  std::string boot_id;                 // staged/committed
-  std::uint64_t pidfs_dev = 0;         // staged/committed
-  std::uint64_t pidfs_ino = 0;         // staged/committed
-  std::int32_t pid = 0;                // all but unassigned and modelled
-  std::uint64_t start_time_ticks = 0;  // all but unassigned and modelled (0 = unknown)
-  std::uint64_t pid_ns_ino = 0;        // staged/committed: the pid namespace pid is valid in
+  std::string boot_id;          // staged/committed
+  std::uint64_t pidfs_dev = 0;  // staged/committed
+  std::uint64_t pidfs_ino = 0;  // staged/committed
+  std::int32_t pid = 0;         // all but unassigned and modelled
+  // all but unassigned and modelled (0 = unknown); marked: a time before the exec started
+  std::uint64_t start_time_ticks = 0;
+  std::uint64_t pid_ns_ino = 0;  // staged/committed: the pid namespace pid is valid in
 
   [[nodiscard]] bool has_pidfs_authority() const noexcept {
     return state == OwnershipState::staged || state == OwnershipState::committed;
   }
   // A pid is recorded (staged, committed, legacy_unverified).
   [[nodiscard]] bool has_pid() const noexcept {
-    return state != OwnershipState::unassigned && state != OwnershipState::modelled;
+    return state != OwnershipState::unassigned && state != OwnershipState::modelled &&
+           state != OwnershipState::marked;
   }
-  // The root started (its ownership committed, or a model released): a phase past starting.
+  // A phase past starting is allowed: the ownership committed, a model or a marked exec
+  // released (neither has a slot to commit), or a legacy record.
   [[nodiscard]] bool started() const noexcept {
     return state == OwnershipState::committed || state == OwnershipState::modelled ||
-           state == OwnershipState::legacy_unverified;
+           state == OwnershipState::marked || state == OwnershipState::legacy_unverified;
   }
   friend bool operator==(Ownership const&, Ownership const&) = default;
 };

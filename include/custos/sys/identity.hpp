@@ -31,6 +31,10 @@ struct PidfsIdentity {
 // Errors: procfs.failed (ENOENT when the process is gone, EINVAL when the file is malformed).
 [[nodiscard]] Result<std::uint64_t> read_start_time(std::int32_t pid);
 
+// Now, in the unit of read_start_time (clock ticks since boot, CLOCK_BOOTTIME): a process that
+// starts after this call has a start time >= the value. Errors: sys.error from clock_gettime.
+[[nodiscard]] Result<std::uint64_t> boot_ticks_now();
+
 // Reads the identity of the process behind `pidfd`. The start time is read by pid and then the
 // pidfd is checked to be still alive: a live process holds its pid, so the /proc entry read in
 // between cannot have belonged to a successor.

@@ -175,25 +175,40 @@ void ContainerBackend::preflight(core::ExecutionPlan const& plan,
   auto c = client(plan.backend.socket.value_or(""));
   std::string const ref = plan.backend.container.value_or("");
   std::string const key = c->endpoint().socket + "\n" + ref;
-  c->inspect_container(ref, config_.call_timeout,
-                       [c, ok = gate_ok_, recent = recent_, key, timeout = config_.call_timeout,
-                        done = std::move(done)](Result<engine::ContainerInfo> info) mutable {
-                         if (!info) return done(info.error());
-                         auto const& in = info->inspect;
-                         if (!in.accepts_exec()) {
-                           return done(Error(Errc::engine_container_not_running,
-                                             "container " + in.name + " is " + in.status_text));
-                         }
-                         if (!info->init) {
-                           return done(info->init_error.value_or(
-                               Error(Errc::engine_container_not_running, in.name)));
-                         }
-                         // Bounded: one entry per container reference in use.
-                         (*recent)[key] = Recent{Clock::now(), *info};
-                         auto it = ok->find(in.id);
-                         if (it != ok->end() && it->second == in.started_at) return done({});
-                         probe_gate(c, in, timeout, ok, std::move(done));
-                       });
+  c->inspect_container(
+      ref, config_.call_timeout,
+      [c, ok = gate_ok_, recent = recent_, key, timeout = config_.call_timeout,
+       gate = plan.backend.gate,
+       done = std::move(done)](Result<engine::ContainerInfo> info) mutable {
+        if (!info) return done(info.error());
+        auto const& in = info->inspect;
+        if (!in.accepts_exec()) {
+          return done(Error(Errc::engine_container_not_running,
+                            "container " + in.name + " is " + in.status_text));
+        }
+        if (!info->init) {
+          return done(
+              info->init_error.value_or(Error(Errc::engine_container_not_running, in.name)));
+        }
+        // Bounded: one entry per container reference in use.
+        (*recent)[key] = Recent{Clock::now(), *info};
+        auto it = ok->find(in.id);
+        if (it != ok->end() && it->second == in.started_at) return done({});
+        probe_gate(c, in, timeout, ok, [gate, done = std::move(done)](Result<> r) mutable {
+          // A plan that accepts the marker boundary runs ungated where the gate cannot run
+          // (acquire sees no probe pass).
+          if (!r && gate == core::GatePolicy::optional &&
+              r.error().code == Errc::engine_gate_unavailable) {
+            return done({});
+          }
+          done(std::move(r));
+        });
+      });
+}
+
+bool ContainerBackend::gate_ok(std::string const& id, std::string const& started_at) const {
+  auto it = gate_ok_->find(id);
+  return it != gate_ok_->end() && it->second == started_at;
 }
 
 std::shared_ptr<BackendExecution> ContainerBackend::create(std::string execution_id) {

@@ -70,7 +70,7 @@ std::string working_dir(PlanView const& plan) {
 }  // namespace
 
 Result<GateCheck> check_gate_identity(sys::Pidfd const& candidate, sys::Marker const& marker,
-                                      std::uint64_t pid_ns) {
+                                      std::uint64_t pid_ns, bool stopped) {
   std::int32_t const pid = candidate.pid();
   // Everything below is read by pid, then the pidfd is checked alive: a live process holds its
   // pid, so what was read belongs to the process behind the pidfd.
@@ -92,7 +92,8 @@ Result<GateCheck> check_gate_identity(sys::Pidfd const& candidate, sys::Marker c
                                               "container's PID namespace");
   }
   auto st = read_stat(pid);
-  if (!st || st->state != 'T') return GateCheck::not_yet;  // not stopped at the gate yet
+  if (!st) return GateCheck::not_yet;
+  if (stopped && st->state != 'T') return GateCheck::not_yet;  // not stopped at the gate yet
   if (!candidate.alive()) return GateCheck::not_yet;
   return GateCheck::gate;
 }
@@ -156,13 +157,26 @@ void ContainerExecution::on_inspected(Result<engine::ContainerInfo> info) {
   init_ = std::move(*init);
 
   PlanView const& plan = *launching_->ctx.view;
+  // Ungated only where the plan accepts it and this container start's gate probe did not pass
+  // (the preflight refused the start otherwise).
+  ungated_ = launching_->ctx.plan->backend.gate == core::GatePolicy::optional &&
+             !host_->gate_ok(c.id, c.started_at);
+  if (ungated_ && host_->config().boundary == BoundaryPreference::cgroup) {
+    return fail("cgroup", Error(Errc::cgroup_unavailable,
+                                "boundary=cgroup, but container " + c.name +
+                                    " cannot run the gate: an ungated exec has the marker only"));
+  }
   engine::ExecConfig cfg;
-  cfg.cmd = {"/bin/sh",
-             "-c",
-             std::string{container_gate_script()},
-             "custos-gate",
-             plan.open_files ? std::to_string(*plan.open_files) : std::string{"-"},
-             plan.executable};
+  if (ungated_) {
+    cfg.cmd = {plan.executable};
+  } else {
+    cfg.cmd = {"/bin/sh",
+               "-c",
+               std::string{container_gate_script()},
+               "custos-gate",
+               plan.open_files ? std::to_string(*plan.open_files) : std::string{"-"},
+               plan.executable};
+  }
   for (std::size_t i = 1; i < plan.argv.size(); ++i) cfg.cmd.push_back(plan.argv[i]);
   std::string const prefix = std::string{sys::Marker::env_name()} + "=";
   for (auto const& e : launching_->ctx.env) {
@@ -183,6 +197,12 @@ void ContainerExecution::on_created(Result<std::string> exec_id) {
   if (!launching_) return;
   if (!exec_id) return fail("engine", exec_id.error());
   exec_id_ = *exec_id;
+  if (ungated_) return answer_ungated_acquire();
+  start_exec();
+}
+
+void ContainerExecution::start_exec() {
+  exec_started_ = true;
   client_->start_exec(exec_id_, io_state_.tty, host_->config().call_timeout,
                       [self = shared_from_this()](Result<std::shared_ptr<engine::ExecStream>> s) {
                         self->on_started(std::move(s));
@@ -210,6 +230,7 @@ void ContainerExecution::on_started(Result<std::shared_ptr<engine::ExecStream>> 
 
 void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) {
   if (!launching_) return;
+  if (ungated_) return on_ungated_inspected(std::move(inspect));
   if (!inspect) return fail("gate", inspect.error());
   if (!inspect->running && inspect->exit_code) {
     // The gate ended before it stopped: it found no executable, could not set the limit, or the
@@ -286,7 +307,7 @@ Result<bool> ContainerExecution::check_gate(std::int32_t pid) {
     if (!fd) return fd.error().sys_errno == ESRCH ? Result<bool>{false} : Result<bool>{fd.error()};
     candidate_ = std::move(*fd);
   }
-  auto const verdict = CUSTOS_TRY(check_gate_identity(*candidate_, *marker_, pid_ns_));
+  auto const verdict = CUSTOS_TRY(check_gate_identity(*candidate_, *marker_, pid_ns_, !ungated_));
   if (verdict != GateCheck::gate) {
     if (verdict == GateCheck::unreadable) launching_->unreadable = true;
     return false;
@@ -396,12 +417,14 @@ Step<Acquired> ContainerExecution::enter_boundary() {
 void ContainerExecution::fail(std::string step, Error const& e) {
   if (!launching_) return;
   auto done = std::move(launching_->done);
+  auto release_done = std::move(launching_->release_done);
   launching_.reset();
   discard();
   auto f = step_failure(std::move(step), e);
   // Never inside the call that started the launch's step (acquire may complete at once, but a
   // completion of the engine client is already on the loop).
-  done(std::move(f));
+  if (done) return done(std::move(f));
+  if (release_done) release_done(std::move(f));
 }
 
 void ContainerExecution::discard() {
@@ -411,9 +434,9 @@ void ContainerExecution::discard() {
     auto const until = Clock::now() + kGateDeathWait;
     while (gate_->alive() && Clock::now() < until) ::usleep(500);
     if (gate_->alive()) why.emplace_back("the gate was not seen dead after its SIGKILL");
-  } else if (!exec_id_.empty()) {
-    why.emplace_back("the engine's exec " + exec_id_.substr(0, 12) +
-                     " was started but its gate never identified");
+  } else if (exec_started_) {
+    why.emplace_back("the engine's exec " + exec_id_.substr(0, 12) + " was started but its " +
+                     (ungated_ ? "process" : "gate") + " never identified");
   }
   if (tree_) {
     (void)tree_->kill_tree();
@@ -441,6 +464,7 @@ void ContainerExecution::discard() {
 
 void ContainerExecution::release(std::function<void(Step<std::monostate>)> done) {
   released_ = true;
+  if (ungated_) return release_ungated(std::move(done));
   // A zombie still takes a signal: a gate that died after its checks did not start anything.
   auto sent = gate_ && gate_->alive() ? gate_->send_signal(SIGCONT) : Result<bool>{false};
   gate_.reset();
@@ -451,6 +475,107 @@ void ContainerExecution::release(std::function<void(Step<std::monostate>)> done)
   asio::post(io_, [done = std::move(done), verdict = std::move(verdict)]() mutable {
     done(std::move(verdict));
   });
+}
+
+// ------------------------------------------------------------------------------ ungated
+//
+// A plan with `gate: optional` whose container cannot run the gate (no /bin/sh): the exec is
+// created at acquire and started only at release, after the record (marker, the container's PID
+// namespace, ownership `marked`) is durable. Its process is then identified as the gate would be
+// — the marker in its environment, the container's PID namespace, read through a pidfd — minus
+// the stop, and taken over as the tree's root. A program that ends before it could be identified
+// leaves no root to hold: its status is the engine's and its tree is what carries the marker.
+
+void ContainerExecution::answer_ungated_acquire() {
+  Acquired a;
+  a.boundary = core::Boundary::marker;
+  a.kernel_enforced = false;
+  a.marker_value = marker_->env_value();
+  a.marker_ns_ino = pid_ns_;
+  // No process yet; nothing that started before now can carry the marker (it bounds the sweeps,
+  // recovery's included).
+  if (auto now = sys::boot_ticks_now()) a.identity.start_time_ticks = *now;
+  launching_->start_ticks = a.identity.start_time_ticks;
+  // Only the gate sets RLIMIT_NOFILE: the container's own limit applies, and the record says so.
+  a.descriptors_hard = false;
+  // launching_ stays: the release starts the exec and identifies its process.
+  auto done = std::move(launching_->done);
+  launching_->done = nullptr;
+  done(std::move(a));
+}
+
+void ContainerExecution::release_ungated(std::function<void(Step<std::monostate>)> done) {
+  if (!launching_) {
+    Step<std::monostate> f = core::SpawnFailure{"exec_start", ECANCELED, "the launch was dropped"};
+    return asio::post(io_,
+                      [done = std::move(done), f = std::move(f)]() mutable { done(std::move(f)); });
+  }
+  launching_->release_done = std::move(done);
+  start_exec();
+}
+
+void ContainerExecution::on_ungated_inspected(Result<engine::ExecInspect> inspect) {
+  if (!inspect) return fail("identify", inspect.error());
+  if (!inspect->running && inspect->exit_code) {
+    // Ended before it was identified (the engine's shim reaps a short program at once).
+    return enter_ungated(std::nullopt);
+  }
+  if (inspect->pid > 0) {
+    if (!candidate_ || candidate_->pid() != inspect->pid) {
+      auto fd = sys::Pidfd::open(inspect->pid);
+      if (fd) {
+        candidate_ = std::move(*fd);
+      } else if (fd.error().sys_errno != ESRCH) {
+        return fail("identify", fd.error());
+      }
+    }
+    if (candidate_) {
+      auto verdict = check_gate_identity(*candidate_, *marker_, pid_ns_, false);
+      if (!verdict) return fail("identify", verdict.error());
+      if (*verdict == GateCheck::gate) {
+        auto root = std::move(candidate_);
+        candidate_.reset();
+        return enter_ungated(std::move(root));
+      }
+      if (*verdict == GateCheck::unreadable) launching_->unreadable = true;
+    }
+  }
+  if (Clock::now() >= launching_->gate_deadline) {
+    return fail("identify",
+                Error(Errc::identity_mismatch,
+                      std::string{"the ungated exec's process did not show (marker, namespace) "
+                                  "within the call timeout"} +
+                          (launching_->unreadable ? "; its /proc entries were unreadable" : "")));
+  }
+  poll_gate();
+}
+
+void ContainerExecution::enter_ungated(std::optional<sys::Pidfd> root) {
+  AdoptContext a;
+  a.execution_id = id_;
+  a.plan = launching_->ctx.plan;
+  a.view = launching_->ctx.view;
+  if (root) {
+    auto identity = sys::read_identity(*root);
+    if (!identity) return fail("identify", identity.error());
+    a.identity = *identity;
+    a.root = std::move(*root);
+  } else {
+    a.root_exited = true;
+    a.identity.start_time_ticks = launching_->start_ticks;
+    root_unseen_ = true;
+  }
+  a.boundary = core::Boundary::marker;
+  a.marker_hex = marker_->env_value();
+  a.pid_ns_inode = pid_ns_;
+  a.after_restart = false;
+  tree_ = host_->native().create(id_);
+  auto acq = tree_->adopt(std::move(a));
+  if (!acq) return fail("identify", acq.error());
+  launching_->timer.cancel();
+  auto done = std::move(launching_->release_done);
+  launching_.reset();
+  done(std::monostate{});
 }
 
 void ContainerExecution::abort() {
@@ -475,6 +600,15 @@ Result<Acquired> ContainerExecution::adopt(AdoptContext ctx) {
 void ContainerExecution::start(ExecutionPort& port) {
   port_ = &port;
   tree_->start(*this);
+  if (root_unseen_) {
+    // An ungated program that ended before its process was identified: nothing will report the
+    // root's end but this (its status is the engine's).
+    port_->task_begun();
+    asio::post(io_, [self = shared_from_this()] {
+      if (self->port_ != nullptr) self->on_root_exit(std::nullopt);
+      if (self->port_ != nullptr) self->port_->task_ended();
+    });
+  }
   if (!io_state_.stream)
     return;  // adopted after a restart: the supervisor accounts the streams lost
   port_->task_begun();
@@ -650,7 +784,9 @@ void ContainerExecution::detach() {
 core::Observations ContainerExecution::observations() const {
   core::Observations o = tree_ ? tree_->observations() : core::Observations{};
   std::string const engine{engine::to_string(engine_)};
-  o["launch"] = engine + " exec (gated)";
+  o["launch"] =
+      engine + (ungated_ ? " exec (ungated: the container cannot run the gate)" : " exec (gated)");
+  if (root_unseen_) o["root"] = "ended before it was identified";
   if (!container_id_.empty()) o["container"] = container_id_;
   if (!exec_id_.empty()) o["exec"] = exec_id_;
   o["cgroup_placement"] = placement_.empty() ? "none" : placement_;

@@ -97,6 +97,9 @@ class ContainerExecution final : public BackendExecution,
     engine::ContainerProcess init;  // the container's init, as the host sees it
     std::chrono::steady_clock::time_point gate_deadline;
     bool unreadable = false;  // the candidate's environ was refused to the daemon (EACCES)
+    // Ungated: the release's answer, and when the exec was started (clock ticks since boot).
+    std::function<void(Step<std::monostate>)> release_done;
+    std::uint64_t start_ticks = 0;
     boost::asio::steady_timer timer;
     explicit Launching(boost::asio::io_context& io) : timer(io) {}
   };
@@ -114,6 +117,12 @@ class ContainerExecution final : public BackendExecution,
   [[nodiscard]] Result<bool> check_gate(std::int32_t pid);
   [[nodiscard]] Step<Acquired> enter_boundary();
   [[nodiscard]] Result<std::optional<sys::CgroupDir>> make_cgroup(std::string& placement);
+  void start_exec();
+  // Ungated (plan gate optional, no gate in the container): container_execution.cpp explains.
+  void answer_ungated_acquire();
+  void release_ungated(std::function<void(Step<std::monostate>)> done);
+  void on_ungated_inspected(Result<engine::ExecInspect> inspect);
+  void enter_ungated(std::optional<sys::Pidfd> root);
   void fail(std::string step, Error const& e);
   // Drops whatever of the exec exists (the gate through its pidfd, a marker sweep of the
   // container's namespace, the stream, the cgroup).
@@ -150,6 +159,9 @@ class ContainerExecution final : public BackendExecution,
   std::string placement_;                 // "container", "daemon" or "" (marker)
   std::shared_ptr<BackendExecution> tree_;
   bool released_ = false;
+  bool ungated_ = false;       // started without the gate (see answer_ungated_acquire)
+  bool exec_started_ = false;  // the engine was asked to start the exec
+  bool root_unseen_ = false;   // ungated: the program ended before it was identified
   bool backend_failed_ = false;
   bool observed_engine_exit_ = false;  // the exit code is the engine's (no PIDFD_INFO_EXIT)
   std::string discard_unconfirmed_;    // why an aborted launch's cleanup cannot be confirmed

@@ -27,7 +27,7 @@ constexpr milliseconds kAdoptedStatusPoll{20};
 }  // namespace
 
 Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
-  if (!ctx.root.valid() || ctx.view == nullptr) {
+  if ((!ctx.root.valid() && !ctx.root_exited) || ctx.view == nullptr) {
     return Error(Errc::internal, id_ + ": adoption without a recovered pidfd or a plan");
   }
   PlanView const& plan = *ctx.view;
@@ -63,9 +63,11 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
   }
   // Nothing is known of the credentials or nsdelegate at launch: the weaker claim.
   kernel_enforced_ = false;
-  root_pid_ = ctx.root.pid();
   root_start_ticks_ = ctx.identity.start_time_ticks;
-  root_ = std::move(ctx.root);
+  if (ctx.root.valid()) {
+    root_pid_ = ctx.root.pid();
+    root_ = std::move(ctx.root);
+  }
 
   Acquired acq;
   acq.pid = root_pid_;
@@ -77,7 +79,7 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
   acq.marker_value = marker_ ? marker_->env_value() : std::string{};
   // Ours from now on: orphan reaping leaves the root to this execution (when it is the daemon's
   // child after all) and attributes what dies in its cgroup here.
-  host_->note_root(root_pid_, this);
+  if (root_pid_ != 0) host_->note_root(root_pid_, this);
   if (!cgroup_rel_.empty()) host_->note_cgroup(cgroup_rel_, id_);
   return acq;
 }

@@ -79,6 +79,7 @@ std::vector<Mutator> const& mutators() {
       {"plan.backend.kind", [](I&, P& p) { p.backend.kind = BackendKind::docker; }},
       {"plan.backend.container", [](I&, P& p) { p.backend.container = "c0ffee2"; }},
       {"plan.backend.socket", [](I&, P& p) { p.backend.socket = std::nullopt; }},
+      {"plan.backend.gate", [](I&, P& p) { p.backend.gate = GatePolicy::optional; }},
       // The script needs the reference kind (and no container or socket); each of its own
       // members is mutated alone in reference_script_test.cpp.
       {"plan.backend.script",

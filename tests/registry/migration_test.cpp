@@ -216,9 +216,9 @@ TEST(RegistryMigration, FromV5AddsTheMarkerNamespaceAndKeepsRecords) {
     auto reg = Registry::open(t.state());
     ASSERT_TRUE(reg) << reg.error().message();
     CUSTOS_ASSERT_OK((*reg)->record_authorized(old));
-    CUSTOS_ASSERT_OK((*reg)->record_staged(
-        "ex-5", fake_staged(555, 8888),
-        boundary_info(core::Boundary::marker, "", std::string(32, 'a'))));
+    CUSTOS_ASSERT_OK(
+        (*reg)->record_staged("ex-5", fake_staged(555, 8888),
+                              boundary_info(core::Boundary::marker, "", std::string(32, 'a'))));
   }
   raw_exec(t.db(),
            "ALTER TABLE executions DROP COLUMN marker_ns_ino; "

@@ -51,9 +51,10 @@ Result<Launch> parse_launch(json::object const& p) {
   } else {
     in.fields().absorb(c.error(), "/authority");
   }
-  if (auto e = std::move(in).error()) return std::move(*e);
+  if (auto e = detail::finish_launch(std::move(in), parts)) return std::move(*e);
   out.request.identity = std::move(parts.identity);
   out.request.plan = std::move(parts.plan);
+  out.request.sandbox = std::move(parts.sandbox);
   out.subscribe = parts.subscribe;
   return out;
 }
@@ -192,13 +193,31 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
             detail::list_executions(*gw.manager(), gw.registry(), p, &*own, std::move(reply));
           });
   }
-  // Subscriptions belong to one connection; exec.check has no effect at all.
-  for (char const* name : {"exec.unsubscribe", "exec.check"}) {
-    if (Handler const* h = d.find(name)) {
-      Handler copy = *h;
-      d.add(name, Access::any, std::move(copy));
-    }
+  // Subscriptions belong to one connection.
+  if (Handler const* h = d.find("exec.unsubscribe")) {
+    Handler copy = *h;
+    d.add("exec.unsubscribe", Access::any, std::move(copy));
   }
+
+  // exec.check has no effect at all: open to every caller, it answers what exec.start would
+  // decide before the claim — the sandbox against the caller, the store and the named grant's
+  // contract included (ExecutionGateway::check).
+  d.add(
+      "exec.check", Access::any,
+      [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        auto caller = caller_of(d, gw, s);
+        if (!caller) return reply(caller.error());
+        auto launch = parse_launch(p);
+        if (!launch) return reply(launch.error());
+        launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
+        auto answer = gw.check(*caller, launch->request, launch->claim);
+        if (!answer) return reply(answer.error());
+        if (gw.manager() == nullptr)
+          return reply(Error{Errc::internal, "gateway has no execution manager"});
+        reply(json::value(detail::check_answer(
+            *gw.manager(), launch->request.plan, answer->plan_digest,
+            answer->sandbox != nullptr ? &answer->sandbox->checked : nullptr, answer->admission)));
+      });
 
   d.add("exec.input", Access::any,
         [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {

@@ -25,6 +25,7 @@ StartResult Supervisor::start_result() const {
   StartResult res;
   res.execution_id = id_;
   res.plan_digest = plan_digest_;
+  res.sandbox_digest = request_.plan.sandbox_digest;
   res.phase = life_.phase;
   res.boundary = acquired_.boundary;
   res.pid = running_ ? acquired_.pid : 0;
@@ -37,6 +38,7 @@ backend::LaunchContext Supervisor::launch_context(std::size_t live_executions) c
   ctx.plan = &request_.plan;
   ctx.view = &plan_;
   ctx.live_executions = live_executions;
+  ctx.sandbox = request_.sandbox ? &request_.sandbox->checked : nullptr;
   // Inherited values come from the daemon's snapshot only (ManagerConfig::inherit_source).
   auto const& source = config().inherit_source;
   ctx.env.reserve(plan_.env.size());
@@ -155,7 +157,13 @@ void Supervisor::on_released(backend::Step<std::monostate> verdict, LaunchDone d
   if (!acquired_.cgroup_path.empty()) started["cgroup"] = acquired_.cgroup_path;
   emit("started", std::move(started));
   backend_->start(*this);
-  if (!backend_->has_input()) pumps_.close_input("none");
+  if (!backend_->has_input()) {
+    pumps_.close_input("none");
+  } else if (request_.sandbox && !request_.sandbox->checked.policy.terminal.input) {
+    // terminal.input false: no stdin at all, for every backend — the program reads end of file
+    // at once and exec.input is refused (exec.input_closed).
+    pumps_.close_input("sandbox");
+  }
   watch_.start();
   // A cancel accepted while the launch awaited its verdict acts now that the target runs.
   if (cancel_.first() && !teardown_.stop_requested_already() &&

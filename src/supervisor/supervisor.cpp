@@ -145,6 +145,11 @@ Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason
   return res;
 }
 
+void Supervisor::on_sandbox_denied(std::string control, std::string detail) {
+  // The first denial is the one the record names; the exit it causes follows.
+  if (!denial_) denial_ = Denial{std::move(control), std::move(detail)};
+}
+
 void Supervisor::on_backend_failure(std::string reason) {
   // A trigger like any other: the first accepted one decides the classification
   // (supervisor_failed), and the teardown stops what is left of the tree.
@@ -188,6 +193,7 @@ void Supervisor::close_and_record() {
   in.exit = *exit_;
   in.trigger = cancel_.first();
   in.cleanup = cleanup;
+  in.sandbox_denied = denial_.has_value();
   in.recovery = adopted_ ? core::RecoveryPath::live_owned : core::RecoveryPath::observed;
   auto rec = core::make_terminal_record(in, std::nullopt);
   core::TerminalRecord record;
@@ -206,6 +212,7 @@ void Supervisor::close_and_record() {
                                                            : core::Containment::escapable};
   record.escalation = teardown_.escalation();
   record.observations = backend_->observations();
+  if (denial_) record.observations["sandbox_denied"] = denial_->control + ": " + denial_->detail;
   backend_->close();
   finish_terminal(std::move(record));
 }
@@ -291,6 +298,7 @@ ExecutionView Supervisor::view() const {
   v.execution_id = id_;
   v.identity = request_.identity;
   v.plan_digest = plan_digest_;
+  v.sandbox_digest = request_.plan.sandbox_digest;
   v.phase = life_.phase;
   v.boundary = acquired_.boundary;
   v.kernel_enforced = acquired_.kernel_enforced;

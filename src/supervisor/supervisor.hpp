@@ -101,6 +101,7 @@ class Supervisor final : public backend::ExecutionPort,
   void on_input_writable() override;
   void on_usage_changed() override { watch_.sample_now(); }
   void on_backend_failure(std::string reason) override;
+  void on_sandbox_denied(std::string control, std::string detail) override;
   void task_begun() override { ++pending_; }
   void task_ended() override;
 
@@ -171,6 +172,13 @@ class Supervisor final : public backend::ExecutionPort,
   Teardown teardown_;
   ResourceWatch watch_;
 
+  // The first sandbox denial the backend observed (it decides the classification unless a
+  // trigger came first).
+  struct Denial {
+    std::string control;
+    std::string detail;
+  };
+  std::optional<Denial> denial_;
   bool adopted_ = false;        // taken over after a restart (adopt.cpp): recovery live_owned
   bool claim_durable_ = false;  // the launch awaited the claim's durability
   bool running_ = false;        // released: the target program started

@@ -151,6 +151,9 @@ Descriptor ContainerBackend::descriptor() const {
   d.add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
   d.add("resources.processes", ControlFidelity::sampled, "sampled process count of the tree");
   d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
+  // No sandbox control is enforced inside a container by this version: a sandboxed container
+  // plan is refused with every missing control.
+  sandbox::add_unenforced(d, "not enforced in a container by this version");
   return d;
 }
 

@@ -140,7 +140,7 @@ ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& 
                                    GatewayOptions options)
     : io_(io),
       store_(&store),
-      options_(options),
+      options_(std::move(options)),
       sink_(std::make_unique<Sink>(*this)),
       slow_authorizer_(registry::failpoint_set("authorizer_slow")) {}
 
@@ -270,7 +270,7 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
 void ExecutionGateway::preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done) {
   auto const& plan = pending->request.plan;
   manager_->preflight(plan, [this, alive = std::weak_ptr<bool>(alive_), pending,
-                             done = std::move(done)](Result<> r) mutable {
+                             done = std::move(done)](Result<> const& r) mutable {
     if (alive.expired()) return;
     std::string const id = pending->req.execution_id;
     if (!r) return answer_async(id, r.error(), done);
@@ -318,7 +318,7 @@ void ExecutionGateway::authorize(Pending& pending) noexcept {
   }
 }
 
-void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) {
+void ExecutionGateway::launch_async(std::shared_ptr<Pending> const& p, StartDone done) {
   std::string const id = p->req.execution_id;
   if (!p->use) return answer_async(id, p->use.error(), done);
   AuthorityUse const use = *p->use;

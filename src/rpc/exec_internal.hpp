@@ -118,7 +118,7 @@ struct LaunchParts {
 // restricts the listing to those execution ids (a non-admin's own executions); null lists all.
 void list_executions(supervisor::ExecutionManager& manager, registry::Registry* registry,
                      boost::json::object const& params, std::set<std::string> const* only,
-                     Reply reply);
+                     Reply const& reply);
 
 // One subscription of a connection to one execution's events: exec.subscribe, and exec.start
 // with `subscribe: true`. Events go out as exec.event notifications under the slow-subscriber

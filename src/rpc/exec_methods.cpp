@@ -28,8 +28,9 @@ using supervisor::ExecutionManager;
 
 namespace {
 
-constexpr std::uint64_t kDefaultOutputSlice = 64 * 1024;
-constexpr std::uint64_t kMaxOutputSlice = 1024 * 1024;  // keeps one response under the line limit
+constexpr std::uint64_t kDefaultOutputSlice = std::uint64_t{64} * 1024;
+constexpr std::uint64_t kMaxOutputSlice =
+    std::uint64_t{1024} * 1024;  // keeps one response under the line limit
 
 using detail::Params;
 
@@ -241,7 +242,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
   // Without a gateway (its registration replaces this one): no grant, so no contract and no
   // secret store; the caller's uid still decides run_as_root.
   d.add("exec.check", Access::admin,
-        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           auto parsed = parse_launch(p);
           if (!parsed) return reply(parsed.error());
           auto digest = core::plan_digest(parsed->identity, parsed->plan);
@@ -262,7 +263,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
   // only the gateway mints (supervisor/launch_permit.hpp).
 
   d.add("exec.get", Access::admin,
-        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id"});
           auto const id = in.required_string("execution_id");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -325,7 +326,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.cancel", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "reason"});
           auto const id = in.required_string("execution_id");
           std::string reason = "exec.cancel";
@@ -346,7 +347,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.input", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "data_b64", "eof"});
           auto const id = in.required_string("execution_id");
           bool const eof = in.optional_bool("eof");
@@ -358,7 +359,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.resize", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "rows", "cols"});
           auto const id = in.required_string("execution_id");
           std::uint16_t size[2] = {0, 0};
@@ -379,7 +380,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.subscribe", Access::admin,
-        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "from_seq"});
           auto const id = in.required_string("execution_id");
           auto const from = in.optional_u64("from_seq");
@@ -396,7 +397,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.unsubscribe", Access::admin,
-        [](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"subscription"});
           auto const id = in.required_string("subscription");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -406,7 +407,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.output", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "stream", "offset", "max_bytes"});
           auto const id = in.required_string("execution_id");
           auto const stream_name = in.required_string("stream");
@@ -427,7 +428,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 namespace detail {
 
 void list_executions(ExecutionManager& m, registry::Registry* reg, json::object const& p,
-                     std::set<std::string> const* only, Reply reply) {
+                     std::set<std::string> const* only, Reply const& reply) {
   auto q = read_list_query(p);
   if (!q) return reply(q.error());
   auto& [filter, rfilter, page, offset] = *q;

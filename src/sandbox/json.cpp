@@ -446,7 +446,7 @@ std::string_view mode_wire(core::IoMode m) {
 template <class E, class Wire>
 json::array names_json(std::vector<E> const& values, Wire&& wire) {
   json::array a;
-  for (E e : values) a.emplace_back(wire(e));
+  for (auto const& e : values) a.emplace_back(wire(e));
   return a;
 }
 

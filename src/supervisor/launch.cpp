@@ -67,7 +67,7 @@ void Supervisor::launch(std::size_t live_executions, LaunchDone done) {
   // (no cgroup, no root) before they are.
   s->record_authorized_async(
       id_, request_.identity, request_.plan, plan_digest_,
-      [self = shared_from_this(), done = std::move(done)](Result<> r) mutable {
+      [self = shared_from_this(), done = std::move(done)](Result<> const& r) mutable {
         if (self->detached_) return;  // the manager is gone
         if (!r) return done(r.error());
         self->acquire(std::move(done));
@@ -106,12 +106,12 @@ void Supervisor::on_acquired(backend::Step<backend::Acquired> acquired, LaunchDo
   // released only once it is in the WAL and the claim is durable.
   s->record_staged_async(
       id_, acquired_.identity, acquired_.boundary, acquired_.cgroup_path, acquired_.marker_value,
-      [self = shared_from_this(), release, done = std::move(done)](Result<> staged) mutable {
+      [self = shared_from_this(), release, done = std::move(done)](Result<> const& staged) mutable {
         if (self->detached_) return;
         if (!staged)
           return self->fail_launch(failure_from("record_staged", staged.error()), std::move(done));
-        self->sink()->when_durable(self->id_, [self, release,
-                                               done = std::move(done)](Result<> durable) mutable {
+        self->sink()->when_durable(self->id_, [self, release, done = std::move(done)](
+                                                  Result<> const& durable) mutable {
           if (self->detached_) return;
           if (!durable)
             return self->fail_launch(failure_from("durability", durable.error()), std::move(done));
@@ -236,10 +236,11 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
   // it without waiting for its fsync) — unless the launch awaited that already.
   auto* s = sink();
   if (s == nullptr || claim_durable_) return finish();
-  s->when_durable(id_, [self = shared_from_this(), finish = std::move(finish)](Result<>) mutable {
-    if (self->detached_) return;
-    finish();
-  });
+  s->when_durable(id_,
+                  [self = shared_from_this(), finish = std::move(finish)](Result<> const&) mutable {
+                    if (self->detached_) return;
+                    finish();
+                  });
 }
 
 }  // namespace custos::supervisor

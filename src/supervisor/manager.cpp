@@ -53,7 +53,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
       alive_(std::make_shared<bool>(true)) {
   // A child that closed its stdin must turn our next write into EPIPE, not kill the daemon.
   // Children do not inherit this: sys/spawn resets every disposition before execve.
-  ::signal(SIGPIPE, SIG_IGN);
+  (void)::signal(SIGPIPE, SIG_IGN);
   if (config_.become_subreaper) (void)sys::become_child_subreaper();
   if (config_.state_dir.empty()) {
     std::error_code ec;

@@ -116,7 +116,7 @@ Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reaso
   return offer(trigger, std::move(reason));
 }
 
-Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason) {
+Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string const& reason) {
   if (terminal_) return Error(Errc::exec_not_running, id_ + " is terminal");
   if (teardown_.closing()) {
     // Closed, its terminal record being written: the exit decided the outcome and nothing is
@@ -231,7 +231,8 @@ void Supervisor::finish_terminal(core::TerminalRecord record, std::function<void
   // event, the manager) before the sink answers, and then it is in the WAL.
   auto rec = std::make_shared<core::TerminalRecord>(std::move(record));
   s->record_terminal_async(
-      id_, *rec, [self = shared_from_this(), rec, then = std::move(then)](Result<> r) mutable {
+      id_, *rec,
+      [self = shared_from_this(), rec, then = std::move(then)](Result<> const& r) mutable {
         if (self->manager_ == nullptr) return;  // detached meanwhile: nobody to tell
         if (!r) self->sink_error("record_terminal", r.error());
         // The committed slot was written before this record (one FIFO queue), but its completion
@@ -287,7 +288,7 @@ void Supervisor::emit(std::string kind, boost::json::object fields,
   if (manager_ != nullptr) manager_->stats_.dropped_subscribers += dropped.size();
 }
 
-void Supervisor::sink_error(std::string what, Error const& e) {
+void Supervisor::sink_error(std::string const& what, Error const& e) {
   sink_error_ = what + ": " + e.message();
 }
 

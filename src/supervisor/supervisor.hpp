@@ -135,7 +135,7 @@ class Supervisor final : public backend::ExecutionPort,
   void close_unreleased();
 
   // supervisor.cpp
-  [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string reason);
+  [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string const& reason);
   void maybe_close();
   void close_and_record();
   // The terminal record is written (off the loop), then published; `then` runs after.
@@ -143,7 +143,7 @@ class Supervisor final : public backend::ExecutionPort,
   void publish_terminal(core::TerminalRecord record);
   void advance(core::LifecycleEvent const& ev);
   void emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data = {});
-  void sink_error(std::string what, Error const& e);
+  void sink_error(std::string const& what, Error const& e);
   [[nodiscard]] OwnershipSink* sink() const noexcept;
   [[nodiscard]] ManagerConfig const& config() const noexcept;
   [[nodiscard]] bool root_gone() const noexcept;

@@ -235,7 +235,7 @@ class ExecutionGateway {
   void preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done);
   void authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done);
   // start_async on the loop, once the authorizing transaction ended: the manager's launch.
-  void launch_async(std::shared_ptr<Pending> p, StartDone done);
+  void launch_async(std::shared_ptr<Pending> const& p, StartDone done);
   // The end of an async start: its fence if it was revoked in flight, its answer, the drain.
   void answer_async(std::string const& id, Result<supervisor::StartResult> r, StartDone& done);
   // After the manager's launch of an authorized execution: the durability wait and the

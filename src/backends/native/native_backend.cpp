@@ -67,7 +67,10 @@ Descriptor NativeBackend::descriptor() const {
   d.add("io.pipes", ControlFidelity::hard, "three pipes");
   d.add("io.pty", ControlFidelity::hard, "a pseudo-terminal, the controlling tty of a new session");
   d.add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the cgroup or /proc");
-  d.add("resources.descriptors", ControlFidelity::hard, "RLIMIT_NOFILE of every process");
+  // An rlimit bounds each process, not the tree's total (API.md: a per-process rlimit is not
+  // enforcement), so the dimension is not `hard`: the tree's total is sampled.
+  d.add("resources.descriptors", ControlFidelity::sampled,
+        "RLIMIT_NOFILE of every process (per process; the tree's total is sampled)");
   d.add("resources.disk_bytes", ControlFidelity::sampled, "workspace walks off the loop");
   // A child of the subtree gets what the subtree enables for its children.
   std::set<std::string> enabled;

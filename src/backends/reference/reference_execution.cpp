@@ -14,7 +14,7 @@ namespace {
 // Bytes a model's stdin holds that no read_stdin asked for yet: the model is a reader like any
 // other, and a pipe holds at most this much before its writer would block. Beyond it the model
 // takes nothing more (would_block), exactly like a full pipe.
-constexpr std::uint64_t kModelPipeBytes = 64 * 1024;
+constexpr std::uint64_t kModelPipeBytes = std::uint64_t{64} * 1024;
 
 }  // namespace
 

@@ -2,8 +2,13 @@
 """An independent implementation of docs/canonical-encoding.md, written from that page only.
 
 It encodes each accepted vector's identity and `expect.effective_plan` and checks the result
-against the vector's `canonical_hex` and `digest`. Run: python3 conformance/reference_encoder.py
-Exit status 0 when every vector matches.
+against the vector's `canonical_hex` and `digest`; for a sandboxed plan it also derives the
+checked sandbox plan's controls from the rules of docs/sandbox.md, encodes the checked plan, and
+checks `expect.sandbox` (controls, bytes, digest) — the plan's bytes carry that digest.
+Run: python3 conformance/reference_encoder.py. Exit status 0 when every vector matches.
+
+The functions checked_sandbox() and sandbox_digest() are also used by conformance/run.py to
+check the daemon's sandbox digests independently.
 """
 import base64
 import hashlib
@@ -79,6 +84,117 @@ def step(st):
     return record(0x0027, [(1, U32, scalar(U32, TERMINATING[st["signal"]]))])
 
 
+RIGHTS = ["discover", "metadata", "read", "execute", "create", "write", "remove"]
+DIMS = ["wall_ms", "cpu_ms", "memory_bytes", "disk_bytes", "output_bytes", "descriptors",
+        "processes", "concurrency"]
+MODES = {"pipes": 1, "pty": 2}
+OUTBOUND = {"none": 1, "tcp_connect": 2, "any": 3}
+CHANNELS = {"env": 1, "file": 2, "fd": 3}
+
+
+def bits(names, order, base=0):
+    """A set of names as a bit mask: bit i is order[i] (order[i] has value i + base)."""
+    return sum(1 << order.index(n) for n in set(names))
+
+
+def mount_expressible(rights):
+    """A mount gives a read-only or read-write view (each with discover, metadata and read),
+    with or without execute, or hides the path: any other set of rights needs Landlock."""
+    r = set(rights) - {"execute"}
+    return not rights or r == {"discover", "metadata", "read"} or \
+        r == {"discover", "metadata", "read", "create", "write", "remove"}
+
+
+def normalize(path):
+    """Lexically: empty and "." components dropped ("/usr//lib/." is "/usr/lib")."""
+    parts = [c for c in path.split("/") if c not in ("", ".")]
+    return "/" + "/".join(parts)
+
+
+def policy(sb):
+    """The effective policy of a sandbox JSON object (every default filled, lists as sets)."""
+    fs = {}
+    for e in sb.get("filesystem", []):
+        fs[normalize(e["path"])] = sorted(set(e["allow"]), key=RIGHTS.index)
+    proc = sb.get("process", {})
+    descendants = proc.get("descendants", False)
+    net = sb.get("network", {}).get("outbound", "none")
+    if isinstance(net, dict):
+        outbound, ports = "tcp_connect", sorted(set(net["tcp_connect"]))
+    else:
+        outbound, ports = net, []
+    secrets = set()
+    for x in sb.get("secrets", []):
+        (channel, target), = x["to"].items()
+        secrets.add((x["ref"], CHANNELS[channel], target if channel != "fd" else "",
+                     target if channel == "fd" else 0))
+    term = sb.get("terminal", {})
+    return {
+        "filesystem": sorted(fs.items()),
+        "descendants": descendants,
+        "max_processes": proc.get("max_processes", 1) if descendants else 1,
+        "run_as_root": proc.get("run_as_root", False),
+        "env": sorted(set(sb.get("environment", {}).get("allow", []))),
+        "outbound": outbound, "ports": ports,
+        "secrets": sorted(secrets),
+        "enforce": sorted(set(sb.get("resources", {}).get("enforce", [])), key=DIMS.index),
+        "modes": sorted(set(term.get("modes", ["pipes"])), key=MODES.get),
+        "input": term.get("input", False), "resize": term.get("resize", False),
+    }
+
+
+def controls(p):
+    """The controls a policy needs (docs/sandbox.md, "Controls")."""
+    c = {"filesystem.mount_namespace", "process.no_new_privs", "environment.allow",
+         "network.no_inbound", "process.pid_namespace"}
+    if any(not mount_expressible(r) for _, r in p["filesystem"]):
+        c.add("filesystem.landlock")
+    c.add("process.max_processes" if p["descendants"] else "process.no_descendants")
+    if not p["run_as_root"]:
+        c.add("process.non_root")
+    if p["outbound"] == "none":
+        c.add("network.none")
+    if p["outbound"] == "tcp_connect":
+        c.add("network.tcp_connect")
+    for _, channel, _, _ in p["secrets"]:
+        c.add("secrets." + {1: "env", 2: "file", 3: "fd"}[channel])
+    for d in p["enforce"]:
+        c.add("resources." + d)
+    return sorted(c)
+
+
+def checked_sandbox(sb):
+    """The checked sandbox plan document (kind 0x0200) of a sandbox JSON object."""
+    p = policy(sb)
+    fs = [record(0x0201, [(1, STRING, scalar(STRING, path)),
+                          (2, U8, scalar(U8, bits(r, RIGHTS)))]) for path, r in p["filesystem"]]
+    secrets = []
+    for ref, channel, name, fd in p["secrets"]:
+        kind = {1: 0x0205, 2: 0x0206, 3: 0x0207}[channel]
+        last = (2, U32, scalar(U32, fd)) if channel == 3 else (2, STRING, scalar(STRING, name))
+        secrets.append(record(kind, [(1, STRING, scalar(STRING, ref)), last]))
+    return document(0x0200, [
+        (1, LIST, lst(RECORD, fs)),
+        (2, RECORD, record(0x0202, [(1, BOOL, scalar(BOOL, p["descendants"])),
+                                    (2, U64, scalar(U64, p["max_processes"])),
+                                    (3, U8, scalar(U8, 1)),
+                                    (4, BOOL, scalar(BOOL, p["run_as_root"]))])),
+        (3, RECORD, record(0x0203, [(1, LIST, lst(STRING, [n.encode() for n in p["env"]]))])),
+        (4, RECORD, record(0x0204, [(1, U8, scalar(U8, OUTBOUND[p["outbound"]])),
+                                    (2, LIST, lst(U32, [scalar(U32, x) for x in p["ports"]]))])),
+        (5, LIST, lst(RECORD, secrets)),
+        (6, RECORD, record(0x0208, [(1, U8, scalar(U8, bits(p["enforce"], DIMS)))])),
+        (7, RECORD, record(0x0209, [(1, U8, scalar(U8, bits(p["modes"], list(MODES)))),
+                                    (2, BOOL, scalar(BOOL, p["input"])),
+                                    (3, BOOL, scalar(BOOL, p["resize"]))])),
+        (8, LIST, lst(STRING, [c.encode() for c in controls(p)])),
+    ])
+
+
+def sandbox_digest(sb):
+    return "sha256:" + hashlib.sha256(checked_sandbox(sb)).hexdigest()
+
+
 def plan(p):
     c = p["command"]
     fs = [(1, RECORD, record(0x0010, [(1, STRING, scalar(STRING, c["executable"])),
@@ -120,7 +236,11 @@ def plan(p):
         fs.append((9, RECORD, record(0x0019, [(1, U32, scalar(U32, u["uid"])),
                                              (2, U32, scalar(U32, u["gid"])),
                                              (3, LIST, lst(U32, [scalar(U32, g) for g in sorted(u["groups"])]))])))
-    fs.append((10, RECORD, record(0x001A, [])))
+    if "sandbox" in p:
+        digest = hashlib.sha256(checked_sandbox(p["sandbox"])).digest()
+        fs.append((10, RECORD, record(0x001D, [(1, BYTES, digest)])))
+    else:
+        fs.append((10, RECORD, record(0x001A, [])))
     b = p["backend"]
     bf = [(1, U8, scalar(U8, {"native": 1, "reference": 2, "docker": 3, "podman": 4}[b["kind"]]))]
     if "container" in b:
@@ -154,6 +274,17 @@ def main():
                                 (2, RECORD, plan(exp["effective_plan"]))])
         digest = "sha256:" + hashlib.sha256(doc).hexdigest()
         ok = doc.hex() == exp["canonical_hex"] and digest == exp["digest"]
+        sb = exp["effective_plan"].get("sandbox")
+        if (sb is None) != ("sandbox" not in exp):
+            ok = False
+        elif sb is not None:
+            sdoc = checked_sandbox(sb)
+            want = exp["sandbox"]
+            ok = ok and controls(policy(sb)) == want["controls"] and \
+                sdoc.hex() == want["canonical_hex"] and \
+                "sha256:" + hashlib.sha256(sdoc).hexdigest() == want["digest"]
+            # The request's own sandbox (lists in any order, paths as spelled) means the same.
+            ok = ok and checked_sandbox(v["input"]["plan"]["sandbox"]) == sdoc
         checked += 1
         if not ok:
             failures += 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The custos process conformance runner.
+"""The custos conformance runner (the process suite and the sandbox suite).
 
-Runs every case of conformance/process/*.json against each backend named on the command line
+Runs every case of conformance/process/*.json (or of --cases DIR, e.g. conformance/sandbox)
+against each backend named on the command line
 (`native`, `reference`) through a real `custos daemon` it starts itself (a temporary state dir,
 socket and cgroup subtree), and compares what each backend showed with the observations the
 case expects. It is written against the JSON-RPC contract only (docs/api.md,
@@ -9,6 +10,7 @@ case expects. It is written against the JSON-RPC contract only (docs/api.md,
 
     python3 conformance/run.py native reference
     python3 conformance/run.py --binary build/dev/custos -k cancel native
+    python3 conformance/run.py --cases conformance/sandbox reference native
 
 The case format is described in conformance/README.md. Exit status: 0 when no case failed, 1
 when one did, 2 for a usage or setup error (no daemon, an invalid case file). The last line of
@@ -36,6 +38,10 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+# The independent encoder (written from docs/canonical-encoding.md and docs/sandbox.md): the
+# runner checks the daemon's sandbox digests and control lists against it.
+import reference_encoder  # noqa: E402
 BACKENDS = ("native", "reference")
 
 # A start refused with one of these codes means the backend cannot run the case on this daemon
@@ -52,7 +58,8 @@ BACKEND_KEYS = {"plan", "script", "unsupported", "expect"}
 EXPECT_KEYS = {"start", "events", "output", "terminal", "spool"}
 ACTION_VERBS = {"wait_event", "wait_output", "sleep_ms", "input", "cancel", "resize", "revoke",
                 "release_lease", "kill_daemon", "stop_daemon", "restart_daemon", "get", "wait",
-                "start_again", "check", "touch"}
+                "start_again", "exec_check", "check", "touch"}
+REJECTED_KEYS = {"plan", "authority", "error", "backends", "detail"}
 ACTION_KEYS = ACTION_VERBS | {"expect", "error", "backends", "eof", "timeout_ms"}
 CHECKS = {"single_record", "quiet_after_terminal", "pids_gone"}
 
@@ -308,6 +315,8 @@ def match(expected, observed, path, problems):
             ok = isinstance(observed, str) and re.fullmatch(arg, observed, re.S) is not None
         elif op == "$not_null":
             ok = observed is not None
+        elif op == "$ne":
+            ok = observed != arg
         else:
             problems.append(f"{path}: unknown matcher {op}")
             return
@@ -421,11 +430,18 @@ def short_event(e):
     return {k: v for k, v in e.items() if k not in ("plan_digest", "execution_id", "subscription")}
 
 
+DELETE = {"$delete": True}
+
+
 def deep_merge(base, patch):
-    """`patch` over `base`: objects merge member by member, anything else replaces."""
+    """`patch` over `base`: objects merge member by member, anything else replaces; a member
+    patched with {"$delete": true} is removed."""
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for k, v in patch.items():
+            if v == DELETE:
+                out.pop(k, None)
+                continue
             out[k] = deep_merge(base.get(k), v) if k in base else copy.deepcopy(v)
         return out
     return copy.deepcopy(patch)
@@ -523,6 +539,8 @@ def validate_case(case, filename):
     for i, r in enumerate(case.get("rejected", [])):
         if "error" not in r:
             raise CaseError(f"{where}: rejected[{i}].error is required")
+        if set(r) - REJECTED_KEYS:
+            raise CaseError(f"{where}: rejected[{i}]: unknown members {sorted(set(r) - REJECTED_KEYS)}")
 
 
 def needs_exclusive(case):
@@ -715,10 +733,16 @@ class Run:
                          if d.get("pointer", "").startswith("/plan/backend")]
         if err.code in UNSUPPORTED_CODES or about_backend:
             what = "; ".join(f"{d.get('code')} at {d.get('pointer')}" for d in about_backend)
+            missing = err.detail.get("missing")
+            if missing:
+                what = f"{err.code}, missing {', '.join(missing)}"
+                raise Unsupported(f"the daemon refused the {self.backend} backend: {what}")
             raise Unsupported(f"the daemon refused the {self.backend} backend: "
                               f"{what or err.code} ({err.context})")
 
     def rejected_attempt(self, i, identity, rej):
+        if rej.get("backends") is not None and self.backend not in rej["backends"]:
+            return
         params = self.params(identity, rej.get("plan"), rej.get("authority"), subscribe=False)
         c = self.daemon.connect()
         try:
@@ -728,6 +752,13 @@ class Run:
                 self.classify_refusal(e, rej["error"])
                 if e.code != rej["error"]:
                     raise Failure(f"rejected[{i}]: expected error {rej['error']}, got {e}")
+                if "detail" in rej:
+                    env = dict(self.env, **self.sandbox_env(params["plan"]))
+                    problems = []
+                    match(substitute(rej["detail"], env), e.detail, f"rejected[{i}] detail",
+                          problems)
+                    if problems:
+                        raise Failure("; ".join(problems))
             else:
                 raise Failure(f"rejected[{i}]: expected error {rej['error']}, but the start was "
                               f"accepted: {json.dumps(r)}")
@@ -762,6 +793,19 @@ class Run:
                 raise Failure(f"the exec.start answer has no `{key}`: {json.dumps(answer)}")
         self.execution_id = self.start_result["execution_id"]
         self.env["execution_id"] = self.execution_id
+        self.env["plan_digest"] = self.start_result["plan_digest"]
+        self.started_plan = params["plan"]
+        self.env.update(self.sandbox_env(params["plan"]))
+
+    @staticmethod
+    def sandbox_env(plan):
+        """{{sandbox_digest}} and {{controls}} of a plan's sandbox, as the independent encoder
+        computes them (null and [] for an unsandboxed plan)."""
+        sb = plan.get("sandbox")
+        if sb is None:
+            return {"sandbox_digest": None, "controls": []}
+        return {"sandbox_digest": reference_encoder.sandbox_digest(sb),
+                "controls": reference_encoder.controls(reference_encoder.policy(sb))}
 
     def await_terminal(self):
         if self.daemon_killed:
@@ -807,6 +851,13 @@ class Run:
                               f"{self.start_result['subscription']}")
             if e.get("dropped"):
                 raise Failure(f"event seq {e.get('seq')} reports {e['dropped']} dropped events")
+        # The sandbox binds the execution: the start answer names the digest the independent
+        # encoder computes from the request's own sandbox (null without one).
+        want_sb = self.env.get("sandbox_digest")
+        if self.start_result.get("sandbox_digest") != want_sb:
+            raise Failure(f"the start answered sandbox_digest "
+                          f"{self.start_result.get('sandbox_digest')}, the plan's sandbox digests "
+                          f"to {want_sb}")
         kinds = [e.get("kind") for e in events]
         if not self.daemon_killed:
             if kinds.count("terminal") != 1 or kinds[-1] != "terminal":
@@ -823,6 +874,9 @@ class Run:
         try:
             # The record and exec.wait say exactly what the terminal event said.
             rec = c.call("exec.get", {"execution_id": self.execution_id})
+            if rec.get("sandbox_digest") != want_sb:
+                raise Failure(f"exec.get: sandbox_digest {rec.get('sandbox_digest')}, expected "
+                              f"{want_sb}")
             if rec.get("phase") != "terminal" or rec.get("terminal") != self.terminal:
                 raise Failure(f"exec.get disagrees with the terminal event: phase "
                               f"{rec.get('phase')}, terminal {json.dumps(rec.get('terminal'))}")
@@ -956,6 +1010,9 @@ class Run:
             return "lease.release", {"lease_id": self.env[f"lease:{arg}"]}
         if verb == "start_again":
             return "exec.start", self.params(self.identity_used, arg.get("plan"),
+                                             arg.get("authority"), subscribe=False)
+        if verb == "exec_check":
+            return "exec.check", self.params(self.identity_used, arg.get("plan"),
                                              arg.get("authority"), subscribe=False)
         raise CaseError(f"unknown verb {verb}")
 

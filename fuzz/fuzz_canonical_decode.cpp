@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "custos/core/plan_canonical.hpp"
+#include "custos/sandbox/canonical.hpp"
 
 namespace {
 
@@ -41,9 +42,14 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
       if (auto req = decode_execution(in))
         same_bytes(encode_execution(req->identity, req->plan), in);
       break;
+    case custos::sandbox::kind::checked_sandbox:
+      if (auto checked = custos::sandbox::decode(in))
+        same_bytes(custos::sandbox::encode(*checked), in);
+      break;
     default:
       // Unknown kinds must be refused by every typed decoder.
-      require(!decode_identity(in) && !decode_plan(in) && !decode_execution(in));
+      require(!decode_identity(in) && !decode_plan(in) && !decode_execution(in) &&
+              !custos::sandbox::decode(in));
       break;
   }
   return 0;

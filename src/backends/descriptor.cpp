@@ -1,50 +1,10 @@
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-
-#include <algorithm>
-#include <array>
-
+// The backends' shared helpers (the descriptor itself is the sandbox layer's: admission.hpp).
 #include "custos/backend/backend.hpp"
 
 namespace custos::backend {
-namespace {
-
-constexpr std::array<std::string_view, 3> kFidelityNames = {"hard", "sampled", "none"};
-
-}  // namespace
-
-std::string_view control_fidelity_wire(ControlFidelity f) noexcept {
-  auto const i = static_cast<std::size_t>(f);
-  return i < kFidelityNames.size() ? kFidelityNames[i] : std::string_view{"none"};
-}
-
-Control const* Descriptor::find(std::string_view name) const noexcept {
-  auto it = std::lower_bound(controls.begin(), controls.end(), name,
-                             [](Control const& c, std::string_view n) { return c.name < n; });
-  return it != controls.end() && it->name == name ? &*it : nullptr;
-}
-
-void Descriptor::add(std::string name, ControlFidelity fidelity, std::string how) {
-  auto it = std::upper_bound(controls.begin(), controls.end(), name,
-                             [](std::string const& n, Control const& c) { return n < c.name; });
-  controls.insert(it, Control{std::move(name), fidelity, std::move(how)});
-}
 
 core::SpawnFailure step_failure(std::string step, Error const& e) {
   return core::SpawnFailure{std::move(step), e.sys_errno, e.message()};
-}
-
-boost::json::value to_json(Descriptor const& d) {
-  boost::json::array controls;
-  for (auto const& c : d.controls) {
-    controls.push_back(boost::json::object{
-        {"name", c.name}, {"fidelity", control_fidelity_wire(c.fidelity)}, {"how", c.how}});
-  }
-  boost::json::object o{{"kind", core::to_string(d.kind)},
-                        {"available", d.available},
-                        {"controls", std::move(controls)}};
-  if (!d.available) o["unavailable_reason"] = d.unavailable_reason;
-  return o;
 }
 
 }  // namespace custos::backend

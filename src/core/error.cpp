@@ -123,6 +123,10 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::sandbox_undeclared, "sandbox.undeclared", Recovery::caller_correction},
     {Errc::sandbox_unsupported, "sandbox.unsupported", Recovery::caller_correction},
     {Errc::sandbox_denied, "sandbox.denied", Recovery::terminal},
+    {Errc::sandbox_required, "sandbox.required", Recovery::caller_correction},
+    // The request names a secret the store does not hold: an admin sets it (secret.set) or the
+    // caller names another; the request as sent will never pass.
+    {Errc::sandbox_secret_unknown, "sandbox.secret_unknown", Recovery::caller_correction},
     {Errc::engine_unavailable, "engine.unavailable", Recovery::preparation_retry},
     {Errc::engine_failed, "engine.failed", Recovery::preparation_retry},
     {Errc::engine_container_not_found, "engine.container_not_found", Recovery::caller_correction},

@@ -5,6 +5,7 @@
 // cheapest guarantee that the digest covers every field.
 #include "custos/core/plan_canonical.hpp"
 
+#include <algorithm>
 #include <type_traits>
 #include <variant>
 
@@ -116,11 +117,16 @@ void write_user(CanonicalWriter& w, std::optional<UserSpec> const& u) {
   w.begin_record(9, kind::user).u32(1, uid).u32(2, gid).u32_list(3, groups).end_record();
 }
 
-void write_sandbox(CanonicalWriter& w, SandboxRequirements const&) {
-  static_assert(SandboxRequirements::kFieldCount == 0 && std::is_empty_v<SandboxRequirements>);
-  // Written although empty so that "no requirements" is an explicit, digested statement and a
-  // later sandbox record takes this tag with a new kind.
-  w.begin_record(10, kind::sandbox_none).end_record();
+void write_sandbox(CanonicalWriter& w, std::optional<Digest> const& sandbox_digest) {
+  // Always written, so that "no sandbox" is an explicit, digested statement: an unsandboxed
+  // plan has the bytes it had before sandboxes existed, a sandboxed one a record of another
+  // kind holding its checked sandbox plan's digest (the checked plan is the sandbox layer's own
+  // document; its digest binds all of it, and plan_digest covers that digest).
+  if (!sandbox_digest) {
+    w.begin_record(10, kind::sandbox_none).end_record();
+    return;
+  }
+  w.begin_record(10, kind::sandbox_digest).bytes(1, sandbox_digest->bytes).end_record();
 }
 
 void write_step(CanonicalWriter& w, ScriptStep const& step) {
@@ -193,7 +199,7 @@ void write_backend(CanonicalWriter& w, Backend const& b) {
 
 void write_plan_fields(CanonicalWriter& w, ExecutionPlan const& p) {
   static_assert(ExecutionPlan::kFieldCount == 11);
-  auto const& [command, workspace, cwd, env, io, limits, output, escalation, user, sandbox,
+  auto const& [command, workspace, cwd, env, io, limits, output, escalation, user, sandbox_digest,
                backend] = p;
   write_command(w, command);
   write_workspace(w, workspace);
@@ -204,7 +210,7 @@ void write_plan_fields(CanonicalWriter& w, ExecutionPlan const& p) {
   write_output(w, output);
   write_escalation(w, escalation);
   write_user(w, user);
-  write_sandbox(w, sandbox);
+  write_sandbox(w, sandbox_digest);
   write_backend(w, backend);
 }
 
@@ -375,7 +381,18 @@ Result<ExecutionPlan> read_plan_fields(CanonicalReader& r) {
     p.user = std::move(spec);
   }
   {
-    auto s = CUSTOS_TRY(r.record(10, kind::sandbox_none));
+    auto s = CUSTOS_TRY(r.record_any(10));
+    if (s.kind() == kind::sandbox_digest) {
+      auto const bytes = CUSTOS_TRY(s.bytes(1));
+      if (bytes.size() != Digest::kSize) {
+        return malformed("sandbox digest of " + std::to_string(bytes.size()) + " bytes");
+      }
+      Digest d;
+      std::copy(bytes.begin(), bytes.end(), d.bytes.begin());
+      p.sandbox_digest = d;
+    } else if (s.kind() != kind::sandbox_none) {
+      return malformed("sandbox record of kind " + std::to_string(s.kind()));
+    }
     CUSTOS_TRYV(s.finish());
   }
   {

@@ -286,15 +286,12 @@ void parse_user(FieldReader& w, json::value const& v, std::string const& ptr,
   out = std::move(u);
 }
 
-void parse_sandbox(FieldReader& w, json::value const& v, std::string const& ptr) {
-  auto const* o = w.object(v, ptr);
-  if (o == nullptr) return;
-  // Sandbox requirements are not implemented by this version: accepting and dropping them
-  // would run a restricted plan unrestricted, so any requirement at all is refused.
-  if (!o->empty()) {
-    w.add(Errc::sandbox_unsupported, ptr,
-          "sandbox requirements are not supported by this version; send {} or omit the member");
-  }
+// `plan.sandbox` is compiled by the sandbox layer (plan_json.hpp, SandboxMember); a reader that
+// cannot compile it refuses it rather than run a restricted plan unrestricted.
+void refuse_sandbox(FieldReader& w, std::string const& ptr) {
+  w.add(Errc::sandbox_unsupported, ptr,
+        "sandbox requirements are compiled by the sandbox layer (sandbox::parse_plan); this "
+        "reader cannot compile them");
 }
 
 // A write step's members: the stream (the step key's value) and data_b64.
@@ -526,7 +523,8 @@ Result<ExecutionIdentity> parse_identity(json::value const& v, std::string_view 
   return id;
 }
 
-Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_base) {
+Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_base,
+                                 SandboxMember sandbox) {
   FieldReader w;
   std::string const base{pointer_base};
   ExecutionPlan plan;
@@ -550,7 +548,9 @@ Result<ExecutionPlan> parse_plan(json::value const& v, std::string_view pointer_
   if (auto const* m = FieldReader::optional(*o, "escalation"))
     parse_escalation(w, *m, at("escalation"), plan.escalation);
   if (auto const* m = FieldReader::optional(*o, "user")) parse_user(w, *m, at("user"), plan.user);
-  if (auto const* m = FieldReader::optional(*o, "sandbox")) parse_sandbox(w, *m, at("sandbox"));
+  if (FieldReader::optional(*o, "sandbox") != nullptr && sandbox == SandboxMember::refuse) {
+    refuse_sandbox(w, at("sandbox"));
+  }
   if (auto const* m = FieldReader::optional(*o, "backend"))
     parse_backend(w, *m, at("backend"), plan.backend);
   if (!w.ok()) return std::move(w).error();
@@ -659,7 +659,6 @@ json::value to_json(ExecutionPlan const& p) {
     o["user"] =
         json::object{{"uid", p.user->uid}, {"gid", p.user->gid}, {"groups", std::move(groups)}};
   }
-  o["sandbox"] = json::object{};
   json::object backend{{"kind", to_string(p.backend.kind)}};
   if (p.backend.container) backend["container"] = *p.backend.container;
   if (p.backend.socket) backend["socket"] = *p.backend.socket;

@@ -13,6 +13,9 @@
 #include "custos/core/json_fields.hpp"
 #include "custos/core/json_pointer.hpp"
 #include "custos/core/wire_names.hpp"
+#include "custos/sandbox/canonical.hpp"
+#include "custos/sandbox/compile.hpp"
+#include "custos/sandbox/json.hpp"
 
 namespace custos::gateway {
 
@@ -390,7 +393,7 @@ Result<Grant> grant_from_json(json::value const& v) {
   Reader r{f, ""};
   r.only(o, {"id", "principal", "role", "operations", "executables", "workspaces", "containers",
              "environment_ids", "resource_ids", "inherit_env", "literal_env", "run_as_uids",
-             "ceilings", "budget", "expires_ns"});
+             "ceilings", "budget", "sandbox", "expires_ns"});
   Grant g;
   read_grant_subject(r, o, g);
   read_executables(r, f, o, g);
@@ -405,6 +408,11 @@ Result<Grant> grant_from_json(json::value const& v) {
   g.literal_env = r.boolean(o, "literal_env");
   read_run_as_uids(r, o, g);
   read_ceilings_and_budget(r, f, o, g);
+  // The contract: the shape and rules of a plan's sandbox requirements (sandbox/json.hpp). A
+  // null member is no contract.
+  if (auto const* sb = core::FieldReader::given(o, "sandbox")) {
+    sandbox::read_requirements(f, *sb, r.at("sandbox"), g.sandbox.emplace());
+  }
   // Nanoseconds since the epoch exceed 2^53; this one value is an exact JSON integer.
   if (auto const* e = core::FieldReader::given(o, "expires_ns")) {
     if (e->is_int64() && e->get_int64() > 0) {
@@ -450,7 +458,7 @@ json::object grant_to_json(Grant const& g, BudgetUse const& use) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (*members[i]) ceil[core::kLimitNames[i]] = **members[i];
   }
-  return json::object{
+  json::object out{
       {"id", g.id},
       {"revision", g.revision},
       {"principal", g.principal.to_string()},
@@ -477,6 +485,9 @@ json::object grant_to_json(Grant const& g, BudgetUse const& use) {
       {"revoked", g.revoked},
       {"created_ns", g.created_ns},
   };
+  // Printed as given (the stored spec round-trips); absent when the grant has no contract.
+  if (g.sandbox) out["sandbox"] = sandbox::to_json(*g.sandbox);
+  return out;
 }
 
 json::object lease_to_json(Lease const& l) {
@@ -586,6 +597,7 @@ Result<CheckOutcome> check_implicit(CheckInput const& in) {
   if (!runs_as_caller(in)) {
     return mismatch(Errc::auth_user, "the admin's implicit authority runs as the caller only");
   }
+  CUSTOS_TRYV(check_sandbox(in, nullptr));
   CheckOutcome out;
   out.implicit_admin = true;
   out.lease_id = CUSTOS_TRY(check_lease(in, false));
@@ -759,11 +771,32 @@ Result<CheckOutcome> cross_check(CheckInput const& in) {
   Grant const& g = *cur.grant;
   CUSTOS_TRYV(check_grant(in, g));
   CUSTOS_TRYV(check_scope(in, g));
+  CUSTOS_TRYV(check_sandbox(in, &g));
   CheckOutcome out;
   CUSTOS_TRYV(check_budget(in, g, out));
   // 5. The lease, last: it is the one piece another holder can change at any moment.
   out.lease_id = CUSTOS_TRY(check_lease(in, true));
   return out;
+}
+
+Result<void> check_sandbox(CheckInput const& in, Grant const* grant) {
+  sandbox::CompileInput c;
+  c.plan = in.plan;
+  c.requirements = in.sandbox != nullptr ? &in.sandbox->requirements : nullptr;
+  c.contract = grant != nullptr && grant->sandbox ? &*grant->sandbox : nullptr;
+  c.contract_of = grant != nullptr ? "grant " + grant->id : std::string{};
+  c.caller_uid = in.caller.uid;
+  c.secret_exists = in.secret_exists;
+  auto const compiled = CUSTOS_TRY(sandbox::compile(c));
+  // The cross-check between the layers: what the authority compiles is what the plan's bytes
+  // name (and so what plan_digest covers, and what will be enforced).
+  std::optional<core::Digest> digest;
+  if (compiled) digest = CUSTOS_TRY(sandbox::digest(*compiled));
+  if (digest != in.plan->sandbox_digest) {
+    return mismatch(Errc::auth_digest_mismatch,
+                    "the plan's sandbox_digest is not the digest of its compiled sandbox");
+  }
+  return ok();
 }
 
 }  // namespace custos::gateway

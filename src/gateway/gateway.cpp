@@ -138,7 +138,7 @@ ExecutionGateway::ExecutionGateway(boost::asio::io_context& io, AuthorityStore& 
                                    GatewayOptions options)
     : io_(io),
       store_(&store),
-      options_(options),
+      options_(std::move(options)),
       sink_(std::make_unique<Sink>(*this)),
       slow_authorizer_(registry::failpoint_set("authorizer_slow")) {}
 
@@ -213,6 +213,8 @@ Result<std::unique_ptr<ExecutionGateway::Pending>> ExecutionGateway::prepare(
   req.caller = caller;
   req.identity = &p->request.identity;
   req.plan = &p->request.plan;
+  req.sandbox = p->request.sandbox.get();
+  req.secret_exists = options_.secret_exists;
   req.plan_digest = p->record->plan_digest;
   req.claim = claim;
   req.execution_id = execution_id;
@@ -266,7 +268,7 @@ void ExecutionGateway::start_async(Caller const& caller, supervisor::LaunchReque
 void ExecutionGateway::preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done) {
   auto const& plan = pending->request.plan;
   manager_->preflight(plan, [this, alive = std::weak_ptr<bool>(alive_), pending,
-                             done = std::move(done)](Result<> r) mutable {
+                             done = std::move(done)](Result<> const& r) mutable {
     if (alive.expired()) return;
     std::string const id = pending->req.execution_id;
     if (!r) return answer_async(id, r.error(), done);
@@ -314,11 +316,18 @@ void ExecutionGateway::authorize(Pending& pending) noexcept {
   }
 }
 
-void ExecutionGateway::launch_async(std::shared_ptr<Pending> p, StartDone done) {
+void ExecutionGateway::launch_async(std::shared_ptr<Pending> const& p, StartDone done) {
   std::string const id = p->req.execution_id;
   if (!p->use) return answer_async(id, p->use.error(), done);
   AuthorityUse const use = *p->use;
-  armed_ = Armed{use, p->req.plan_digest, false};
+  auto const& launched = p->request;
+  armed_ = Armed{use,
+                 p->req.plan_digest,
+                 launched.plan.sandbox_digest,
+                 launched.identity.generation,
+                 launched.identity.revision,
+                 launched.plan.backend.kind,
+                 false};
   auto answered = std::make_shared<bool>(false);
   try {
     manager_->start_async(
@@ -427,10 +436,23 @@ Result<void> ExecutionGateway::on_record_authorized(std::string const& execution
   if (plan_digest != armed_->plan_digest) {
     return Error{Errc::auth_digest_mismatch, "the launched plan is not the one authorized"};
   }
-  // The record was created by the authorizing transaction from the very plan whose digest
-  // was just compared (identity and plan are in the digested bytes): nothing to write.
-  (void)identity;
-  (void)plan;
+  // The plan digest binds all of these; they are compared one by one as well, so that a
+  // launch that is not the authorized one is named by what differs (the seed's cross-check:
+  // revision tuple, sandbox digest, backend).
+  if (identity.generation != armed_->generation || identity.revision != armed_->revision) {
+    return Error{Errc::auth_digest_mismatch,
+                 "the launched identity's generation/revision is not the one authorized"};
+  }
+  if (plan.sandbox_digest != armed_->sandbox_digest) {
+    return Error{Errc::auth_digest_mismatch, "the launched sandbox is not the one authorized"};
+  }
+  if (plan.backend.kind != armed_->backend) {
+    return Error{Errc::auth_digest_mismatch, "the launched backend is not the one authorized"};
+  }
+  // The record was created by the authorizing transaction from the very plan whose digest was
+  // just compared: nothing to write. The backend's support for the plan (its sandbox controls
+  // included) was admitted again by the manager right before this call, in the same turn of
+  // the loop.
   armed_->recorded = true;
   return ok();
 }

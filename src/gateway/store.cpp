@@ -509,6 +509,8 @@ Result<CheckOutcome> check_current(Db& db, AuthorizeRequest const& req, Authorit
   in.claim = &req.claim;
   in.current = &snap;
   in.now_ns = req.now_ns;
+  in.sandbox = req.sandbox;
+  in.secret_exists = req.secret_exists;
   return cross_check(in);
 }
 

@@ -15,11 +15,13 @@
 #include <string_view>
 #include <vector>
 
+#include "custos/backend/backend.hpp"
 #include "custos/core/identity.hpp"
 #include "custos/core/json_fields.hpp"
 #include "custos/core/plan.hpp"
 #include "custos/core/result.hpp"
 #include "custos/rpc/dispatcher.hpp"
+#include "custos/sandbox/plan.hpp"
 
 namespace custos::registry {
 class Registry;
@@ -86,20 +88,37 @@ inline constexpr std::uint64_t kMaxInputChunk = 512 * 1024;
 // plan's codes, and rpc.invalid_params for subscribe) into `in`, which the caller created with
 // launch_param_codes(). `subscribe` is read apart from the identity and plan, so it never
 // reaches the plan, its canonical bytes or its digest.
+// The plan is parsed whole, its sandbox compiled (sandbox::parse_plan); when the plan is the
+// only thing refused, its error is kept as is in `plan_error` (a compilation refusal keeps its
+// sandbox.* code even with several diagnostics), else its findings join the others in `in`.
+// finish_launch() decides.
 struct LaunchParts {
   core::ExecutionIdentity identity;
   core::ExecutionPlan plan;
+  std::shared_ptr<sandbox::PlanSandbox const> sandbox;
+  std::optional<Error> plan_error;
   bool subscribe = false;
 };
 [[nodiscard]] core::FieldCodes launch_param_codes() noexcept;
 [[nodiscard]] LaunchParts read_launch(Params& in);
+// Every finding of the launch params, or nothing: the plan's own error when it is the only one.
+[[nodiscard]] std::optional<Error> finish_launch(Params&& in, LaunchParts& parts);
+
+// exec.check's answer: plan_digest, sandbox_digest (null without a sandbox), backend,
+// admission {admitted, missing, default_boundary} and, for a sandboxed plan, `sandbox`: the
+// checked sandbox plan (every domain's effective value, and its controls).
+[[nodiscard]] boost::json::object check_answer(supervisor::ExecutionManager const& m,
+                                               core::ExecutionPlan const& plan,
+                                               std::string plan_digest,
+                                               sandbox::CheckedSandboxPlan const* sandbox,
+                                               backend::Admission const& admission);
 
 // exec.list (phase, session_id, limit, cursor): first the executions the manager holds (newest
 // first), then the registry's records it does not hold, in id order. `only` (when non-null)
 // restricts the listing to those execution ids (a non-admin's own executions); null lists all.
 void list_executions(supervisor::ExecutionManager& manager, registry::Registry* registry,
                      boost::json::object const& params, std::set<std::string> const* only,
-                     Reply reply);
+                     Reply const& reply);
 
 // One subscription of a connection to one execution's events: exec.subscribe, and exec.start
 // with `subscribe: true`. Events go out as exec.event notifications under the slow-subscriber

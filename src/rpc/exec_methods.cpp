@@ -15,6 +15,8 @@
 #include "custos/registry/ownership.hpp"
 #include "custos/registry/registry.hpp"
 #include "custos/rpc/methods.hpp"
+#include "custos/sandbox/compile.hpp"
+#include "custos/sandbox/json.hpp"
 #include "custos/supervisor/manager.hpp"
 
 #include "exec_internal.hpp"
@@ -26,14 +28,16 @@ using supervisor::ExecutionManager;
 
 namespace {
 
-constexpr std::uint64_t kDefaultOutputSlice = 64 * 1024;
-constexpr std::uint64_t kMaxOutputSlice = 1024 * 1024;  // keeps one response under the line limit
+constexpr std::uint64_t kDefaultOutputSlice = std::uint64_t{64} * 1024;
+constexpr std::uint64_t kMaxOutputSlice =
+    std::uint64_t{1024} * 1024;  // keeps one response under the line limit
 
 using detail::Params;
 
 struct Parsed {
   core::ExecutionIdentity identity;
   core::ExecutionPlan plan;
+  std::shared_ptr<sandbox::PlanSandbox const> sandbox;
 };
 
 // identity + plan (strict, every diagnostic at once), authority shape. No environment values
@@ -47,8 +51,8 @@ Result<Parsed> parse_launch(json::object const& p) {
   if (auto const* a = core::FieldReader::given(p, "authority"); a != nullptr && !a->is_object()) {
     in.fields().add(Errc::plan_wrong_type, "/authority", "authority must be an object");
   }
-  if (auto e = std::move(in).error()) return std::move(*e);
-  return Parsed{std::move(parts.identity), std::move(parts.plan)};
+  if (auto e = detail::finish_launch(std::move(in), parts)) return std::move(*e);
+  return Parsed{std::move(parts.identity), std::move(parts.plan), std::move(parts.sandbox)};
 }
 
 // The durable record of an execution the manager does not hold, in the shape of exec.get:
@@ -73,6 +77,9 @@ Result<json::object> record_json(registry::ExecutionRecord const& rec) {
   json::object out{{"execution_id", rec.execution_id},
                    {"identity", core::to_json(request.identity)},
                    {"plan_digest", rec.plan_digest},
+                   {"sandbox_digest", request.plan.sandbox_digest
+                                          ? json::value(request.plan.sandbox_digest->to_string())
+                                          : json::value(nullptr)},
                    {"phase", core::phase_wire(rec.phase)},
                    {"boundary", registry::boundary_kind_wire(rec.boundary.kind)},
                    {"session_id", rec.session_id},
@@ -204,38 +211,59 @@ Result<ListQuery> read_list_query(json::object const& p) {
 
 }  // namespace
 
+namespace detail {
+
+json::object check_answer(ExecutionManager const& m, core::ExecutionPlan const& plan,
+                          std::string plan_digest, sandbox::CheckedSandboxPlan const* sandbox,
+                          backend::Admission const& a) {
+  json::array missing;
+  for (auto const& name : a.missing) missing.emplace_back(name);
+  json::object admission{
+      {"admitted", a.admitted},
+      {"missing", std::move(missing)},
+      {"default_boundary", m.config().cgroup_subtree.empty() ? "marker" : "cgroup"}};
+  json::object out{{"plan_digest", std::move(plan_digest)},
+                   {"sandbox_digest", nullptr},
+                   {"backend", core::to_string(plan.backend.kind)},
+                   {"admission", std::move(admission)}};
+  if (plan.sandbox_digest) out["sandbox_digest"] = plan.sandbox_digest->to_string();
+  // The checked sandbox plan itself: every domain at its effective value and the controls it
+  // needs (what admission compared, what a backend enforces).
+  if (sandbox != nullptr) out["sandbox"] = sandbox::to_json(*sandbox);
+  return out;
+}
+
+}  // namespace detail
+
 // The method table: one registration per RPC method, each handler reading its params, making one
 // call and answering; kept in one place so the methods and their access read as the API does.
 // NOLINTNEXTLINE(readability-function-size): a table of short handlers, see above
 void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registry* reg) {
+  // Without a gateway (its registration replaces this one): no grant, so no contract and no
+  // secret store; the caller's uid still decides run_as_root.
   d.add("exec.check", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           auto parsed = parse_launch(p);
           if (!parsed) return reply(parsed.error());
           auto digest = core::plan_digest(parsed->identity, parsed->plan);
           if (!digest) return reply(digest.error());
-          // The backend's own admission, exactly what exec.start would decide: no effect.
-          auto const a = m.admission(parsed->plan);
-          json::array missing;
-          for (auto const& name : a.missing) missing.emplace_back(name);
-          json::object admission{
-              {"admitted", a.admitted},
-              {"missing", std::move(missing)},
-              {"default_boundary", m.config().cgroup_subtree.empty() ? "marker" : "cgroup"}};
-          reply(json::value(json::object{
-              {"plan_digest", digest->to_string()},
-              // The sandbox issue has not landed: the only admissible requirement set is the empty
-              // one, which compiles to no checked sandbox plan, hence no digest.
-              {"sandbox_digest", nullptr},
-              {"backend", core::to_string(parsed->plan.backend.kind)},
-              {"admission", std::move(admission)}}));
+          sandbox::CompileInput c;
+          c.plan = &parsed->plan;
+          c.requirements = parsed->sandbox ? &parsed->sandbox->requirements : nullptr;
+          c.caller_uid = s->peer().uid;
+          if (auto compiled = sandbox::compile(c); !compiled) return reply(compiled.error());
+          // The backend's own admission and the sandbox's, exactly what exec.start would
+          // decide: no effect.
+          auto const* checked = parsed->sandbox ? &parsed->sandbox->checked : nullptr;
+          reply(json::value(detail::check_answer(m, parsed->plan, digest->to_string(), checked,
+                                                 m.admission(parsed->plan, checked))));
         });
 
   // exec.start is registered by register_gateway_methods only: a launch needs the permit that
   // only the gateway mints (supervisor/launch_permit.hpp).
 
   d.add("exec.get", Access::admin,
-        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id"});
           auto const id = in.required_string("execution_id");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -298,7 +326,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.cancel", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "reason"});
           auto const id = in.required_string("execution_id");
           std::string reason = "exec.cancel";
@@ -319,7 +347,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.input", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "data_b64", "eof"});
           auto const id = in.required_string("execution_id");
           bool const eof = in.optional_bool("eof");
@@ -331,7 +359,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.resize", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "rows", "cols"});
           auto const id = in.required_string("execution_id");
           std::uint16_t size[2] = {0, 0};
@@ -352,7 +380,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.subscribe", Access::admin,
-        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "from_seq"});
           auto const id = in.required_string("execution_id");
           auto const from = in.optional_u64("from_seq");
@@ -369,7 +397,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.unsubscribe", Access::admin,
-        [](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"subscription"});
           auto const id = in.required_string("subscription");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -379,7 +407,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.output", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "stream", "offset", "max_bytes"});
           auto const id = in.required_string("execution_id");
           auto const stream_name = in.required_string("stream");
@@ -400,7 +428,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 namespace detail {
 
 void list_executions(ExecutionManager& m, registry::Registry* reg, json::object const& p,
-                     std::set<std::string> const* only, Reply reply) {
+                     std::set<std::string> const* only, Reply const& reply) {
   auto q = read_list_query(p);
   if (!q) return reply(q.error());
   auto& [filter, rfilter, page, offset] = *q;

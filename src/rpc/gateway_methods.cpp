@@ -51,9 +51,10 @@ Result<Launch> parse_launch(json::object const& p) {
   } else {
     in.fields().absorb(c.error(), "/authority");
   }
-  if (auto e = std::move(in).error()) return std::move(*e);
+  if (auto e = detail::finish_launch(std::move(in), parts)) return std::move(*e);
   out.request.identity = std::move(parts.identity);
   out.request.plan = std::move(parts.plan);
+  out.request.sandbox = std::move(parts.sandbox);
   out.subscribe = parts.subscribe;
   return out;
 }
@@ -133,7 +134,7 @@ void answer_subscribed(std::shared_ptr<detail::EventSubscription> const& sub,
 void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
   d.add_call("exec.start", Access::any,
              [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p,
-                       CallInfo const& call, Reply reply) {
+                       CallInfo const& call, Reply const& reply) {
                auto caller = caller_of(d, gw, s);
                if (!caller) return reply(caller.error());
                // A caller with no authority at all learns nothing about its plan: without a grant
@@ -192,16 +193,34 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
             detail::list_executions(*gw.manager(), gw.registry(), p, &*own, std::move(reply));
           });
   }
-  // Subscriptions belong to one connection; exec.check has no effect at all.
-  for (char const* name : {"exec.unsubscribe", "exec.check"}) {
-    if (Handler const* h = d.find(name)) {
-      Handler copy = *h;
-      d.add(name, Access::any, std::move(copy));
-    }
+  // Subscriptions belong to one connection.
+  if (Handler const* h = d.find("exec.unsubscribe")) {
+    Handler copy = *h;
+    d.add("exec.unsubscribe", Access::any, std::move(copy));
   }
 
+  // exec.check has no effect at all: open to every caller, it answers what exec.start would
+  // decide before the claim — the sandbox against the caller, the store and the named grant's
+  // contract included (ExecutionGateway::check).
+  d.add(
+      "exec.check", Access::any,
+      [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
+        auto caller = caller_of(d, gw, s);
+        if (!caller) return reply(caller.error());
+        auto launch = parse_launch(p);
+        if (!launch) return reply(launch.error());
+        launch->request.caller = {s->peer().uid, s->peer().gid, s->peer().pid};
+        auto answer = gw.check(*caller, launch->request, launch->claim);
+        if (!answer) return reply(answer.error());
+        if (gw.manager() == nullptr)
+          return reply(Error{Errc::internal, "gateway has no execution manager"});
+        reply(json::value(detail::check_answer(
+            *gw.manager(), launch->request.plan, answer->plan_digest,
+            answer->sandbox != nullptr ? &answer->sandbox->checked : nullptr, answer->admission)));
+      });
+
   d.add("exec.input", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "data_b64", "eof"});
           auto const id = in.required_string("execution_id");
           bool const eof = in.optional_bool("eof");
@@ -221,7 +240,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("authority.grant", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           auto caller = caller_of(d, gw, s);
           if (!caller) return reply(caller.error());
           if (!caller->admin)
@@ -237,7 +256,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("authority.revoke", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"grant_id"});
           auto const id = in.required_string("grant_id");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -255,7 +274,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
   // Admins see every grant; other callers only their own (they need the epoch and their
   // grant's revision to start anything).
   d.add("authority.list", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"grant_id", "principal"});
           std::optional<std::string> const only_id = in.optional_string("grant_id");
           std::optional<gateway::Principal> only_principal;
@@ -283,7 +302,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("lease.acquire", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"workspace_id", "holder_session"});
           auto const ws = in.required_string("workspace_id");
           auto const holder = in.required_string("holder_session");
@@ -301,7 +320,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("lease.release", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"lease_id", "break"});
           auto const id = in.required_string("lease_id");
           bool const brk = in.optional_bool("break");
@@ -320,7 +339,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("lease.list", Access::any,
-        [&gw](std::shared_ptr<Session> const&, json::object const& p, Reply reply) {
+        [&gw](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"active_only"});
           bool const active_only = in.optional_bool("active_only", true);
           if (auto e = std::move(in).error()) return reply(std::move(*e));
@@ -332,7 +351,7 @@ void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw) {
         });
 
   d.add("holder.quiescence", Access::any,
-        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply reply) {
+        [&d, &gw](std::shared_ptr<Session> const& s, json::object const& p, Reply const& reply) {
           Params in(p, {"session_id", "generation", "actor"});
           auto const session = in.required_string("session_id");
           std::uint64_t const generation = in.required_u64("generation");

@@ -2,6 +2,7 @@
 #include "custos/core/base64.hpp"
 #include "custos/core/json_pointer.hpp"
 #include "custos/core/plan_json.hpp"
+#include "custos/sandbox/plan.hpp"
 
 #include "exec_internal.hpp"
 
@@ -113,14 +114,23 @@ LaunchParts read_launch(Params& in) {
     }
   }
   if (auto const* plan = f.required(in.object(), "", "plan")) {
-    if (auto r = core::parse_plan(*plan, "/plan")) {
-      out.plan = std::move(*r);
+    if (auto r = sandbox::parse_plan(*plan, "/plan")) {
+      out.plan = std::move(r->plan);
+      out.sandbox = std::move(r->sandbox);
     } else {
-      f.absorb(r.error(), "/plan");
+      out.plan_error = r.error();
     }
   }
   out.subscribe = in.optional_bool("subscribe");
   return out;
+}
+
+std::optional<Error> finish_launch(Params&& in, LaunchParts& parts) {
+  if (parts.plan_error) {
+    if (in.fields().ok()) return std::move(*parts.plan_error);
+    in.fields().absorb(*parts.plan_error, "/plan");
+  }
+  return std::move(in).error();
 }
 
 }  // namespace custos::rpc::detail

@@ -46,6 +46,11 @@ json::object error_object(Error const& e) {
     }
     detail["diagnostics"] = std::move(diags);
   }
+  if (!e.missing.empty()) {
+    json::array missing;
+    for (auto const& m : e.missing) missing.emplace_back(m);
+    detail["missing"] = std::move(missing);
+  }
   json::object data{
       {"code", e.wire()}, {"recovery", recovery_wire(e.recovery())}, {"detail", std::move(detail)}};
   std::string message = e.context.empty() ? std::string{e.wire()} : e.message();
@@ -115,6 +120,11 @@ Error error_from_object(json::object const& err) {
             diag.message = std::string{mm->get_string()};
           }
           e.diagnostics.push_back(std::move(diag));
+        }
+      }
+      if (auto const* ms = dd.if_contains("missing"); ms != nullptr && ms->is_array()) {
+        for (auto const& m : ms->get_array()) {
+          if (m.is_string()) e.missing.emplace_back(m.get_string());
         }
       }
     }

@@ -25,6 +25,7 @@ StartResult Supervisor::start_result() const {
   StartResult res;
   res.execution_id = id_;
   res.plan_digest = plan_digest_;
+  res.sandbox_digest = request_.plan.sandbox_digest;
   res.phase = life_.phase;
   res.boundary = acquired_.boundary;
   res.pid = running_ ? acquired_.pid : 0;
@@ -37,6 +38,7 @@ backend::LaunchContext Supervisor::launch_context(std::size_t live_executions) c
   ctx.plan = &request_.plan;
   ctx.view = &plan_;
   ctx.live_executions = live_executions;
+  ctx.sandbox = request_.sandbox ? &request_.sandbox->checked : nullptr;
   // Inherited values come from the daemon's snapshot only (ManagerConfig::inherit_source).
   auto const& source = config().inherit_source;
   ctx.env.reserve(plan_.env.size());
@@ -65,7 +67,7 @@ void Supervisor::launch(std::size_t live_executions, LaunchDone done) {
   // (no cgroup, no root) before they are.
   s->record_authorized_async(
       id_, request_.identity, request_.plan, plan_digest_,
-      [self = shared_from_this(), done = std::move(done)](Result<> r) mutable {
+      [self = shared_from_this(), done = std::move(done)](Result<> const& r) mutable {
         if (self->detached_) return;  // the manager is gone
         if (!r) return done(r.error());
         self->acquire(std::move(done));
@@ -106,12 +108,12 @@ void Supervisor::on_acquired(backend::Step<backend::Acquired> acquired, LaunchDo
       id_, acquired_.identity,
       StagedBoundary{acquired_.boundary, acquired_.cgroup_path, acquired_.marker_value,
                      acquired_.marker_ns_ino},
-      [self = shared_from_this(), release, done = std::move(done)](Result<> staged) mutable {
+      [self = shared_from_this(), release, done = std::move(done)](Result<> const& staged) mutable {
         if (self->detached_) return;
         if (!staged)
           return self->fail_launch(failure_from("record_staged", staged.error()), std::move(done));
-        self->sink()->when_durable(self->id_, [self, release,
-                                               done = std::move(done)](Result<> durable) mutable {
+        self->sink()->when_durable(self->id_, [self, release, done = std::move(done)](
+                                                  Result<> const& durable) mutable {
           if (self->detached_) return;
           if (!durable)
             return self->fail_launch(failure_from("durability", durable.error()), std::move(done));
@@ -157,7 +159,13 @@ void Supervisor::on_released(backend::Step<std::monostate> verdict, LaunchDone d
   if (!acquired_.cgroup_path.empty()) started["cgroup"] = acquired_.cgroup_path;
   emit("started", std::move(started));
   backend_->start(*this);
-  if (!backend_->has_input()) pumps_.close_input("none");
+  if (!backend_->has_input()) {
+    pumps_.close_input("none");
+  } else if (request_.sandbox && !request_.sandbox->checked.policy.terminal.input) {
+    // terminal.input false: no stdin at all, for every backend — the program reads end of file
+    // at once and exec.input is refused (exec.input_closed).
+    pumps_.close_input("sandbox");
+  }
   watch_.start();
   // A cancel accepted while the launch awaited its verdict acts now that the target runs.
   if (cancel_.first() && !teardown_.stop_requested_already() &&
@@ -230,10 +238,11 @@ void Supervisor::fail_launch(core::SpawnFailure failure, LaunchDone done) {
   // it without waiting for its fsync) — unless the launch awaited that already.
   auto* s = sink();
   if (s == nullptr || claim_durable_) return finish();
-  s->when_durable(id_, [self = shared_from_this(), finish = std::move(finish)](Result<>) mutable {
-    if (self->detached_) return;
-    finish();
-  });
+  s->when_durable(id_,
+                  [self = shared_from_this(), finish = std::move(finish)](Result<> const&) mutable {
+                    if (self->detached_) return;
+                    finish();
+                  });
 }
 
 }  // namespace custos::supervisor

@@ -53,7 +53,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
       alive_(std::make_shared<bool>(true)) {
   // A child that closed its stdin must turn our next write into EPIPE, not kill the daemon.
   // Children do not inherit this: sys/spawn resets every disposition before execve.
-  ::signal(SIGPIPE, SIG_IGN);
+  (void)::signal(SIGPIPE, SIG_IGN);
   if (config_.become_subreaper) (void)sys::become_child_subreaper();
   if (config_.state_dir.empty()) {
     std::error_code ec;
@@ -141,14 +141,28 @@ std::optional<std::string> ExecutionManager::owner_of(std::int32_t pid) const {
   return std::nullopt;
 }
 
-backend::Admission ExecutionManager::admission(core::ExecutionPlan const& plan) const {
+backend::Admission ExecutionManager::admission(core::ExecutionPlan const& plan,
+                                               sandbox::CheckedSandboxPlan const* sandbox) const {
   auto const* b = backend_for(plan.backend.kind);
-  if (b != nullptr) return b->admit(plan);
   backend::Admission a;
+  if (b == nullptr) {
+    a.admitted = false;
+    a.missing.push_back("backend." + std::string{core::to_string(plan.backend.kind)});
+    a.detail = "backend " + std::string{core::to_string(plan.backend.kind)} +
+               " is not served by this daemon";
+    return a;
+  }
+  a = b->admit(plan);
+  if (sandbox == nullptr) return a;
+  // Every control the checked plan needs, at fidelity hard on this host: the complete list of
+  // what is missing, never a partial enforcement.
+  auto sandbox_missing = sandbox::missing_controls(*sandbox, b->descriptor());
+  if (sandbox_missing.empty()) return a;
   a.admitted = false;
-  a.missing.push_back("backend." + std::string{core::to_string(plan.backend.kind)});
-  a.detail = "backend " + std::string{core::to_string(plan.backend.kind)} +
-             " is not served by this daemon";
+  a.missing.insert(a.missing.end(), sandbox_missing.begin(), sandbox_missing.end());
+  std::sort(a.missing.begin(), a.missing.end());
+  a.missing.erase(std::unique(a.missing.begin(), a.missing.end()), a.missing.end());
+  if (a.detail.empty()) a.detail = "the sandbox needs controls this backend lacks here";
   return a;
 }
 
@@ -160,14 +174,14 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
                                             std::string{core::to_string(kind)} +
                                             " is not served by this daemon");
   }
-  auto const a = admission(request.plan);
+  CUSTOS_TRYV(sandbox::check_binding(request.plan, request.sandbox.get()));
+  auto const a = admission(request.plan, request.sandbox ? &request.sandbox->checked : nullptr);
   if (a.admitted) return ok();
   if (std::find(a.missing.begin(), a.missing.end(), "boundary.cgroup") != a.missing.end())
     return Error(Errc::cgroup_unavailable, a.detail);
-  std::string missing;
-  for (auto const& m : a.missing) missing += (missing.empty() ? "" : ",") + m;
-  return Error(Errc::sandbox_unsupported,
-               "missing: " + missing + (a.detail.empty() ? "" : "; " + a.detail));
+  Error e = sandbox::unsupported(kind, a.missing);
+  if (!a.detail.empty()) e.context += "; " + a.detail;
+  return e;
 }
 
 bool ExecutionManager::asks_before_claim(core::ExecutionPlan const& plan) const noexcept {

@@ -290,7 +290,8 @@ void OutputPumps::close_input(std::string_view reason) {
   writer_.queue.clear();
   writer_.queued = 0;
   writer_.front_offset = 0;
-  owner_->backend_->close_input(reason == "eof");
+  // The program reads end of file after an eof, and when its sandbox allows no input.
+  owner_->backend_->close_input(reason == "eof" || reason == "sandbox");
   if (reason == "none" || owner_->detached_) return;  // no input channel: nothing to say
   boost::json::object f;
   f["reason"] = reason;

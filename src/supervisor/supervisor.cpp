@@ -116,7 +116,7 @@ Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reaso
   return offer(trigger, std::move(reason));
 }
 
-Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason) {
+Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string const& reason) {
   if (terminal_) return Error(Errc::exec_not_running, id_ + " is terminal");
   if (teardown_.closing()) {
     // Closed, its terminal record being written: the exit decided the outcome and nothing is
@@ -143,6 +143,11 @@ Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string reason
   }
   maybe_close();
   return res;
+}
+
+void Supervisor::on_sandbox_denied(std::string control, std::string detail) {
+  // The first denial is the one the record names; the exit it causes follows.
+  if (!denial_) denial_ = Denial{std::move(control), std::move(detail)};
 }
 
 void Supervisor::on_backend_failure(std::string reason) {
@@ -188,6 +193,7 @@ void Supervisor::close_and_record() {
   in.exit = *exit_;
   in.trigger = cancel_.first();
   in.cleanup = cleanup;
+  in.sandbox_denied = denial_.has_value();
   in.recovery = adopted_ ? core::RecoveryPath::live_owned : core::RecoveryPath::observed;
   auto rec = core::make_terminal_record(in, std::nullopt);
   core::TerminalRecord record;
@@ -206,6 +212,7 @@ void Supervisor::close_and_record() {
                                                            : core::Containment::escapable};
   record.escalation = teardown_.escalation();
   record.observations = backend_->observations();
+  if (denial_) record.observations["sandbox_denied"] = denial_->control + ": " + denial_->detail;
   backend_->close();
   finish_terminal(std::move(record));
 }
@@ -224,7 +231,8 @@ void Supervisor::finish_terminal(core::TerminalRecord record, std::function<void
   // event, the manager) before the sink answers, and then it is in the WAL.
   auto rec = std::make_shared<core::TerminalRecord>(std::move(record));
   s->record_terminal_async(
-      id_, *rec, [self = shared_from_this(), rec, then = std::move(then)](Result<> r) mutable {
+      id_, *rec,
+      [self = shared_from_this(), rec, then = std::move(then)](Result<> const& r) mutable {
         if (self->manager_ == nullptr) return;  // detached meanwhile: nobody to tell
         if (!r) self->sink_error("record_terminal", r.error());
         // The committed slot was written before this record (one FIFO queue), but its completion
@@ -280,7 +288,7 @@ void Supervisor::emit(std::string kind, boost::json::object fields,
   if (manager_ != nullptr) manager_->stats_.dropped_subscribers += dropped.size();
 }
 
-void Supervisor::sink_error(std::string what, Error const& e) {
+void Supervisor::sink_error(std::string const& what, Error const& e) {
   sink_error_ = what + ": " + e.message();
 }
 
@@ -291,6 +299,7 @@ ExecutionView Supervisor::view() const {
   v.execution_id = id_;
   v.identity = request_.identity;
   v.plan_digest = plan_digest_;
+  v.sandbox_digest = request_.plan.sandbox_digest;
   v.phase = life_.phase;
   v.boundary = acquired_.boundary;
   v.kernel_enforced = acquired_.kernel_enforced;

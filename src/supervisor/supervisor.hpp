@@ -101,6 +101,7 @@ class Supervisor final : public backend::ExecutionPort,
   void on_input_writable() override;
   void on_usage_changed() override { watch_.sample_now(); }
   void on_backend_failure(std::string reason) override;
+  void on_sandbox_denied(std::string control, std::string detail) override;
   void task_begun() override { ++pending_; }
   void task_ended() override;
 
@@ -134,7 +135,7 @@ class Supervisor final : public backend::ExecutionPort,
   void close_unreleased();
 
   // supervisor.cpp
-  [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string reason);
+  [[nodiscard]] Result<CancelResult> offer(core::Trigger trigger, std::string const& reason);
   void maybe_close();
   void close_and_record();
   // The terminal record is written (off the loop), then published; `then` runs after.
@@ -142,7 +143,7 @@ class Supervisor final : public backend::ExecutionPort,
   void publish_terminal(core::TerminalRecord record);
   void advance(core::LifecycleEvent const& ev);
   void emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data = {});
-  void sink_error(std::string what, Error const& e);
+  void sink_error(std::string const& what, Error const& e);
   [[nodiscard]] OwnershipSink* sink() const noexcept;
   [[nodiscard]] ManagerConfig const& config() const noexcept;
   [[nodiscard]] bool root_gone() const noexcept;
@@ -171,6 +172,13 @@ class Supervisor final : public backend::ExecutionPort,
   Teardown teardown_;
   ResourceWatch watch_;
 
+  // The first sandbox denial the backend observed (it decides the classification unless a
+  // trigger came first).
+  struct Denial {
+    std::string control;
+    std::string detail;
+  };
+  std::optional<Denial> denial_;
   bool adopted_ = false;        // taken over after a restart (adopt.cpp): recovery live_owned
   bool claim_durable_ = false;  // the launch awaited the claim's durability
   bool running_ = false;        // released: the target program started

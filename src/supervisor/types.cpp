@@ -22,6 +22,11 @@ boost::json::object StartResult::to_json() const {
   boost::json::object o;
   o["execution_id"] = execution_id;
   o["plan_digest"] = plan_digest;
+  if (sandbox_digest) {
+    o["sandbox_digest"] = sandbox_digest->to_string();
+  } else {
+    o["sandbox_digest"] = nullptr;
+  }
   o["phase"] = core::phase_wire(phase);
   o["boundary"] = core::boundary_wire(boundary);
   o["pid"] = pid;
@@ -33,6 +38,11 @@ boost::json::object ExecutionView::to_json() const {
   o["execution_id"] = execution_id;
   o["identity"] = backend::identity_json(identity);
   o["plan_digest"] = plan_digest;
+  if (sandbox_digest) {
+    o["sandbox_digest"] = sandbox_digest->to_string();
+  } else {
+    o["sandbox_digest"] = nullptr;
+  }
   o["phase"] = core::phase_wire(phase);
   o["boundary"] = core::boundary_wire(boundary);
   o["containment"] = kernel_enforced ? "kernel_enforced" : "escapable";

@@ -51,6 +51,21 @@ TEST(Errors, EngineCodesMatchTheContract) {
   EXPECT_EQ(Error(Errc::engine_gate_unavailable).recovery(), Recovery::caller_correction);
 }
 
+TEST(Errors, SandboxCodesMatchTheContract) {
+  // API.md "Sandbox requirements and contracts" names these.
+  EXPECT_EQ(errc_wire(Errc::sandbox_invalid), "sandbox.invalid");
+  EXPECT_EQ(errc_wire(Errc::sandbox_undeclared), "sandbox.undeclared");
+  EXPECT_EQ(errc_wire(Errc::sandbox_unsupported), "sandbox.unsupported");
+  EXPECT_EQ(errc_wire(Errc::sandbox_required), "sandbox.required");
+  EXPECT_EQ(errc_wire(Errc::sandbox_secret_unknown), "sandbox.secret_unknown");
+  EXPECT_EQ(static_cast<int>(Errc::sandbox_required), 7004);
+  EXPECT_EQ(static_cast<int>(Errc::sandbox_secret_unknown), 7005);
+  for (auto c : {Errc::sandbox_invalid, Errc::sandbox_undeclared, Errc::sandbox_unsupported,
+                 Errc::sandbox_required, Errc::sandbox_secret_unknown}) {
+    EXPECT_EQ(Error(c).recovery(), Recovery::caller_correction) << errc_wire(c);
+  }
+}
+
 TEST(Errors, RecoveryClasses) {
   EXPECT_EQ(Error(Errc::plan_invalid_cwd).recovery(), Recovery::caller_correction);
   EXPECT_EQ(Error(Errc::auth_stale_epoch).recovery(), Recovery::reauthorize);

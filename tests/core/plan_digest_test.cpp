@@ -76,6 +76,12 @@ std::vector<Mutator> const& mutators() {
       {"plan.user.uid", [](I&, P& p) { p.user->uid += 1; }},
       {"plan.user.gid", [](I&, P& p) { p.user->gid += 1; }},
       {"plan.user.groups", [](I&, P& p) { p.user->groups.push_back(5000); }},
+      {"plan.sandbox_digest",
+       [](I&, P& p) {
+         Digest d;
+         d.bytes.fill(0x5a);
+         p.sandbox_digest = d;
+       }},
       {"plan.backend.kind", [](I&, P& p) { p.backend.kind = BackendKind::docker; }},
       {"plan.backend.container", [](I&, P& p) { p.backend.container = "c0ffee2"; }},
       {"plan.backend.socket", [](I&, P& p) { p.backend.socket = std::nullopt; }},
@@ -92,12 +98,12 @@ std::vector<Mutator> const& mutators() {
 }
 
 // Leaf members: every member of every struct, except that a member which is itself a struct is
-// counted through its own members (plan.cwd is the plan's one direct leaf; the sandbox has none).
+// counted through its own members (plan.cwd and plan.sandbox_digest are the plan's direct leaves).
 constexpr std::size_t kLeafFields =
     ExecutionIdentity::kFieldCount + Command::kFieldCount + Workspace::kFieldCount + 1 /* cwd */ +
     EnvEntry::kFieldCount + IoPolicy::kFieldCount + Limits::kFieldCount +
     OutputPolicy::kFieldCount + Escalation::kFieldCount + UserSpec::kFieldCount +
-    SandboxRequirements::kFieldCount + Backend::kFieldCount;
+    1 /* sandbox_digest */ + Backend::kFieldCount;
 // The plan's own members: command, workspace, cwd, env, io, limits, output, escalation, user,
 // sandbox, backend — each covered above through its leaves.
 static_assert(ExecutionPlan::kFieldCount == 11);

@@ -173,7 +173,8 @@ std::vector<Case> const& cases() {
        }, Errc::plan_too_large, "/plan/user/groups"},
       // --- sandbox
       {"SandboxRequirement", [](I&, P& p) { p["sandbox"] = json::object{{"filesystem", json::object{}}}; }, Errc::sandbox_unsupported, "/plan/sandbox"},
-      {"SandboxNotObject", [](I&, P& p) { p["sandbox"] = "strict"; }, Errc::plan_wrong_type, "/plan/sandbox"},
+      {"SandboxEmpty", [](I&, P& p) { p["sandbox"] = json::object{}; }, Errc::sandbox_unsupported, "/plan/sandbox"},
+      {"SandboxNotObject", [](I&, P& p) { p["sandbox"] = "strict"; }, Errc::sandbox_unsupported, "/plan/sandbox"},
       // --- backend
       {"BackendUnknownKind", [](I&, P& p) { p["backend"] = json::object{{"kind", "lxc"}}; }, Errc::plan_invalid_backend, "/plan/backend/kind"},
       {"BackendKindMissing", [](I&, P& p) { p["backend"] = json::object{}; }, Errc::plan_missing_field, "/plan/backend/kind"},

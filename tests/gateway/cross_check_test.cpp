@@ -8,6 +8,7 @@
 
 #include "custos/core/plan_canonical.hpp"
 #include "custos/gateway/authority.hpp"
+#include "custos/sandbox/json.hpp"
 
 #include "identity_fixture.hpp"
 
@@ -28,6 +29,23 @@ struct Fixture {
   core::ExecutionPlan plan;
   AuthorityClaim claim;
   AuthoritySnapshot cur;
+  std::shared_ptr<sandbox::PlanSandbox const> sb;
+  std::function<bool(std::string_view)> secret_exists;
+
+  // The plan gets this sandbox (compiled; its digest in the plan, as sandbox::parse_plan does).
+  void sandbox_of(std::string_view requirements) {
+    auto req = sandbox::parse_requirements(boost::json::parse(requirements), "/plan/sandbox");
+    ASSERT_TRUE(req) << req.error().message();
+    auto compiled = sandbox::compile_sandbox(*req, plan);
+    ASSERT_TRUE(compiled) << compiled.error().message();
+    sb = *compiled;
+    plan.sandbox_digest = sb->digest;
+  }
+  void contract_of(std::string_view requirements) {
+    auto req = sandbox::parse_requirements(boost::json::parse(requirements), "/sandbox");
+    ASSERT_TRUE(req) << req.error().message();
+    cur.grant->sandbox = *req;
+  }
 
   Fixture() {
     id = fixture::fixture_identity(3);
@@ -82,6 +100,8 @@ struct Fixture {
     in.claim = &claim;
     in.current = &cur;
     in.now_ns = kNow;
+    in.sandbox = sb.get();
+    in.secret_exists = secret_exists;
     return cross_check(in);
   }
 };
@@ -369,6 +389,118 @@ TEST(AuthorityJson, StrictObject) {
   boost::json::value bad = boost::json::parse(R"({"epoch":3,"grant":"g1"})");
   EXPECT_FALSE(authority_from_json(&bad).has_value());
   EXPECT_TRUE(authority_from_json(nullptr).has_value());
+}
+
+// ------------------------------------------------------------------------------ the sandbox
+
+// The fixture's plan sets PATH and CI: a sandbox must allow both names.
+constexpr std::string_view kEnv = R"("environment": {"allow": ["PATH", "CI"]})";
+
+std::string with_env(std::string_view more = {}) {
+  return "{" + std::string{kEnv} + (more.empty() ? "" : ", " + std::string{more}) + "}";
+}
+
+TEST(CrossCheckSandbox, AContractRequiresASandbox) {
+  Fixture f;
+  f.contract_of("{}");
+  auto r = f.run();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::sandbox_required);
+  EXPECT_EQ(r.error().diagnostics.at(0).pointer, "/plan/sandbox");
+  EXPECT_NE(r.error().context.find("grant g7"), std::string::npos);
+  // Without a contract, unsandboxed plans stay allowed.
+  f.cur.grant->sandbox.reset();
+  EXPECT_TRUE(f.run());
+}
+
+TEST(CrossCheckSandbox, WithinTheContractItPassesAndUndeclaredIsRefused) {
+  Fixture f;
+  f.contract_of(with_env(R"("network": {"outbound": {"tcp_connect": [443]}})"));
+  f.sandbox_of(with_env(R"("network": {"outbound": {"tcp_connect": [443]}})"));
+  EXPECT_TRUE(f.run());
+  f.sandbox_of(with_env(R"("network": {"outbound": "any"})"));
+  auto r = f.run();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::sandbox_undeclared);
+  EXPECT_EQ(r.error().diagnostics.at(0).pointer, "/plan/sandbox/network/outbound");
+}
+
+TEST(CrossCheckSandbox, ComesAfterTheScopeAndBeforeTheBudget) {
+  Fixture f;
+  f.contract_of(with_env());
+  f.sandbox_of(with_env(R"("network": {"outbound": "any"})"));
+  f.cur.budget_use.executions = 10;  // exhausted
+  EXPECT_EQ(f.run().error().code, Errc::sandbox_undeclared);
+  f.plan.command.executable = "/opt/evil";
+  f.sandbox_of(with_env(R"("network": {"outbound": "any"})"));
+  EXPECT_EQ(f.run().error().code, Errc::auth_executable);
+}
+
+TEST(CrossCheckSandbox, ARootCallerWithoutRunAsRootIsInvalid) {
+  Fixture f;
+  f.caller = Caller{0, 0, {}, true};
+  f.claim = AuthorityClaim{};
+  f.sandbox_of(with_env());
+  auto r = f.run();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::sandbox_invalid);
+  EXPECT_EQ(r.error().diagnostics.at(0).pointer, "/plan/sandbox/process/run_as_root");
+  f.sandbox_of(with_env(R"("process": {"run_as_root": true})"));
+  auto ok = f.run();
+  ASSERT_TRUE(ok) << ok.error().message();
+  EXPECT_TRUE(ok->implicit_admin);
+}
+
+TEST(CrossCheckSandbox, SecretsNeedTheStoresAnswer) {
+  Fixture f;
+  f.sandbox_of(with_env(R"("secrets": [{"ref": "db", "to": {"fd": 4}}])"));
+  auto r = f.run();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::sandbox_secret_unknown);
+  f.secret_exists = [](std::string_view ref) { return ref == "db"; };
+  EXPECT_TRUE(f.run());
+}
+
+TEST(CrossCheckSandbox, TheSandboxDigestIsCrossChecked) {
+  Fixture f;
+  f.sandbox_of(with_env());
+  ASSERT_TRUE(f.run());
+  // The plan names another checked plan than the one that comes with it.
+  core::Digest other;
+  other.bytes.fill(7);
+  f.plan.sandbox_digest = other;
+  EXPECT_EQ(f.run().error().code, Errc::auth_digest_mismatch);
+  // A plan naming a sandbox that did not come with it.
+  f.sb.reset();
+  EXPECT_EQ(f.run().error().code, Errc::auth_digest_mismatch);
+}
+
+TEST(GrantJson, TheSandboxContractRoundTripsAndIsValidated) {
+  auto v =
+      boost::json::parse(R"({"id": "g-c", "principal": "uid:1000", "operations": ["exec.reference"],
+      "sandbox": {"filesystem": [{"path": "/usr//", "allow": ["metadata", "read", "discover"]}],
+                  "process": {"descendants": true, "max_processes": 8}}})");
+  auto g = grant_from_json(v);
+  ASSERT_TRUE(g) << g.error().message();
+  ASSERT_TRUE(g->sandbox);
+  EXPECT_EQ(g->sandbox->filesystem->at(0).path, "/usr");
+  auto o = grant_to_json(*g, BudgetUse{});
+  EXPECT_EQ(o.at("sandbox").at("process"),
+            boost::json::parse(R"({"descendants": true, "max_processes": 8})"));
+  for (char const* k : {"revision", "spent", "revoked", "created_ns"}) o.erase(k);
+  auto back = grant_from_json(o);
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->sandbox, g->sandbox);
+  // No contract: no member.
+  g->sandbox.reset();
+  EXPECT_FALSE(grant_to_json(*g, BudgetUse{}).contains("sandbox"));
+  // The contract's rules are the requirements' rules, pointed at within the grant.
+  auto bad = boost::json::parse(
+      R"({"principal": "uid:1000", "sandbox": {"process": {"descendants": true}}})");
+  auto e = grant_from_json(bad);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, Errc::sandbox_invalid);
+  EXPECT_EQ(e.error().diagnostics.at(0).pointer, "/sandbox/process/max_processes");
 }
 
 }  // namespace

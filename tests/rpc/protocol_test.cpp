@@ -56,6 +56,27 @@ TEST(ErrorObject, CarriesStableCodeRecoveryAndDiagnostics) {
   EXPECT_EQ(back.diagnostics[0].pointer, "/plan/cwd");
 }
 
+TEST(ErrorObject, SandboxUnsupportedCarriesEveryMissingControl) {
+  Error e{Errc::sandbox_unsupported, "the native backend cannot enforce on this host"};
+  e.missing = {"filesystem.mount_namespace", "network.none", "process.pid_namespace"};
+  auto o = error_object(e);
+  auto const& data = o.at("data").as_object();
+  EXPECT_EQ(data.at("code").as_string(), "sandbox.unsupported");
+  EXPECT_EQ(o.at("code").as_int64(), -32007);
+  EXPECT_EQ(
+      data.at("detail").at("missing"),
+      json::parse(R"(["filesystem.mount_namespace", "network.none", "process.pid_namespace"])"));
+  auto back = error_from_object(o);
+  EXPECT_EQ(back.code, Errc::sandbox_unsupported);
+  EXPECT_EQ(back.missing, e.missing);
+  // No list, no member.
+  EXPECT_FALSE(error_object(Error{Errc::sandbox_invalid, "x"})
+                   .at("data")
+                   .at("detail")
+                   .as_object()
+                   .contains("missing"));
+}
+
 TEST(ErrorObject, NumbersByLayerAndReservedCodes) {
   EXPECT_EQ(application_code(Errc::exec_not_found), -32002);
   EXPECT_EQ(application_code(Errc::spawn_failed), -32003);

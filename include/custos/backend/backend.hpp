@@ -49,6 +49,8 @@
 #include "custos/core/plan.hpp"
 #include "custos/core/result.hpp"
 #include "custos/core/terminal.hpp"
+#include "custos/sandbox/admission.hpp"
+#include "custos/sandbox/types.hpp"
 #include "custos/sys/identity.hpp"
 
 namespace custos::backend {
@@ -57,35 +59,14 @@ namespace custos::backend {
 // one, else marker.
 enum class BoundaryPreference : std::uint8_t { automatic, cgroup, marker };
 
-// How well a backend enforces one control on this host (the descriptor's unit).
-enum class ControlFidelity : std::uint8_t {
-  hard,     // the kernel or the supervisor bounds it exactly, for the whole tree
-  sampled,  // observed periodically; a limit acts after the fact
-  none,     // not available here
-};
-
-struct Control {
-  std::string name;  // e.g. "boundary.cgroup", "resources.memory_bytes", "io.pty"
-  ControlFidelity fidelity = ControlFidelity::none;
-  std::string how;  // one line: the mechanism, or why it is missing
-};
-
-// What a backend is and what it can enforce on this host, in a canonical order (by name).
-struct Descriptor {
-  core::BackendKind kind = core::BackendKind::native;
-  bool available = false;
-  std::string unavailable_reason;  // set when !available
-  std::vector<Control> controls;   // sorted by name, names unique
-
-  [[nodiscard]] Control const* find(std::string_view name) const noexcept;
-  // Adds a control, keeping `controls` in canonical order (sorted by name).
-  void add(std::string name, ControlFidelity fidelity, std::string how);
-};
-
-[[nodiscard]] std::string_view control_fidelity_wire(ControlFidelity f) noexcept;
-// {"kind", "available", "controls": [{"name", "fidelity", "how"}], "unavailable_reason"?}: what
-// host.info and custos doctor show.
-[[nodiscard]] boost::json::value to_json(Descriptor const& d);
+// What a backend can enforce on this host: the sandbox layer's descriptor (custos/sandbox/
+// admission.hpp), one Control per mechanism with its fidelity. The same type for every layer:
+// the backends fill it, the supervisor admits against it, host.info and doctor show it.
+using ControlFidelity = sandbox::ControlFidelity;
+using Control = sandbox::Control;
+using Descriptor = sandbox::Descriptor;
+using sandbox::control_fidelity_wire;
+using sandbox::to_json;
 
 // The answer of admission: a plan this backend can run, or every control it lacks.
 struct Admission {
@@ -113,6 +94,10 @@ struct LaunchContext {
   std::vector<std::string> env;
   RunAs run_as;
   std::size_t live_executions = 0;  // executions live before this one (concurrency)
+  // The plan's checked sandbox plan (admitted: the backend's descriptor lists every one of its
+  // controls at fidelity hard), or null for an unsandboxed plan. Outlives the execution. A
+  // backend enforces all of it, from the root's first instruction, or fails the launch.
+  sandbox::CheckedSandboxPlan const* sandbox = nullptr;
 };
 
 // The root exists and waits at its barrier: what the supervisor records as staged ownership.
@@ -222,6 +207,12 @@ class ExecutionPort {
   // The tree's usage changed in a way the backend saw at once (a model's `use` or `spawn`): the
   // supervisor samples now instead of at its next tick.
   virtual void on_usage_changed() = 0;
+  // The backend saw the tree hit a denial its checked sandbox plan enforces, one that ends the
+  // run (`control`: the control that denied, controls.hpp; `detail`: what was attempted). Called
+  // before the root exit it causes: unless a cancellation trigger came first, the execution is
+  // classified sandbox_denied. A denial the backend cannot observe is simply the error the
+  // program sees (EACCES, EPERM).
+  virtual void on_sandbox_denied(std::string control, std::string detail) = 0;
   // Every asynchronous operation a backend starts for an execution is counted here (begun
   // before it is started, ended when its completion ran): the execution closes only once all of
   // them ended.

@@ -18,7 +18,12 @@
 //     a model whose tree has ended is refused as a closed pipe;
 //   - resources: `use` sets the observed values (cpu_ms, memory_bytes as RSS, disk_bytes,
 //     descriptors), `spawn` the observed process count, each reported to the supervisor at once;
-//   - cleanup is always confirmed: nothing of a model can outlive it.
+//   - cleanup is always confirmed: nothing of a model can outlive it;
+//   - the sandbox: the model admits every control and enforces its checked sandbox plan
+//     deterministically: a step the plan denies (a `spawn` under descendants false, or one that
+//     would take the tree past max_processes) is refused, the denial reported to the supervisor
+//     (the run ends sandbox_denied, its record naming the control) and the root ends as a
+//     process killed for a forbidden call does (SIGSYS); the steps after it do not run.
 // After a daemon crash nothing of a model survives (it lived in the daemon's memory): recovery
 // classifies its record absent_without_terminal.
 #pragma once
@@ -39,7 +44,8 @@ class ReferenceBackend final : public Backend {
   [[nodiscard]] core::BackendKind kind() const noexcept override {
     return core::BackendKind::reference;
   }
-  // Every control, at the fidelity of a model (hard: the model does exactly what it is told).
+  // Every control, the sandbox's included, at the fidelity of a model (hard: the model does
+  // exactly what it is told, and what its checked sandbox plan allows).
   [[nodiscard]] Descriptor descriptor() const override;
   // Admits every reference plan (its script was validated with the plan).
   [[nodiscard]] Admission admit(core::ExecutionPlan const& plan) const override;

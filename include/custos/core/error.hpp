@@ -142,6 +142,8 @@ enum class Errc : std::uint16_t {
   sandbox_undeclared = 7001,
   sandbox_unsupported = 7002,
   sandbox_denied = 7003,
+  sandbox_required = 7004,        // the grant has a contract and the plan has no sandbox
+  sandbox_secret_unknown = 7005,  // a secret ref the secret store does not hold
 
   // 8xxx — container engines (docs/engines.md)
   engine_unavailable = 8000,  // no socket, no answer within the deadline, connection lost
@@ -168,6 +170,8 @@ struct Error {
   int sys_errno = 0;    // errno of the failing syscall, 0 when not a syscall failure
   std::string context;  // human detail: what was being done, on what
   std::vector<Diagnostic> diagnostics;  // every finding, for validation errors
+  // sandbox.unsupported: every control the backend lacks, sorted (the wire's detail.missing).
+  std::vector<std::string> missing;
 
   Error() = default;
   Error(Errc c, std::string ctx = {}, int err = 0)

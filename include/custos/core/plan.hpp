@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "custos/core/digest.hpp"
 #include "custos/core/error.hpp"
 
 namespace custos::core {
@@ -182,13 +183,6 @@ struct UserSpec {
   friend bool operator==(UserSpec const&, UserSpec const&) = default;
 };
 
-// Sandbox requirements. Until the sandbox issue lands only the empty requirement set exists
-// (JSON: absent or {}); anything else is sandbox.unsupported at parse time, never ignored.
-struct SandboxRequirements {
-  static constexpr std::size_t kFieldCount = 0;
-  friend bool operator==(SandboxRequirements const&, SandboxRequirements const&) = default;
-};
-
 enum class BackendKind : std::uint8_t { native = 1, reference = 2, docker = 3, podman = 4 };
 
 // ------------------------------------------------------------------------------ reference script
@@ -335,7 +329,12 @@ struct ExecutionPlan {
   OutputPolicy output;
   Escalation escalation;
   std::optional<UserSpec> user;  // empty: run as the calling uid/gid
-  SandboxRequirements sandbox;
+  // The plan's sandbox, as core carries it: the digest of its checked sandbox plan
+  // (custos/sandbox/checked.hpp: the requirements of JSON `plan.sandbox`, compiled with every
+  // default filled in). Empty: JSON `plan.sandbox` absent, an unsandboxed execution. Core knows
+  // no more of the sandbox than this digest; it is part of the canonical bytes, so plan_digest
+  // covers it. The sandbox layer parses `plan.sandbox` (sandbox::parse_plan) and sets it.
+  std::optional<Digest> sandbox_digest;
   Backend backend;
   friend bool operator==(ExecutionPlan const&, ExecutionPlan const&) = default;
 };

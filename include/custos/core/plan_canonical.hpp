@@ -34,7 +34,8 @@ inline constexpr RecordKind limits = 0x0016;
 inline constexpr RecordKind output_policy = 0x0017;
 inline constexpr RecordKind escalation = 0x0018;
 inline constexpr RecordKind user = 0x0019;
-inline constexpr RecordKind sandbox_none = 0x001A;
+inline constexpr RecordKind sandbox_none = 0x001A;    // plan field 10: no sandbox
+inline constexpr RecordKind sandbox_digest = 0x001D;  // plan field 10: the checked plan's digest
 inline constexpr RecordKind backend = 0x001B;
 inline constexpr RecordKind reference_script = 0x001C;
 // One kind per script step, in ScriptStep order: the kind says what the step does.

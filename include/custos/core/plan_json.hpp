@@ -14,6 +14,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <cstdint>
 #include <string_view>
 
 #include "custos/core/identity.hpp"
@@ -24,10 +25,23 @@ namespace custos::core {
 
 [[nodiscard]] Result<ExecutionIdentity> parse_identity(boost::json::value const& v,
                                                        std::string_view pointer_base = "");
+
+// `plan.sandbox` belongs to the sandbox layer: its requirements are types of that layer, and only
+// it can compile them into the checked sandbox plan whose digest the plan carries
+// (custos/sandbox/plan.hpp, sandbox::parse_plan, which calls this with `skip` and then parses
+// and compiles the member itself). Called with `refuse` (the default), a plan that has the
+// member at all is refused (sandbox.unsupported at its pointer): a reader that cannot compile a
+// sandbox must never run the plan unrestricted. `skip` leaves the member unread and
+// ExecutionPlan::sandbox_digest empty; only a caller that handles the member may pass it.
+enum class SandboxMember : std::uint8_t { refuse, skip };
+
 [[nodiscard]] Result<ExecutionPlan> parse_plan(boost::json::value const& v,
-                                               std::string_view pointer_base = "");
+                                               std::string_view pointer_base = "",
+                                               SandboxMember sandbox = SandboxMember::refuse);
 
 [[nodiscard]] boost::json::value to_json(ExecutionIdentity const& id);
+// Every member of the effective plan except `sandbox`, which the sandbox layer prints
+// (sandbox::to_json of a parsed plan): core holds only the sandbox's digest.
 [[nodiscard]] boost::json::value to_json(ExecutionPlan const& plan);
 
 // Parses JSON text strictly: UTF-8 checked, nesting at most 64 deep, and a member name repeated

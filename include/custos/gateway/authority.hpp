@@ -11,6 +11,7 @@
 #include <boost/json/value.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,8 @@
 #include "custos/core/identity.hpp"
 #include "custos/core/plan.hpp"
 #include "custos/core/result.hpp"
+#include "custos/sandbox/plan.hpp"
+#include "custos/sandbox/types.hpp"
 
 namespace custos::gateway {
 
@@ -141,6 +144,10 @@ struct Grant {
   core::Limits ceilings{std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                         std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   Budget budget;
+  // The sandbox contract (API.md: the same shape as a plan's requirements): the most a plan
+  // under this grant may require, and with it, that every plan under it is sandboxed (a plan
+  // without a sandbox is sandbox.required). Empty: no contract, unsandboxed plans allowed.
+  std::optional<sandbox::SandboxRequirements> sandbox;
   std::optional<std::int64_t> expires_ns;  // CLOCK_REALTIME; empty = no expiry
   bool revoked = false;
   std::int64_t created_ns = 0;
@@ -205,6 +212,10 @@ struct CheckInput {
   AuthorityClaim const* claim = nullptr;
   AuthoritySnapshot const* current = nullptr;
   std::int64_t now_ns = 0;
+  // The plan's compiled sandbox (null: the plan has none): what the plan's sandbox_digest names.
+  sandbox::PlanSandbox const* sandbox = nullptr;
+  // Whether the secret store holds a ref; empty: no store (every ref is unknown).
+  std::function<bool(std::string_view)> secret_exists;
 };
 
 // What a successful cross-check commits to: the budget reservation and the lease use.
@@ -220,8 +231,17 @@ struct CheckOutcome {
 //   auth.denied (role), auth.stale_epoch, auth.unknown_grant (none / revoked / other principal),
 //   auth.stale_revision, auth.expired, auth.digest_mismatch, auth.operation_class,
 //   auth.executable, auth.workspace, auth.environment, auth.resource, auth.env_inherit,
-//   auth.env_literal, auth.user, auth.limit_ceiling, auth.budget_exhausted,
-//   auth.lease_required, auth.lease_stale, auth.lease_surplus.
+//   auth.env_literal, auth.user, auth.limit_ceiling, then the sandbox (check_sandbox below:
+//   sandbox.invalid, sandbox.required, sandbox.undeclared, sandbox.secret_unknown,
+//   auth.digest_mismatch), auth.budget_exhausted, auth.lease_required, auth.lease_stale,
+//   auth.lease_surplus. The admin's implicit authority (no grant) checks the sandbox without a
+//   contract.
 [[nodiscard]] Result<CheckOutcome> cross_check(CheckInput const& in);
+
+// The sandbox against the authority: sandbox::compile of the plan's requirements with the
+// grant's contract (`grant` null: none), the caller and the secret store, and then the cross
+// check that what it compiles to is exactly what the plan's sandbox_digest names
+// (auth.digest_mismatch otherwise: the plan's bytes would not bind what is enforced).
+[[nodiscard]] Result<void> check_sandbox(CheckInput const& in, Grant const* grant);
 
 }  // namespace custos::gateway

@@ -60,6 +60,19 @@ struct GatewayOptions {
   // the same registry in the daemon: its terminal record commits the queued budget
   // settlement). Null: nothing durable beyond the authority tables.
   supervisor::OwnershipSink* inner = nullptr;
+  // Whether the secret store holds a ref (docs/sandbox.md: sandbox.secret_unknown). Called on
+  // the loop (exec.check) and on the authorizer thread (inside the authorizing transaction), so
+  // it must be safe on both. Empty: this daemon has no secret store, so every ref is unknown.
+  std::function<bool(std::string_view ref)> secret_exists = {};
+};
+
+// What exec.check answers through the gateway: the dry run of exec.start's refusals up to the
+// claim, as data where they are not errors.
+struct CheckAnswer {
+  std::string plan_digest;
+  std::optional<core::Digest> sandbox_digest;
+  sandbox::PlanSandbox const* sandbox = nullptr;  // the request's (for its checked plan)
+  backend::Admission admission;
 };
 
 struct FenceReport {
@@ -120,6 +133,16 @@ class ExecutionGateway {
   using StartDone = std::function<void(Result<supervisor::StartResult>)>;
   void start_async(Caller const& caller, supervisor::LaunchRequest request,
                    AuthorityClaim const& claim, StartDone done);
+  // exec.check: what exec.start would decide before the claim, with no effect and no
+  // consumption. The plan is validated and digested; the sandbox compiled against the caller,
+  // the secret store and — when the claim names a grant — that grant's contract (read, not
+  // consumed; a grant that does not exist, is revoked or is not the caller's is
+  // auth.unknown_grant, so nobody learns of another principal's grants); then the admission,
+  // answered as data (admitted, every missing control). No other authority is checked (the
+  // claim's epoch, revision, budget and lease are exec.start's).
+  [[nodiscard]] Result<CheckAnswer> check(Caller const& caller,
+                                          supervisor::LaunchRequest const& request,
+                                          AuthorityClaim const& claim);
   // Shutdown: refuses new starts (daemon.shutting_down) and calls `done` once no start is in
   // flight any more (at once when none is), so the manager's shutdown sees every execution
   // that was authorized, launched — or once `bound` has passed.
@@ -182,10 +205,15 @@ class ExecutionGateway {
   class Sink;
   friend class Sink;
 
-  // The launch in flight between the authorizing transaction and the manager's record call.
+  // The launch in flight between the authorizing transaction and the manager's record call:
+  // what was authorized, compared with what the manager launches (on_record_authorized).
   struct Armed {
     AuthorityUse use;
     std::string plan_digest;
+    std::optional<core::Digest> sandbox_digest;
+    std::uint64_t generation = 0;
+    std::uint64_t revision = 0;
+    core::BackendKind backend = core::BackendKind::native;
     bool recorded = false;  // record_authorized ran for it (once)
   };
 
@@ -207,7 +235,7 @@ class ExecutionGateway {
   void preflight_then_launch(std::shared_ptr<Pending> pending, StartDone done);
   void authorize_and_launch(std::shared_ptr<Pending> pending, StartDone done);
   // start_async on the loop, once the authorizing transaction ended: the manager's launch.
-  void launch_async(std::shared_ptr<Pending> p, StartDone done);
+  void launch_async(std::shared_ptr<Pending> const& p, StartDone done);
   // The end of an async start: its fence if it was revoked in flight, its answer, the drain.
   void answer_async(std::string const& id, Result<supervisor::StartResult> r, StartDone& done);
   // After the manager's launch of an authorized execution: the durability wait and the

@@ -118,6 +118,10 @@ struct AuthorizeRequest {
   AuthorityClaim claim;
   std::string execution_id;
   std::int64_t now_ns = 0;
+  // The plan's compiled sandbox (null: unsandboxed) and the secret store's answer (empty: no
+  // store), for the sandbox's cross-check (check_sandbox).
+  sandbox::PlanSandbox const* sandbox = nullptr;
+  std::function<bool(std::string_view)> secret_exists;
   // The execution record to create in the authorizing transaction, after the claim (its
   // execution id, action and process must be the request's). Null: the claim and the authority
   // writes only (the record is then someone else's to create).

@@ -53,16 +53,22 @@ class ExecutionManager {
 
   // The refusals start_async() would make before it creates anything, checked without a
   // permit: daemon_shutting_down after shutdown(); sys_unsupported for a backend this daemon
-  // does not serve; the backend's own admission (cgroup_unavailable when boundary=cgroup has no
-  // subtree, sandbox_unsupported naming every missing control). The gateway calls it before its
-  // authorizing transaction, so a permit is minted only for a launch the manager will attempt
-  // (everything runs on the loop thread: nothing changes between the two calls).
+  // does not serve; auth_digest_mismatch when the request's sandbox is not the one its plan's
+  // sandbox_digest names; the backend's own admission (cgroup_unavailable when boundary=cgroup
+  // has no subtree) and the sandbox's (sandbox_unsupported with Error::missing: every control of
+  // the checked sandbox plan the backend's descriptor does not list at fidelity hard, sorted).
+  // The gateway calls it before its authorizing transaction, so a permit is minted only for a
+  // launch the manager will attempt (everything runs on the loop thread: nothing changes between
+  // the two calls), and start_async() calls it again right before anything is created.
   [[nodiscard]] Result<> admit(LaunchRequest const& request) const;
   // The backends this daemon serves, for host.info and doctor.
   [[nodiscard]] std::vector<backend::Descriptor> backends() const;
   // What admit() decides for the plan's backend, as data (exec.check): admitted, or every
-  // missing control ("backend.<kind>" for a backend this daemon does not serve). No effect.
-  [[nodiscard]] backend::Admission admission(core::ExecutionPlan const& plan) const;
+  // missing control, sorted: the backend's own ("backend.<kind>" for a backend this daemon does
+  // not serve) and those of `sandbox` (the plan's checked sandbox plan; null: unsandboxed).
+  // No effect.
+  [[nodiscard]] backend::Admission admission(
+      core::ExecutionPlan const& plan, sandbox::CheckedSandboxPlan const* sandbox = nullptr) const;
   // After admit(), before the claim: the backend's checks that need an outside answer (an
   // engine: the container exists, runs and can run the gate). No effect; `done` on the loop
   // (or at once when there is nothing to ask).

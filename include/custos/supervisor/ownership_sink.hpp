@@ -50,6 +50,7 @@ class OwnershipSink {
   // claim without waiting for its fsync (the registry's group durability) and pay that wait
   // here, overlapped with the spawn. A failure aborts the launch like a staged failure.
   // Default: everything was durable when written.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): overriders keep `done` for later
   virtual void when_durable(std::string const& execution_id, std::function<void(Result<>)> done) {
     (void)execution_id;
     done(ok());

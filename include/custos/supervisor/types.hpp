@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "custos/core/lifecycle.hpp"
 #include "custos/core/plan.hpp"
 #include "custos/core/terminal.hpp"
+#include "custos/sandbox/plan.hpp"
 
 namespace custos::supervisor {
 
@@ -36,6 +38,10 @@ struct CallerCreds {
 struct LaunchRequest {
   core::ExecutionIdentity identity;
   core::ExecutionPlan plan;
+  // The plan's sandbox, compiled (custos/sandbox/plan.hpp): null exactly when the plan has no
+  // sandbox_digest. The manager checks that it is the one the plan's digest names, admits its
+  // controls against the backend's descriptor, and hands its checked plan to the backend.
+  std::shared_ptr<sandbox::PlanSandbox const> sandbox;
   CallerCreds caller;
   // No environment values travel with a request: a plan entry `inherit: true` takes its value
   // from ManagerConfig::inherit_source (the daemon's own environment), never from the caller.
@@ -103,6 +109,7 @@ struct Event {
 struct StartResult {
   std::string execution_id;
   std::string plan_digest;
+  std::optional<core::Digest> sandbox_digest;  // the checked sandbox plan's; none: unsandboxed
   core::Phase phase = core::Phase::starting;
   Boundary boundary = Boundary::marker;
   std::int32_t pid = 0;  // 0 when the spawn failed
@@ -114,6 +121,7 @@ struct ExecutionView {
   std::string execution_id;
   core::ExecutionIdentity identity;
   std::string plan_digest;
+  std::optional<core::Digest> sandbox_digest;  // the checked sandbox plan's; none: unsandboxed
   core::Phase phase = core::Phase::authorized;
   Boundary boundary = Boundary::marker;
   bool kernel_enforced = false;  // containment: cgroup boundary the process cannot leave

@@ -144,13 +144,18 @@ Descriptor ContainerBackend::descriptor() const {
   d.add("io.pipes", ControlFidelity::hard, "the engine's multiplexed exec stream");
   d.add("io.pty", ControlFidelity::hard, "the engine's exec TTY, resized through the engine");
   d.add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the exec's cgroup or /proc");
-  d.add("resources.descriptors", ControlFidelity::hard,
-        "RLIMIT_NOFILE (soft and hard) set by the gate before the target runs");
+  // Per process, not the tree's total: not `hard` (API.md).
+  d.add("resources.descriptors", ControlFidelity::sampled,
+        "RLIMIT_NOFILE (soft and hard) set by the gate before the target runs (per process; the "
+        "tree's total is sampled)");
   d.add("resources.disk_bytes", ControlFidelity::none, "the workspace is the container's");
   d.add("resources.memory_bytes", ControlFidelity::sampled, "sampled RSS of the exec's tree");
   d.add("resources.output_bytes", ControlFidelity::hard, "cut at the exact byte by the supervisor");
   d.add("resources.processes", ControlFidelity::sampled, "sampled process count of the tree");
   d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
+  // No sandbox control is enforced inside a container by this version: a sandboxed container
+  // plan is refused with every missing control.
+  sandbox::add_unenforced(d, "not enforced in a container by this version");
   return d;
 }
 

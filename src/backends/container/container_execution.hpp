@@ -85,6 +85,9 @@ class ContainerExecution final : public BackendExecution,
     port_->on_backend_failure(std::move(reason));
   }
   void on_usage_changed() override { port_->on_usage_changed(); }
+  void on_sandbox_denied(std::string control, std::string detail) override {
+    port_->on_sandbox_denied(std::move(control), std::move(detail));
+  }
   void task_begun() override { port_->task_begun(); }
   void task_ended() override { port_->task_ended(); }
 

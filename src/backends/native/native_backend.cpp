@@ -6,6 +6,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "custos/sandbox/admission.hpp"
 #include "custos/sys/probes.hpp"
 
 #include "native_execution.hpp"
@@ -66,7 +67,10 @@ Descriptor NativeBackend::descriptor() const {
   d.add("io.pipes", ControlFidelity::hard, "three pipes");
   d.add("io.pty", ControlFidelity::hard, "a pseudo-terminal, the controlling tty of a new session");
   d.add("resources.cpu_ms", ControlFidelity::sampled, "sampled from the cgroup or /proc");
-  d.add("resources.descriptors", ControlFidelity::hard, "RLIMIT_NOFILE of every process");
+  // An rlimit bounds each process, not the tree's total (API.md: a per-process rlimit is not
+  // enforcement), so the dimension is not `hard`: the tree's total is sampled.
+  d.add("resources.descriptors", ControlFidelity::sampled,
+        "RLIMIT_NOFILE of every process (per process; the tree's total is sampled)");
   d.add("resources.disk_bytes", ControlFidelity::sampled, "workspace walks off the loop");
   // A child of the subtree gets what the subtree enables for its children.
   std::set<std::string> enabled;
@@ -81,6 +85,11 @@ Descriptor NativeBackend::descriptor() const {
   d.add("resources.processes", pids ? ControlFidelity::hard : ControlFidelity::sampled,
         pids ? "pids.max of the execution's cgroup" : "sampled (no pids controller)");
   d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
+  // The sandbox's own controls: none is enforced by this backend yet (mount namespace, Landlock,
+  // seccomp, PID and network namespaces come with the Linux enforcement of issue 19). Said
+  // honestly, so that a sandboxed plan is refused with every missing control, never run
+  // unrestricted.
+  sandbox::add_unenforced(d, "not enforced by the native backend yet");
   return d;
 }
 

@@ -6,13 +6,15 @@
 #include <csignal>
 #include <variant>
 
+#include "custos/sandbox/controls.hpp"
+
 namespace custos::backend {
 namespace {
 
 // Bytes a model's stdin holds that no read_stdin asked for yet: the model is a reader like any
 // other, and a pipe holds at most this much before its writer would block. Beyond it the model
 // takes nothing more (would_block), exactly like a full pipe.
-constexpr std::uint64_t kModelPipeBytes = 64 * 1024;
+constexpr std::uint64_t kModelPipeBytes = std::uint64_t{64} * 1024;
 
 }  // namespace
 
@@ -29,6 +31,7 @@ void ReferenceExecution::acquire(LaunchContext const& ctx,
     return done(core::SpawnFailure{"script", 0, "a reference plan carries its script"});
   }
   script_ = *ctx.plan->backend.script;
+  if (ctx.sandbox != nullptr) sandbox_ = ctx.sandbox->policy;
   chunk_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(ctx.view->chunk_bytes, 1));
   pty_mode_ = ctx.view->pty;
   Acquired a;
@@ -97,6 +100,7 @@ void ReferenceExecution::run() {
         self->port_->task_ended();
       });
     } else if (auto const* sp = std::get_if<core::script::Spawn>(&step)) {
+      if (spawn_denied(sp->count)) return;
       descendants_ += sp->count;
       usage_.processes = 1 + descendants_;
       port_->on_usage_changed();
@@ -125,6 +129,30 @@ void ReferenceExecution::run() {
       return end_root(core::ExitStatus::signaled(static_cast<std::int32_t>(sg->signal)));
     }
   }
+}
+
+bool ReferenceExecution::spawn_denied(std::uint64_t count) {
+  if (!sandbox_) return false;
+  auto const& process = sandbox_->process;
+  if (!process.descendants) {
+    deny(sandbox::control::process_no_descendants,
+         "spawn " + std::to_string(count) + " with descendants: false");
+    return true;
+  }
+  std::uint64_t const tree = 1 + descendants_ + count;
+  if (tree > process.max_processes) {
+    deny(sandbox::control::process_max_processes,
+         "spawn " + std::to_string(count) + ": the tree would hold " + std::to_string(tree) +
+             " processes, max_processes is " + std::to_string(process.max_processes));
+    return true;
+  }
+  return false;
+}
+
+void ReferenceExecution::deny(std::string_view control, std::string detail) {
+  denied_ = std::string{control};
+  port_->on_sandbox_denied(std::string{control}, std::move(detail));
+  end_root(core::ExitStatus::signaled(SIGSYS));
 }
 
 void ReferenceExecution::write(core::script::Write const& w) {
@@ -298,6 +326,7 @@ core::Observations ReferenceExecution::observations() const {
   o["steps_run"] = std::to_string(steps_run_);
   if (stdin_read_ > 0) o["stdin_read"] = std::to_string(stdin_read_);
   if (ignored_deliveries_ > 0) o["signals_ignored"] = std::to_string(ignored_deliveries_);
+  if (sandbox_) o["sandbox"] = denied_ ? "denied" : "enforced";
   return o;
 }
 
@@ -307,10 +336,12 @@ Descriptor ReferenceBackend::descriptor() const {
   Descriptor d;
   d.kind = core::BackendKind::reference;
   d.available = true;
-  for (std::string name :
-       {"boundary.reference", "io.pipes", "io.pty", "resources.cpu_ms", "resources.descriptors",
-        "resources.disk_bytes", "resources.memory_bytes", "resources.output_bytes",
-        "resources.processes", "resources.wall_ms"}) {
+  for (std::string name : {"boundary.reference", "io.pipes", "io.pty"}) {
+    d.add(std::move(name), ControlFidelity::hard, "the model");
+  }
+  // Every control a checked sandbox plan can need (the resource dimensions included): the
+  // model enforces each exactly as its plan says.
+  for (auto& name : sandbox::all_controls()) {
     d.add(std::move(name), ControlFidelity::hard, "the model");
   }
   return d;

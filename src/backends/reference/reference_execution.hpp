@@ -65,6 +65,10 @@ class ReferenceExecution final : public BackendExecution,
   // Schedules run() as a counted handler of the loop (after a wait, or to yield).
   void resume_later();
   void write(core::script::Write const& w);
+  // Whether the checked sandbox plan denies spawning `count` more; if so the denial is reported
+  // and the root ended (true).
+  bool spawn_denied(std::uint64_t count);
+  void deny(std::string_view control, std::string detail);
   // The root ends: with the script's end, or by a signal. Reported to the port as a handler.
   void end_root(core::ExitStatus status);
   // Every process of the tree ends (a signal not ignored, or SIGKILL).
@@ -80,6 +84,8 @@ class ReferenceExecution final : public BackendExecution,
   ExecutionPort* port_ = nullptr;
   bool detached_ = false;
   core::ReferenceScript script_;
+  std::optional<sandbox::SandboxPolicy> sandbox_;  // the checked plan's policy; none: unsandboxed
+  std::optional<std::string> denied_;              // the control that denied, once one did
   std::size_t chunk_bytes_ = 65536;
   bool pty_mode_ = false;
   std::size_t next_ = 0;  // the next step to run

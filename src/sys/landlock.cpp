@@ -46,8 +46,7 @@ std::string hex(std::uint64_t bits) {
 
 int landlock_abi() noexcept {
   static int const abi = [] {
-    long const v =
-        ::syscall(SYS_landlock_create_ruleset, nullptr, 0, kCreateRulesetVersion);
+    long const v = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, kCreateRulesetVersion);
     return v > 0 ? static_cast<int>(v) : 0;
   }();
   return abi;
@@ -66,19 +65,18 @@ Result<LandlockRuleset> LandlockRuleset::create(LandlockSpec const& spec) {
   int const abi = landlock_abi();
   if (abi == 0) return Error(Errc::sys_unsupported, "Landlock is absent or disabled", ENOSYS);
   if (std::uint64_t const extra = spec.handled_fs & ~landlock_fs_handled(abi); extra != 0) {
-    return Error(Errc::sys_unsupported,
-                 "Landlock ABI " + std::to_string(abi) + " does not handle filesystem access " +
-                     hex(extra));
+    return Error(Errc::sys_unsupported, "Landlock ABI " + std::to_string(abi) +
+                                            " does not handle filesystem access " + hex(extra));
   }
   bool const net = spec.handle_tcp_bind || spec.handle_tcp_connect;
   if (net && abi < kAbiNet) {
-    return Error(Errc::sys_unsupported, "Landlock ABI " + std::to_string(abi) +
-                                            " cannot restrict TCP (needs ABI 4)");
+    return Error(Errc::sys_unsupported,
+                 "Landlock ABI " + std::to_string(abi) + " cannot restrict TCP (needs ABI 4)");
   }
   bool const scoped = spec.scope_abstract_unix || spec.scope_signal;
   if (scoped && abi < kAbiScope) {
-    return Error(Errc::sys_unsupported, "Landlock ABI " + std::to_string(abi) +
-                                            " has no scopes (needs ABI 6)");
+    return Error(Errc::sys_unsupported,
+                 "Landlock ABI " + std::to_string(abi) + " has no scopes (needs ABI 6)");
   }
   if (spec.handled_fs == 0 && !net && !scoped) {
     return Error(Errc::sys_error, "Landlock ruleset that handles nothing", EINVAL);
@@ -86,10 +84,10 @@ Result<LandlockRuleset> LandlockRuleset::create(LandlockSpec const& spec) {
 
   RulesetAttr attr{};
   attr.handled_access_fs = spec.handled_fs;
-  attr.handled_access_net = (spec.handle_tcp_bind ? kNetBindTcp : 0) |
-                            (spec.handle_tcp_connect ? kNetConnectTcp : 0);
-  attr.scoped = (spec.scope_abstract_unix ? kScopeAbstractUnix : 0) |
-                (spec.scope_signal ? kScopeSignal : 0);
+  attr.handled_access_net =
+      (spec.handle_tcp_bind ? kNetBindTcp : 0) | (spec.handle_tcp_connect ? kNetConnectTcp : 0);
+  attr.scoped =
+      (spec.scope_abstract_unix ? kScopeAbstractUnix : 0) | (spec.scope_signal ? kScopeSignal : 0);
   // The size passed is the shortest that carries every field in use: an older kernel accepts a
   // larger struct only when the unknown tail is zero, and a shorter one is always understood.
   std::size_t size = sizeof attr.handled_access_fs;
@@ -112,7 +110,7 @@ Result<void> LandlockRuleset::allow_path(int path_fd, std::uint64_t access) {
                  "Landlock path rule allows access the ruleset does not handle: " + hex(extra),
                  EINVAL);
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(path_fd, &st) != 0) return Error(Errc::sys_error, "fstat of a Landlock path", errno);
   if (!S_ISDIR(st.st_mode)) access &= landlock_fs::file_accesses;
   if (access == 0) return ok();

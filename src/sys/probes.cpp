@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/landlock.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <memory>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -259,11 +260,18 @@ void probe_process_controls(HostCapabilities& caps, ProbeOptions const& options)
   int const mode = ::prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
   int const mode_err = errno;
   caps.seccomp_api_level = static_cast<int>(::seccomp_api_get());
-  caps.seccomp = mode >= 0 && caps.seccomp_api_level >= 1;
+  // The sandbox's programs (seccomp.hpp) kill the whole process on a forbidden call: without
+  // SECCOMP_RET_KILL_PROCESS they cannot be loaded.
+  std::uint32_t const kill_process = SECCOMP_RET_KILL_PROCESS;
+  bool const kill_ok = ::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0U, &kill_process) == 0;
+  int const kill_err = errno;
+  caps.seccomp = mode >= 0 && caps.seccomp_api_level >= 1 && kill_ok;
   add(caps, "seccomp", caps.seccomp,
       mode < 0 ? "prctl(PR_GET_SECCOMP): " + errno_text(mode_err)
-               : "libseccomp API level " + std::to_string(caps.seccomp_api_level) +
-                     ", current mode " + std::to_string(mode));
+      : !kill_ok
+          ? "seccomp(GET_ACTION_AVAIL, KILL_PROCESS): " + errno_text(kill_err)
+          : "libseccomp API level " + std::to_string(caps.seccomp_api_level) + ", current mode " +
+                std::to_string(mode) + ", SECCOMP_RET_KILL_PROCESS available");
 
   std::string userns_limit;
   if (auto root = open_dir_path("/")) {

@@ -1,8 +1,6 @@
 // Landlock rulesets against the real kernel: each ruleset is built in the test process (as the
 // daemon does) and applied by a forked child with no_new_privs + landlock_restrict_self, which
 // then tries one operation and exits with its errno (0: allowed).
-#include "custos/sys/landlock.hpp"
-
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -15,6 +13,8 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "custos/sys/landlock.hpp"
 
 #include "sys/child_util.hpp"
 #include "sys/process_fixture.hpp"
@@ -159,8 +159,7 @@ TEST_F(LandlockTest, WriteUnderReadOnlyDirectoryIsDenied) {
   allow(r, at("ro"), kRead);
   std::string const file = at("ro/c.txt");
   EXPECT_EQ(restricted(r, [&] { return open_errno(file, O_RDONLY); }), ExitStatus::exited(0));
-  EXPECT_EQ(restricted(r, [&] { return open_errno(file, O_WRONLY); }),
-            ExitStatus::exited(EACCES));
+  EXPECT_EQ(restricted(r, [&] { return open_errno(file, O_WRONLY); }), ExitStatus::exited(EACCES));
 }
 
 TEST_F(LandlockTest, ExecuteIsDistinctFromRead) {
@@ -198,8 +197,7 @@ TEST_F(LandlockTest, CreatingAFileNeedsMakeRegNotWriteFile) {
   {
     auto r = fs_ruleset();
     allow(r, at("allowed"), rw);
-    EXPECT_EQ(restricted(r, [&] { return open_errno(existing, O_WRONLY); }),
-              ExitStatus::exited(0));
+    EXPECT_EQ(restricted(r, [&] { return open_errno(existing, O_WRONLY); }), ExitStatus::exited(0));
     EXPECT_EQ(restricted(r, [&] { return open_errno(fresh, O_WRONLY | O_CREAT | O_EXCL); }),
               ExitStatus::exited(EACCES));
     EXPECT_FALSE(fs::exists(fresh));
@@ -267,8 +265,7 @@ TEST_F(LandlockTest, TcpConnectOnlyToAllowedPorts) {
   auto r = LandlockRuleset::create({.handle_tcp_connect = true});
   ASSERT_TRUE(r) << r.error().message();
   ASSERT_TRUE(r->allow_tcp_connect(allowed.port));
-  EXPECT_EQ(restricted(*r, [&] { return tcp_errno(allowed.port, false); }),
-            ExitStatus::exited(0));
+  EXPECT_EQ(restricted(*r, [&] { return tcp_errno(allowed.port, false); }), ExitStatus::exited(0));
   EXPECT_EQ(restricted(*r, [&] { return tcp_errno(other.port, false); }),
             ExitStatus::exited(EACCES));
 }

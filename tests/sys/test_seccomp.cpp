@@ -1,8 +1,6 @@
 // Seccomp programs against the real kernel: a forked child sets no_new_privs, loads the program
 // with the raw seccomp system call (as the staged child will) and tries one call; it exits with
 // that call's errno (0: allowed), or dies of SIGSYS where the program kills.
-#include "custos/sys/seccomp.hpp"
-
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -21,6 +19,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "custos/sys/seccomp.hpp"
 
 #include "sys/child_util.hpp"
 #include "sys/process_fixture.hpp"
@@ -227,8 +227,7 @@ TEST_F(SeccompTest, BindAndListenRefused) {
 
 TEST_F(SeccompTest, CallsBeyondTheNamespacesAreAlwaysRefused) {
   auto const prog = program({});
-  EXPECT_EQ(filtered(prog,
-                     [] { return errno_of(::mount("none", "/tmp", "tmpfs", 0, nullptr)); }),
+  EXPECT_EQ(filtered(prog, [] { return errno_of(::mount("none", "/tmp", "tmpfs", 0, nullptr)); }),
             ExitStatus::exited(EPERM));
   EXPECT_EQ(filtered(prog, [] { return errno_of(::syscall(SYS_keyctl, 0, 0, 0, 0, 0)); }),
             ExitStatus::exited(EPERM));
@@ -246,9 +245,8 @@ TEST_F(SeccompTest, CallsBeyondTheNamespacesAreAlwaysRefused) {
 TEST_F(SeccompTest, OtherSyscallAbisKillTheProcess) {
   auto const prog = program({});
   // x32: the x86_64 entry with __X32_SYSCALL_BIT (0x40000000) set; getpid is 39 there.
-  EXPECT_TRUE(killed_by_sigsys(filtered(prog, [] {
-    return errno_of(::syscall(0x40000000L | 39));
-  })));
+  EXPECT_TRUE(
+      killed_by_sigsys(filtered(prog, [] { return errno_of(::syscall(0x40000000L | 39)); })));
   // Without the filter the same call is the kernel's (ENOSYS where x32 is not built in).
   auto const bare = run_in_child([] {
     long const r = ::syscall(0x40000000L | 39);
@@ -267,9 +265,7 @@ long int80_getpid() {
 TEST_F(SeccompTest, I386AbiKillsTheProcess) {
   auto const bare = run_in_child([] { return int80_getpid() > 0 ? 0 : 1; });
   if (bare != ExitStatus::exited(0)) GTEST_SKIP() << "no IA-32 emulation on this kernel";
-  EXPECT_TRUE(killed_by_sigsys(filtered(program({}), [] {
-    return int80_getpid() > 0 ? 0 : 1;
-  })));
+  EXPECT_TRUE(killed_by_sigsys(filtered(program({}), [] { return int80_getpid() > 0 ? 0 : 1; })));
 }
 
 }  // namespace

@@ -22,14 +22,12 @@ namespace custos::sys {
 
 // Filesystem access bits: the kernel's LANDLOCK_ACCESS_FS_* values.
 namespace landlock_fs {
-inline constexpr std::uint64_t execute = 1ULL << 0, write_file = 1ULL << 1,
-                               read_file = 1ULL << 2, read_dir = 1ULL << 3,
-                               remove_dir = 1ULL << 4, remove_file = 1ULL << 5,
-                               make_char = 1ULL << 6, make_dir = 1ULL << 7, make_reg = 1ULL << 8,
-                               make_sock = 1ULL << 9, make_fifo = 1ULL << 10,
-                               make_block = 1ULL << 11, make_sym = 1ULL << 12,
-                               refer = 1ULL << 13, truncate = 1ULL << 14,
-                               ioctl_dev = 1ULL << 15;
+inline constexpr std::uint64_t execute = 1ULL << 0, write_file = 1ULL << 1, read_file = 1ULL << 2,
+                               read_dir = 1ULL << 3, remove_dir = 1ULL << 4,
+                               remove_file = 1ULL << 5, make_char = 1ULL << 6, make_dir = 1ULL << 7,
+                               make_reg = 1ULL << 8, make_sock = 1ULL << 9, make_fifo = 1ULL << 10,
+                               make_block = 1ULL << 11, make_sym = 1ULL << 12, refer = 1ULL << 13,
+                               truncate = 1ULL << 14, ioctl_dev = 1ULL << 15;
 // The accesses that apply to a file that is not a directory; the others only make sense
 // beneath a directory (the kernel refuses them on a file rule with EINVAL).
 inline constexpr std::uint64_t file_accesses =

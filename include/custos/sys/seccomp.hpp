@@ -12,10 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <linux/filter.h>
 #include <memory>
 #include <vector>
-
-#include <linux/filter.h>
 
 #include "custos/core/result.hpp"
 

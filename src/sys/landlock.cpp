@@ -1,8 +1,8 @@
 #include "custos/sys/landlock.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
-#include <cstdio>
 #include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -37,9 +37,9 @@ constexpr int kAbiNet = 4;
 constexpr int kAbiScope = 6;
 
 std::string hex(std::uint64_t bits) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(bits));
-  return buf;
+  char buf[16];
+  auto const end = std::to_chars(buf, buf + sizeof buf, bits, 16).ptr;
+  return "0x" + std::string(buf, end);
 }
 
 }  // namespace

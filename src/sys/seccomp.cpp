@@ -208,6 +208,8 @@ std::vector<char const*> const& seccomp_always_denied() {
 }
 
 Result<std::shared_ptr<SeccompProgram const>> seccomp_program(SeccompPolicy const& policy) {
+  // Never evicted: four switches make at most 16 distinct policies. Built under the lock, so a
+  // policy is compiled once even when several launches ask for it at the same moment.
   static std::mutex mutex;
   static std::map<SeccompPolicy, std::shared_ptr<SeccompProgram const>> cache;
   std::lock_guard const lock(mutex);

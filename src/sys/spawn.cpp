@@ -40,11 +40,19 @@ constexpr auto kStepNames = core::wire_names<SpawnStep>({
     {SpawnStep::controlling_tty, "controlling_tty"},
     {SpawnStep::stdio, "stdio"},
     {SpawnStep::close_range, "close_range"},
+    {SpawnStep::fds, "fds"},
     {SpawnStep::setrlimit, "setrlimit"},
+    {SpawnStep::pids_cgroup, "pids_cgroup"},
+    {SpawnStep::view, "view"},
+    {SpawnStep::loopback, "loopback"},
     {SpawnStep::setgroups, "setgroups"},
     {SpawnStep::setresgid, "setresgid"},
     {SpawnStep::setresuid, "setresuid"},
     {SpawnStep::fchdir, "fchdir"},
+    {SpawnStep::capabilities, "capabilities"},
+    {SpawnStep::no_new_privs, "no_new_privs"},
+    {SpawnStep::landlock, "landlock"},
+    {SpawnStep::seccomp, "seccomp"},
     {SpawnStep::barrier, "barrier"},
     {SpawnStep::execve, "execve"},
     {SpawnStep::clone3, "clone3"},
@@ -370,13 +378,67 @@ namespace {
 // Everything made for one child before clone3: its descriptors, and its arena holding the plan
 // and the stack it starts on. The plan points into the arena, which does not move.
 struct PreparedChild {
-  UniqueFd cwd;             // the working directory, opened beneath the workspace root
-  UniqueFd devnull;         // for the stdio streams the spec leaves unset
-  UniqueFd channel_parent;  // our end of the barrier and report channel
-  UniqueFd channel_child;   // the child's end: closed here once the child holds its copy
+  UniqueFd cwd;                 // the working directory, opened beneath the workspace root
+  std::vector<UniqueFd> moved;  // sandbox descriptors moved off a number a FdMap targets
+  UniqueFd devnull;             // for the stdio streams the spec leaves unset
+  UniqueFd channel_parent;      // our end of the barrier and report channel
+  UniqueFd channel_child;       // the child's end: closed here once the child holds its copy
   ChildArena arena;
   ChildLayout layout{};
 };
+
+// The descriptors the sandbox's child keeps past close_range, none of them on a number one of
+// its FdMaps targets (dup2 onto it would replace a descriptor the child still needs): a
+// colliding one is duplicated onto a free number the child does not target, held by `c`.
+Result<void> sandbox_fds(SpawnSandbox const& sb, PreparedChild& c, PlanFds& fds) {
+  std::vector<int> targets;
+  for (auto const& m : sb.fds) {
+    if (m.target < 3 || m.source < 0) {
+      return Error(Errc::plan_invalid_value, "a mapped descriptor is below 3", EINVAL);
+    }
+    targets.push_back(m.target);
+  }
+  auto const targeted = [&](int fd) {
+    return std::find(targets.begin(), targets.end(), fd) != targets.end();
+  };
+  auto const place = [&](int fd) -> Result<int> {
+    if (fd < 0 || !targeted(fd)) return fd;
+    std::vector<UniqueFd> tried;  // numbers that were free but targeted: released at the end
+    for (;;) {
+      int const d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      if (d < 0) return Error(Errc::sys_error, "moving a sandbox descriptor", errno);
+      if (!targeted(d)) {
+        c.moved.emplace_back(d);
+        return d;
+      }
+      tried.emplace_back(d);
+    }
+  };
+  fds.channel = CUSTOS_TRY(place(fds.channel));
+  fds.cwd = CUSTOS_TRY(place(fds.cwd));
+  for (auto const& m : sb.fds) {
+    int const src = CUSTOS_TRY(place(m.source));
+    fds.fd_maps.push_back(detail::FdMapping{src, m.target});
+    fds.sandbox_keep.push_back(src);
+  }
+  fds.pids_procs = CUSTOS_TRY(place(sb.pids_cgroup_procs_fd));
+  fds.landlock = CUSTOS_TRY(place(sb.landlock_fd));
+  if (sb.view != nullptr) {
+    fds.view_root = sb.view->root().valid() ? CUSTOS_TRY(place(sb.view->root().get())) : -1;
+    for (auto const& a : sb.view->attaches()) {
+      fds.attaches.push_back(detail::ViewAttach{CUSTOS_TRY(place(a.fd.get())), a.target.c_str()});
+    }
+    if (fds.view_root >= 0) fds.sandbox_keep.push_back(fds.view_root);
+    for (auto const& a : fds.attaches) fds.sandbox_keep.push_back(a.fd);
+  }
+  for (int fd : {fds.pids_procs, fds.landlock}) {
+    if (fd >= 0) fds.sandbox_keep.push_back(fd);
+  }
+  for (int fd : fds.sandbox_keep) {
+    if (fd < 3) return Error(Errc::plan_invalid_value, "a sandbox descriptor is below 3", EBADF);
+  }
+  return ok();
+}
 
 // The parent's half of a spawn before clone3: the spec checked, the working directory opened,
 // the channel made, the plan written. No process exists yet.
@@ -401,12 +463,15 @@ Result<PreparedChild> prepare_child(SpawnSpec const& spec) {
   }
   c.channel_parent = UniqueFd(sv[0]);
   c.channel_child = CUSTOS_TRY(above_stdio(UniqueFd(sv[1])));
+  PlanFds fds;
+  fds.devnull = c.devnull.get();
+  fds.channel = c.channel_child.get();
+  fds.cwd = c.cwd.valid() ? c.cwd.get() : -1;
+  if (spec.sandbox) CUSTOS_TRYV(sandbox_fds(*spec.sandbox, c, fds));
   // The plan, argv/envp and the child's stack live in the arena; the child reads nothing else
   // of ours.
   c.arena = CUSTOS_TRY(make_child_arena(spec));
-  c.layout = CUSTOS_TRY(write_plan(
-      spec, c.arena,
-      PlanFds{c.devnull.get(), c.channel_child.get(), c.cwd.valid() ? c.cwd.get() : -1}));
+  c.layout = CUSTOS_TRY(write_plan(spec, c.arena, fds));
   return c;
 }
 
@@ -421,6 +486,13 @@ Result<long> clone_child(SpawnSpec const& spec, PreparedChild& c, bool clear_sig
     args.flags |= kCloneIntoCgroup;
     args.cgroup = static_cast<std::uint64_t>(spec.cgroup_fd);
     if (spec.new_cgroup_namespace) args.flags |= kCloneNewCgroup;
+  }
+  if (auto const& sb = spec.sandbox) {
+    if (sb->view != nullptr) args.flags |= detail::kCloneNewNs;
+    if (sb->new_pid_namespace) {
+      args.flags |= detail::kCloneNewPid | detail::kCloneNewIpc | detail::kCloneNewUts;
+    }
+    if (sb->new_net_namespace) args.flags |= detail::kCloneNewNet;
   }
   args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd_raw);
   args.exit_signal = SIGCHLD;

@@ -4,9 +4,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <linux/filter.h>
 #include <mutex>
+#include <net/if.h>
 #include <new>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <vector>
 
 #include "spawn_internal.hpp"
@@ -106,6 +109,18 @@ std::size_t plan_bytes(SpawnSpec const& spec) {
   n += (spec.argv.size() + spec.envp.size() + 2) * sizeof(char*) + 16;
   n += spec.rlimits.size() * sizeof(Rlimit) + 16;
   if (spec.credentials) n += spec.credentials->groups.size() * sizeof(gid_t) + 16;
+  n += 8 * sizeof(int) + 16;  // the kept descriptors without a sandbox
+  if (auto const& sb = spec.sandbox) {
+    n += sb->cwd.size() + 1 + sizeof(struct ifreq) + 16;
+    n += (sb->fds.size() + 1) * (sizeof(FdMapping) + 2 * sizeof(int)) + 16;
+    n += sizeof(struct sock_fprog) + sb->seccomp.size() * sizeof(BpfInsn) + 16;
+    n += sizeof(LandlockPathAttr) + 16;
+    if (sb->view != nullptr) {
+      for (auto const& a : sb->view->attaches()) n += a.target.size() + 1 + sizeof(ViewAttach) + 16;
+      for (auto const& p : sb->view->procs()) n += p.target.size() + 1 + sizeof(ViewProc) + 16;
+      n += (sb->view->attaches().size() + 4) * sizeof(int) + 16;
+    }
+  }
   return n;
 }
 
@@ -181,10 +196,17 @@ Result<ChildLayout> write_plan(SpawnSpec const& spec, ChildArena& arena, PlanFds
     plan->stdio[2] = spec.stderr_fd >= 0 ? spec.stderr_fd : fds.devnull;
   }
   plan->new_session = spec.new_session;
-  plan->keep[0] = fds.channel;
-  plan->keep[1] = fds.cwd;
-  // Ascending with the -1 (absent) entry last.
-  if (plan->keep[1] >= 0 && plan->keep[1] < plan->keep[0]) std::swap(plan->keep[0], plan->keep[1]);
+  {
+    std::vector<int> keep = fds.sandbox_keep;
+    keep.push_back(fds.channel);
+    if (fds.cwd >= 0) keep.push_back(fds.cwd);
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    int* const k = w.take<int>(keep.size());
+    std::copy(keep.begin(), keep.end(), k);
+    plan->keep = k;
+    plan->keep_count = keep.size();
+  }
   if (!spec.rlimits.empty()) {
     Rlimit* const limits = w.take<Rlimit>(spec.rlimits.size());
     std::copy(spec.rlimits.begin(), spec.rlimits.end(), limits);
@@ -202,6 +224,55 @@ Result<ChildLayout> write_plan(SpawnSpec const& spec, ChildArena& arena, PlanFds
     plan->group_count = groups.size();
   }
   plan->cwd_fd = fds.cwd;
+  if (auto const& sb = spec.sandbox) {
+    if (!fds.fd_maps.empty()) {
+      FdMapping* const maps = w.take<FdMapping>(fds.fd_maps.size());
+      std::copy(fds.fd_maps.begin(), fds.fd_maps.end(), maps);
+      plan->fd_maps = maps;
+      plan->fd_map_count = fds.fd_maps.size();
+    }
+    plan->pids_procs_fd = fds.pids_procs;
+    if (sb->view != nullptr) {
+      plan->new_mount_ns = true;
+      plan->view_root_fd = fds.view_root;
+      ViewAttach* const attaches = w.take<ViewAttach>(fds.attaches.size() + 1);
+      for (std::size_t i = 0; i < fds.attaches.size(); ++i) {
+        attaches[i] = ViewAttach{fds.attaches[i].fd, w.copy(std::string{fds.attaches[i].target})};
+      }
+      plan->attaches = attaches;
+      plan->attach_count = fds.attaches.size();
+      auto const& procs = sb->view->procs();
+      ViewProc* const p = w.take<ViewProc>(procs.size() + 1);
+      for (std::size_t i = 0; i < procs.size(); ++i) {
+        p[i] = ViewProc{w.copy(procs[i].target),
+                        static_cast<unsigned long>(MS_NOSUID | MS_NODEV | MS_NOEXEC) |
+                            (procs[i].read_only ? static_cast<unsigned long>(MS_RDONLY) : 0UL)};
+      }
+      plan->procs = p;
+      plan->proc_count = procs.size();
+      plan->view_cwd = w.copy(sb->cwd.empty() ? std::string{"/"} : sb->cwd);
+    }
+    if (sb->new_net_namespace) {
+      auto* const ifr = new (w.take<struct ifreq>(1)) ifreq{};
+      std::memcpy(ifr->ifr_name, "lo", 3);
+      plan->loopback_ifreq = ifr;
+    }
+    plan->drop_capabilities = sb->drop_capabilities;
+    plan->no_new_privs = sb->no_new_privs;
+    plan->landlock_fd = fds.landlock;
+    if (fds.landlock >= 0 && sb->proc_landlock_access != 0 && plan->proc_count > 0) {
+      plan->proc_landlock =
+          new (w.take<LandlockPathAttr>(1)) LandlockPathAttr{sb->proc_landlock_access, -1};
+    }
+    if (!sb->seccomp.empty()) {
+      auto* const insns = w.take<BpfInsn>(sb->seccomp.size());
+      std::copy(sb->seccomp.begin(), sb->seccomp.end(), insns);
+      auto* const prog = new (w.take<struct sock_fprog>(1)) sock_fprog{};
+      prog->len = static_cast<unsigned short>(sb->seccomp.size());
+      prog->filter = reinterpret_cast<sock_filter*>(insns);
+      plan->seccomp_fprog = prog;
+    }
+  }
   plan->barrier_fd = fds.channel;
   plan->error_fd = fds.channel;
   if (w.overflowed()) {

@@ -2,9 +2,13 @@
 // docs/process-model.md, "Staged spawn"), and the clone3 that starts it on its own stack.
 #include <cstdint>
 #include <fcntl.h>
+#include <net/if.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <type_traits>
 #include <unistd.h>
@@ -47,6 +51,26 @@ CUSTOS_CHILD_INLINE long raw_syscall(long nr, long a = 0, long b = 0, long c = 0
                : "rcx", "r11", "memory");
   return ret;
 }
+
+CUSTOS_CHILD_INLINE long raw_syscall5(long nr, long a, long b, long c, long d, long e) {
+  long ret = 0;
+  register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+               : "rcx", "r11", "memory");
+  return ret;
+}
+
+// Spelled here: linux/mount.h and linux/seccomp.h cannot be included beside every libc header.
+constexpr long kMoveMountFEmptyPath = 0x00000004;
+constexpr long kSeccompSetModeFilter = 1;
+constexpr long kLandlockRulePathBeneath = 1;
+constexpr std::uint32_t kCapabilityVersion3 = 0x20080522;
+// chown, dac_override, fowner, fsetid, kill, setgid, setuid, net_bind_service.
+constexpr std::uint64_t kKeptCapabilities = (1ULL << 0) | (1ULL << 1) | (1ULL << 3) | (1ULL << 4) |
+                                            (1ULL << 5) | (1ULL << 6) | (1ULL << 7) | (1ULL << 10);
 
 template <typename T>
 CUSTOS_CHILD_INLINE long arg(T v) {
@@ -118,18 +142,22 @@ CUSTOS_CHILD_INLINE long arg(T v) {
   }
 
   // 4. Close every other inherited descriptor except the ones still needed before execve (all
-  //    of them O_CLOEXEC, so execve closes them).
+  //    of them O_CLOEXEC, so execve closes them); then the sandbox's descriptors go where the
+  //    plan wants them (dup2 clears O_CLOEXEC on the copy). None of the kept ones sits on a
+  //    target (the parent saw to it).
   unsigned int low = 3;
-  for (int i = 0; i < 3; ++i) {
-    int const k = plan.keep[i];
-    if (k < 0) break;
-    auto const uk = static_cast<unsigned int>(k);
+  for (std::size_t i = 0; i < plan.keep_count; ++i) {
+    auto const uk = static_cast<unsigned int>(plan.keep[i]);
     if (uk > low && (r = raw_syscall(SYS_close_range, low, uk - 1, 0)) != 0) {
       child_fail(plan, kStepCloseRange, r);
     }
     low = uk + 1;
   }
   if ((r = raw_syscall(SYS_close_range, low, ~0U, 0)) != 0) child_fail(plan, kStepCloseRange, r);
+  for (std::size_t i = 0; i < plan.fd_map_count; ++i) {
+    r = raw_syscall(SYS_dup2, plan.fd_maps[i].source, plan.fd_maps[i].target);
+    if (r < 0) child_fail(plan, kStepFds, r);
+  }
 
   // 5. Resource limits, while still privileged enough to lower hard limits.
   for (std::size_t i = 0; i < plan.rlimit_count; ++i) {
@@ -137,6 +165,64 @@ CUSTOS_CHILD_INLINE long arg(T v) {
     if ((r = raw_syscall(SYS_prlimit64, 0, plan.rlimits[i].resource, arg(&lim), 0)) != 0) {
       child_fail(plan, kStepRlimit, r);
     }
+  }
+
+  // 5b. Sandbox, while still privileged: the v1 pids cgroup ("0" is the writer itself), then
+  //     the view: the copy of the daemon's mounts this new namespace starts with becomes
+  //     private (nothing propagates back), the view's root goes on top of "/", the child
+  //     pivots into it and drops the old root, and attaches the rest — every target resolves
+  //     inside the view now. Then the private network namespace's loopback comes up.
+  if (plan.pids_procs_fd >= 0) {
+    char const zero = '0';
+    if ((r = raw_syscall(SYS_write, plan.pids_procs_fd, arg(&zero), 1)) != 1) {
+      child_fail(plan, kStepPidsCgroup, r < 0 ? r : -EIO);
+    }
+  }
+  if (plan.new_mount_ns) {
+    static char const kRoot[] = "/";
+    static char const kDot[] = ".";
+    static char const kEmpty[] = "";
+    if ((r = raw_syscall5(SYS_mount, 0, arg(kRoot), 0, MS_REC | MS_PRIVATE, 0)) != 0) {
+      child_fail(plan, kStepView, r);
+    }
+    if (plan.view_root_fd >= 0) {
+      if ((r = raw_syscall5(SYS_move_mount, plan.view_root_fd, arg(kEmpty), AT_FDCWD, arg(kRoot),
+                            kMoveMountFEmptyPath)) != 0) {
+        child_fail(plan, kStepView, r);
+      }
+      if ((r = raw_syscall(SYS_fchdir, plan.view_root_fd)) != 0) child_fail(plan, kStepView, r);
+      if ((r = raw_syscall(SYS_pivot_root, arg(kDot), arg(kDot))) != 0) {
+        child_fail(plan, kStepView, r);
+      }
+      if ((r = raw_syscall(SYS_umount2, arg(kDot), MNT_DETACH)) != 0) {
+        child_fail(plan, kStepView, r);
+      }
+      if ((r = raw_syscall(SYS_chdir, arg(kRoot))) != 0) child_fail(plan, kStepView, r);
+    }
+    for (std::size_t i = 0; i < plan.attach_count; ++i) {
+      r = raw_syscall5(SYS_move_mount, plan.attaches[i].fd, arg(kEmpty), AT_FDCWD,
+                       arg(plan.attaches[i].target), kMoveMountFEmptyPath);
+      if (r != 0) child_fail(plan, kStepView, r);
+    }
+    static char const kProc[] = "proc";
+    for (std::size_t i = 0; i < plan.proc_count; ++i) {
+      r = raw_syscall5(SYS_mount, arg(kProc), arg(plan.procs[i].target), arg(kProc),
+                       static_cast<long>(plan.procs[i].flags), 0);
+      if (r != 0) child_fail(plan, kStepView, r);
+    }
+  }
+  if (plan.loopback_ifreq != nullptr) {
+    long const sock = raw_syscall(SYS_socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0) child_fail(plan, kStepLoopback, sock);
+    auto* const ifr = static_cast<struct ifreq*>(plan.loopback_ifreq);
+    if ((r = raw_syscall(SYS_ioctl, sock, SIOCGIFFLAGS, arg(ifr))) != 0) {
+      child_fail(plan, kStepLoopback, r);
+    }
+    ifr->ifr_flags = static_cast<short>(ifr->ifr_flags | IFF_UP);
+    if ((r = raw_syscall(SYS_ioctl, sock, SIOCSIFFLAGS, arg(ifr))) != 0) {
+      child_fail(plan, kStepLoopback, r);
+    }
+    raw_syscall(SYS_close, sock);
   }
 
   // 6. Credentials: groups, then gid, then uid (after setresuid we could no longer change the
@@ -155,9 +241,53 @@ CUSTOS_CHILD_INLINE long arg(T v) {
     }
   }
 
-  // 7. Working directory, resolved beneath the workspace root by the parent.
-  if (plan.cwd_fd >= 0 && (r = raw_syscall(SYS_fchdir, plan.cwd_fd)) != 0) {
+  // 7. Working directory, resolved beneath the workspace root by the parent; in a view, by its
+  //    path inside the view (the parent checked it beneath the workspace root too).
+  if (plan.view_cwd != nullptr) {
+    if ((r = raw_syscall(SYS_chdir, arg(plan.view_cwd))) != 0) child_fail(plan, kStepChdir, r);
+  } else if (plan.cwd_fd >= 0 && (r = raw_syscall(SYS_fchdir, plan.cwd_fd)) != 0) {
     child_fail(plan, kStepChdir, r);
+  }
+
+  // 7b. The sandbox's restrictions, last: nothing after them but the barrier and execve. A
+  //     program that stays uid 0 first loses every capability but a harmless few (bounding set
+  //     first: capset cannot raise what it no longer bounds). Then no_new_privs (Landlock and
+  //     an unprivileged seccomp filter require it), the /proc rule only the child can add (its
+  //     procfs exists only here), Landlock, and seccomp.
+  if (plan.drop_capabilities) {
+    for (int cap = 0; cap < 64; ++cap) {
+      if (((kKeptCapabilities >> cap) & 1U) != 0) continue;
+      r = raw_syscall(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0);
+      if (r == -EINVAL) break;  // past the last capability this kernel knows
+      if (r != 0) child_fail(plan, kStepCapabilities, r);
+    }
+    CapHeader header{kCapabilityVersion3, 0};
+    CapData data[2] = {};
+    data[0].effective = data[0].permitted = static_cast<std::uint32_t>(kKeptCapabilities);
+    if ((r = raw_syscall(SYS_capset, arg(&header), arg(&data[0]))) != 0) {
+      child_fail(plan, kStepCapabilities, r);
+    }
+  }
+  if (plan.no_new_privs && (r = raw_syscall5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) != 0) {
+    child_fail(plan, kStepNoNewPrivs, r);
+  }
+  if (plan.proc_landlock != nullptr) {
+    static char const kProcPath[] = "/proc";
+    long const proc = raw_syscall(SYS_openat, AT_FDCWD, arg(kProcPath), O_PATH | O_CLOEXEC);
+    if (proc < 0) child_fail(plan, kStepLandlock, proc);
+    plan.proc_landlock->parent_fd = static_cast<std::int32_t>(proc);
+    r = raw_syscall(SYS_landlock_add_rule, plan.landlock_fd, kLandlockRulePathBeneath,
+                    arg(plan.proc_landlock), 0);
+    if (r != 0) child_fail(plan, kStepLandlock, r);
+    raw_syscall(SYS_close, proc);
+  }
+  if (plan.landlock_fd >= 0 &&
+      (r = raw_syscall(SYS_landlock_restrict_self, plan.landlock_fd, 0)) != 0) {
+    child_fail(plan, kStepLandlock, r);
+  }
+  if (plan.seccomp_fprog != nullptr &&
+      (r = raw_syscall(SYS_seccomp, kSeccompSetModeFilter, 0, arg(plan.seccomp_fprog))) != 0) {
+    child_fail(plan, kStepSeccomp, r);
   }
 
   // 8. Barrier: tell the parent that setup is complete, then wait. Nothing of the target runs

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,9 +43,14 @@ struct NativeConfig {
   bool nsdelegate = false;
   std::uint32_t marker_sweep_rounds = 64;
   std::uint64_t disk_walk_max_entries = 100000;
+  // A secret's value from the daemon's store by ref, read at spawn to deliver it (a sandbox's
+  // secrets); empty: no store (a plan naming a secret never gets this far: it is refused as
+  // sandbox.secret_unknown when it is authorized).
+  std::function<Result<std::string>(std::string_view ref)> read_secret;
 };
 
 class NativeExecution;
+struct SandboxHost;
 
 class NativeBackend final : public Backend {
  public:
@@ -95,7 +101,8 @@ class NativeBackend final : public Backend {
   NativeConfig config_;
   std::optional<sys::CgroupDir> subtree_;
   std::string cgroup_mount_;
-  std::vector<std::uint8_t> scratch_;  // shared read buffer (one loop thread)
+  std::unique_ptr<SandboxHost const> sandbox_host_;  // what this host can enforce
+  std::vector<std::uint8_t> scratch_;                // shared read buffer (one loop thread)
   std::map<std::int32_t, NativeExecution*> roots_;
   std::map<std::string, std::string> cgroup_owner_;  // cgroup path below the mount -> execution
   std::optional<boost::asio::posix::stream_descriptor> inotify_;

@@ -21,11 +21,52 @@
 
 #include "custos/core/result.hpp"
 #include "custos/sys/identity.hpp"
+#include "custos/sys/mount_view.hpp"
 #include "custos/sys/pidfd.hpp"
 #include "custos/sys/rlimits.hpp"
 #include "custos/sys/unique_fd.hpp"
 
 namespace custos::sys {
+
+// A BPF instruction of a seccomp filter (the kernel's struct sock_filter).
+struct BpfInsn {
+  std::uint16_t code;
+  std::uint8_t jt;
+  std::uint8_t jf;
+  std::uint32_t k;
+};
+static_assert(sizeof(BpfInsn) == 8);
+
+// The sandbox part of a spawn (docs/sandbox.md, "Linux enforcement"). Descriptors and the view
+// are borrowed like SpawnSpec's: they must stay open until spawn_staged() returns. The child
+// applies it in this order: its descriptors (fds), the v1 pids cgroup, the view (a new mount
+// namespace, pivoted into), the loopback, the credentials, the working directory, then
+// no_new_privs, Landlock and seccomp, the last things before the barrier.
+struct SpawnSandbox {
+  // A new mount namespace entering this view; null: none (the daemon's filesystem).
+  PrivateView const* view = nullptr;
+  // With a view: the working directory, absolute inside the view (workspace_root_fd and cwd
+  // are then only checked, not used: a descriptor of the host's tree would lead out of it).
+  std::string cwd;
+  bool new_pid_namespace = false;  // CLONE_NEWPID, with CLONE_NEWIPC and CLONE_NEWUTS
+  bool new_net_namespace = false;  // CLONE_NEWNET; the child brings its loopback up
+  int pids_cgroup_procs_fd = -1;   // >= 0: the child joins this cgroup by writing "0" to it
+  bool no_new_privs = true;
+  int landlock_fd = -1;  // >= 0: landlock_restrict_self with this ruleset
+  // With a Landlock ruleset and a procfs in the view: what the program may do below /proc (the
+  // fresh procfs exists only in the child, which adds this rule for it before restricting).
+  std::uint64_t proc_landlock_access = 0;
+  // The program runs as uid 0: every capability but a few that reach nothing outside the view
+  // (chown, dac_override, fowner, fsetid, kill, setgid, setuid, net_bind_service) leaves the
+  // bounding, permitted, effective and inheritable sets before execve.
+  bool drop_capabilities = false;
+  std::vector<BpfInsn> seccomp;  // non-empty: loaded (SECCOMP_SET_MODE_FILTER) last
+  struct FdMap {
+    int source;  // borrowed
+    int target;  // >= 3: the program's descriptor number
+  };
+  std::vector<FdMap> fds;
+};
 
 struct SpawnCredentials {
   uid_t uid = 0;
@@ -51,6 +92,7 @@ struct SpawnSpec {
   bool new_cgroup_namespace = false;  // CLONE_NEWCGROUP; only together with cgroup_fd
   std::optional<SpawnCredentials> credentials;  // setgroups/setresgid/setresuid in the child
   bool new_session = true;                      // setsid()
+  std::optional<SpawnSandbox> sandbox;          // see SpawnSandbox
   // Bounds each wait on the child: for its setup report in spawn_staged() and for the execve
   // verdict in release(). A child that overruns it is killed and reaped (spawn.failed, ETIMEDOUT).
   std::chrono::milliseconds setup_timeout{10000};
@@ -73,11 +115,19 @@ enum class SpawnStep : std::uint8_t {
   controlling_tty,  // TIOCSCTTY on the pty
   stdio,            // stdin/stdout/stderr in place
   close_range,      // every other inherited descriptor closed
+  fds,              // sandbox: descriptors placed where the plan wants them (secrets)
   setrlimit,        // the resource limits
+  pids_cgroup,      // sandbox: joining the v1 pids cgroup
+  view,             // sandbox: entering the private filesystem view
+  loopback,         // sandbox: the private network namespace's loopback up
   setgroups,        // credentials: supplementary groups,
   setresgid,        //   gid,
   setresuid,        //   uid
   fchdir,           // the working directory
+  capabilities,     // sandbox: capabilities dropped (a program running as uid 0)
+  no_new_privs,     // sandbox: PR_SET_NO_NEW_PRIVS
+  landlock,         // sandbox: landlock_restrict_self
+  seccomp,          // sandbox: the seccomp filter
   barrier,          // waiting for (or watching) the parent's go
   execve,           // the target itself, or the wait for its verdict
   clone3,           // creating the child: the spec, its descriptors and memory, clone3 itself
@@ -85,8 +135,10 @@ enum class SpawnStep : std::uint8_t {
   unknown,          // a torn report whose step could not be read
 };
 
-// "signals", "setsid", "controlling_tty", "stdio", "close_range", "setrlimit", "setgroups",
-// "setresgid", "setresuid", "fchdir", "barrier", "execve", "clone3", "setup", "unknown".
+// "signals", "setsid", "controlling_tty", "stdio", "close_range", "fds", "setrlimit",
+// "pids_cgroup", "view", "loopback", "setgroups", "setresgid", "setresuid", "fchdir",
+// "capabilities", "no_new_privs", "landlock", "seccomp", "barrier", "execve", "clone3", "setup",
+// "unknown".
 [[nodiscard]] std::string_view spawn_step_wire(SpawnStep step) noexcept;
 
 // A failed spawn: the error (spawn.failed with the child's errno, or the parent's own error:

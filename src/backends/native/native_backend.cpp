@@ -10,6 +10,7 @@
 #include "custos/sys/probes.hpp"
 
 #include "native_execution.hpp"
+#include "native_sandbox.hpp"
 
 namespace custos::backend {
 namespace {
@@ -26,6 +27,7 @@ sys::MarkerSweepOptions sweeper_options(std::uint32_t rounds) {
 NativeBackend::NativeBackend(boost::asio::io_context& io, NativeConfig config)
     : io_(io),
       config_(std::move(config)),
+      sandbox_host_(std::make_unique<SandboxHost const>(probe_sandbox_host())),
       alive_(std::make_shared<bool>(true)),
       sweeper_(sweeper_options(config_.marker_sweep_rounds)) {
   if (auto m = sys::find_cgroup2_mount()) {
@@ -85,11 +87,8 @@ Descriptor NativeBackend::descriptor() const {
   d.add("resources.processes", pids ? ControlFidelity::hard : ControlFidelity::sampled,
         pids ? "pids.max of the execution's cgroup" : "sampled (no pids controller)");
   d.add("resources.wall_ms", ControlFidelity::hard, "the supervisor's deadline timer");
-  // The sandbox's own controls: none is enforced by this backend yet (mount namespace, Landlock,
-  // seccomp, PID and network namespaces come with the Linux enforcement of issue 19). Said
-  // honestly, so that a sandboxed plan is refused with every missing control, never run
-  // unrestricted.
-  sandbox::add_unenforced(d, "not enforced by the native backend yet");
+  // The sandbox's own controls, hard where this host enforces them (native_sandbox.cpp).
+  describe_sandbox(d, *sandbox_host_, cg);
   return d;
 }
 

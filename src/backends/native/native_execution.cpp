@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include "custos/sandbox/controls.hpp"
 #include "custos/sys/openat2.hpp"
 #include "custos/sys/rlimits.hpp"
 #include "custos/sys/sampler.hpp"
@@ -91,6 +92,12 @@ std::vector<std::string> NativeExecution::build_env(LaunchContext const& ctx) co
   for (auto const& e : ctx.env) {
     if (e.starts_with(prefix)) continue;  // the marker is the backend's, always
     env.push_back(e);
+  }
+  // A sandbox's environment is exactly the plan's entries and its env secrets (its boundary is
+  // the cgroup: no marker is needed, so none is added).
+  if (sandbox_ && sandbox_->exact_environment) {
+    env.insert(env.end(), sandbox_->env_secrets.begin(), sandbox_->env_secrets.end());
+    return env;
   }
   env.push_back(marker_->env_entry());
   return env;
@@ -177,6 +184,7 @@ sys::SpawnSpec NativeExecution::spawn_spec(LaunchContext const& ctx, Stdio const
   }
   spec.credentials = credentials(ctx.run_as);
   spec.new_session = true;
+  if (sandbox_) spec.sandbox = sandbox_->spawn_sandbox();
   // One wait on the child (in release) instead of two: the child sets itself up while the staged
   // ownership is recorded. The barrier still holds the target until release, so the record
   // precedes any of its code; a setup failure (credentials, limits, tty) becomes spawn_failed
@@ -190,9 +198,11 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   io_state_.chunk_bytes = static_cast<std::size_t>(plan.chunk_bytes);
   io_state_.pty_mode = plan.pty;
 
-  auto marker = sys::Marker::generate();
-  if (!marker) return step_failure("marker", marker.error());
-  marker_ = *marker;
+  if (ctx.sandbox == nullptr) {  // a sandbox's boundary is its cgroup: no marker
+    auto marker = sys::Marker::generate();
+    if (!marker) return step_failure("marker", marker.error());
+    marker_ = *marker;
+  }
 
   auto ws = sys::open_directory(plan.workspace_root);
   if (!ws) return step_failure("workspace", ws.error());
@@ -206,14 +216,45 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
 
   Acquired acq;
   if (auto f = enter_boundary(ctx, acq)) return std::move(*f);
+  auto undo = [this] {
+    if (cgroup_) (void)cgroup_->remove();
+    if (sandbox_) remove_pids_cgroup(sandbox_->pids_dir);
+  };
+  if (ctx.sandbox != nullptr) {
+    if (boundary_ != core::Boundary::cgroup) {
+      undo();
+      return step_failure("sandbox", Error(Errc::sandbox_unsupported,
+                                           "a sandbox needs the cgroup boundary, which this "
+                                           "execution could not get"));
+    }
+    auto prepared = prepare_sandbox(*ctx.sandbox, plan, ctx.run_as, id_, *host_->sandbox_host_,
+                                    host_->config_.read_secret);
+    if (!prepared) {
+      undo();
+      return step_failure("sandbox", prepared.error());
+    }
+    sandbox_ = std::move(*prepared);
+  } else if (ctx.plan != nullptr &&
+             ctx.plan->workspace.access == core::WorkspaceAccess::read_only) {
+    // A read-only workspace is read-only for the process, sandbox or not: in a mount namespace
+    // of its own, the workspace is laid read-only over itself (the host's tree otherwise), and
+    // the child changes into its cwd through that mount.
+    auto ro = read_only_workspace(plan);
+    if (!ro) {
+      undo();
+      return step_failure("workspace", ro.error());
+    }
+    sandbox_ = std::move(*ro);
+  }
   auto stdio = open_stdio(plan);
   if (auto* f = std::get_if<core::SpawnFailure>(&stdio)) {
-    if (cgroup_) (void)cgroup_->remove();
+    undo();
     return std::move(*f);
   }
   auto staged = sys::spawn_staged(spawn_spec(ctx, std::get<Stdio>(stdio)));
+  if (sandbox_) sandbox_->release_launch();  // the child holds its copies now
   if (!staged) {
-    if (cgroup_) (void)cgroup_->remove();
+    undo();
     return failure(staged.error());
   }
   root_pid_ = staged->pid();
@@ -224,7 +265,7 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
   acq.kernel_enforced = kernel_enforced_;
   acq.cgroup_path = cgroup_ ? cgroup_->path() : std::string{};
   acq.cgroup_rel = cgroup_rel_;
-  acq.marker_value = marker_->env_value();
+  acq.marker_value = marker_ ? marker_->env_value() : std::string{};
 
   launching_ = std::make_unique<Launching>(std::move(*staged), io_);
   launching_->stdio = std::get<Stdio>(std::move(stdio));
@@ -518,6 +559,13 @@ void NativeExecution::on_exit_ready() {
   exit_sd_.reset();
   root_reaped_ = true;
   host_->forget_root(root_pid_, this);
+  // The one seccomp rule that kills (SECCOMP_RET_KILL_PROCESS, seen as SIGSYS) is the refusal of
+  // process creation: a sandbox without descendants whose root died of SIGSYS was denied.
+  if (sandbox_ && sandbox_->kills_on_process_creation && status && status->signal == SIGSYS) {
+    port_->on_sandbox_denied(std::string{sandbox::control::process_no_descendants},
+                             "a process-creating call (fork, vfork or clone without "
+                             "CLONE_THREAD) killed the process");
+  }
   port_->on_root_exit(status);
 }
 
@@ -536,6 +584,7 @@ void NativeExecution::close() {
   // The directory is empty when cleanup is confirmed; a failed rmdir leaves it for the next
   // start's recovery, which kills what is left in it.
   if (cgroup_) (void)cgroup_->remove();
+  if (sandbox_) remove_pids_cgroup(sandbox_->pids_dir);
   // A closed execution stays in the terminal history but acts on nothing any more: its
   // descriptors go now (4,096 history entries must not pin 8,192 descriptors).
   unwatch_tree();

@@ -23,6 +23,8 @@
 #include "custos/sys/spawn.hpp"
 #include "custos/sys/unique_fd.hpp"
 
+#include "native_sandbox.hpp"
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wnull-dereference"
 #include <boost/asio/steady_timer.hpp>
@@ -141,7 +143,8 @@ class NativeExecution final : public BackendExecution,
 
   core::Boundary boundary_ = core::Boundary::marker;
   bool kernel_enforced_ = false;
-  std::optional<sys::Marker> marker_;
+  std::optional<sys::Marker> marker_;  // none for a sandbox (its boundary is the cgroup)
+  std::optional<PreparedSandbox> sandbox_;
   std::optional<sys::CgroupDir> cgroup_;
   std::string cgroup_rel_;
   std::optional<sys::Pidfd> root_;

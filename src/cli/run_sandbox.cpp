@@ -45,10 +45,9 @@ json::object build_profile(std::string const& workspace_root, bool read_only) {
   for (char const* dev : {"/dev/zero", "/dev/urandom"}) {
     if (exists(dev)) fs.push_back(rule(dev, rights({"metadata", "read"})));
   }
-  fs.push_back(rule(workspace_root,
-                    read_only ? rights({"discover", "metadata", "read", "execute"})
-                              : rights({"discover", "metadata", "read", "execute", "create",
-                                        "write", "remove"})));
+  fs.push_back(rule(workspace_root, read_only ? rights({"discover", "metadata", "read", "execute"})
+                                              : rights({"discover", "metadata", "read", "execute",
+                                                        "create", "write", "remove"})));
   // A root caller's execution runs as root (the plan names no other user): the profile says so
   // rather than have every root run refused at /plan/sandbox/process/run_as_root.
   json::object process{{"descendants", true},
@@ -58,12 +57,10 @@ json::object build_profile(std::string const& workspace_root, bool read_only) {
   return json::object{
       {"filesystem", std::move(fs)},
       {"process", std::move(process)},
-      {"environment",
-       json::object{{"allow", rights({"HOME", "LANG", "PATH", "TERM", "TMPDIR"})}}},
+      {"environment", json::object{{"allow", rights({"HOME", "LANG", "PATH", "TERM", "TMPDIR"})}}},
       {"network", json::object{{"outbound", "none"}}},
-      {"terminal", json::object{{"modes", rights({"pipes", "pty"})},
-                                {"input", true},
-                                {"resize", true}}}};
+      {"terminal",
+       json::object{{"modes", rights({"pipes", "pty"})}, {"input", true}, {"resize", true}}}};
 }
 
 Error invalid(std::string const& message) {

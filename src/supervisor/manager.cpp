@@ -207,8 +207,9 @@ Result<> ExecutionManager::check_workspace(core::ExecutionPlan const& plan) cons
       state_chain_ = CUSTOS_TRY(sys::dir_chain(config_.state_dir.native()));
     }
     if (CUSTOS_TRY(sys::at_or_above(ws->get(), state_chain_))) {
-      return path_refusal(Errc::workspace_state_dir, "/plan/workspace/root",
-                          "'" + plan.workspace.root + "' is or contains the daemon's state directory");
+      return path_refusal(
+          Errc::workspace_state_dir, "/plan/workspace/root",
+          "'" + plan.workspace.root + "' is or contains the daemon's state directory");
     }
   }
   if (plan.cwd != ".") {

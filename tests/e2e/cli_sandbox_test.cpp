@@ -55,8 +55,8 @@ TEST_F(CliSandbox, BuildProfileAsTheDaemonCompilesIt) {
   std::set<std::string> const all{"discover", "metadata", "read",  "execute",
                                   "create",   "write",    "remove"};
   EXPECT_EQ(rights_of(answer, ws_.native()), all);
-  EXPECT_EQ(rights_of(answer, "/usr"), (std::set<std::string>{"discover", "metadata", "read",
-                                                              "execute"}));
+  EXPECT_EQ(rights_of(answer, "/usr"),
+            (std::set<std::string>{"discover", "metadata", "read", "execute"}));
   EXPECT_EQ(rights_of(answer, "/etc"), (std::set<std::string>{"discover", "metadata", "read"}));
   EXPECT_EQ(rights_of(answer, "/dev/null"), (std::set<std::string>{"metadata", "read", "write"}));
   EXPECT_EQ(rights_of(answer, "/dev/urandom"), (std::set<std::string>{"metadata", "read"}));
@@ -92,9 +92,9 @@ TEST_F(CliSandbox, NativeRefusesTheRunWithEveryMissingControl) {
                 ws_.native(), "--", "/bin/true"});
   EXPECT_EQ(r.status, 65) << r.err;
   EXPECT_NE(r.err.find("sandbox.unsupported"), std::string::npos) << r.err;
-  for (char const* c : {"filesystem.mount_namespace", "process.no_new_privs",
-                        "process.pid_namespace", "process.max_processes", "environment.allow",
-                        "network.no_inbound", "network.none"}) {
+  for (char const* c :
+       {"filesystem.mount_namespace", "process.no_new_privs", "process.pid_namespace",
+        "process.max_processes", "environment.allow", "network.no_inbound", "network.none"}) {
     EXPECT_NE(r.err.find(std::string{"  missing control: "} + c + "\n"), std::string::npos)
         << c << "\n"
         << r.err;
@@ -104,9 +104,8 @@ TEST_F(CliSandbox, NativeRefusesTheRunWithEveryMissingControl) {
 
 TEST_F(CliSandbox, FileMembersReplaceTheProfiles) {
   auto const net = write("net.json", R"({"network": {"outbound": {"tcp_connect": [443]}}})");
-  auto r = cli({"--json", "run", "--check", "--sandbox-profile", "build", "--sandbox",
-                net.native(), "--workspace", ws_.native(), "--cwd", ws_.native(), "--",
-                "/bin/true"});
+  auto r = cli({"--json", "run", "--check", "--sandbox-profile", "build", "--sandbox", net.native(),
+                "--workspace", ws_.native(), "--cwd", ws_.native(), "--", "/bin/true"});
   EXPECT_EQ(r.status, 65) << r.err;
   json::value const answer = json::parse(r.out);
   auto const& sb = answer.at("sandbox");

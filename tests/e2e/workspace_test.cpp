@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 
 #include "custos/core/base64.hpp"
+
 #include "harness.hpp"
 
 namespace custos::e2e {
@@ -59,8 +60,7 @@ class WorkspaceChecks : public ::testing::Test {
     auto w = c.call(next_++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}});
     EXPECT_TRUE(w && w->contains("result"));
     if (w && w->contains("result")) {
-      EXPECT_EQ(w->at("result").at("classification").as_string(), "exited")
-          << json::serialize(*w);
+      EXPECT_EQ(w->at("result").at("classification").as_string(), "exited") << json::serialize(*w);
     }
     auto o = c.call(next_++, "exec.output", {{"execution_id", id}, {"stream", "stdout"}});
     if (!o || !o->contains("result")) return "<no output>";

@@ -7,9 +7,8 @@
 // mount namespace), and the resolved paths.
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "custos/core/result.hpp"

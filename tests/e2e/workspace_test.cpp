@@ -41,11 +41,15 @@ class WorkspaceChecks : public ::testing::Test {
     auto check = c.call(next_++, "exec.check", p);
     ASSERT_TRUE(check);
     EXPECT_EQ(error_code_of(*check), code) << json::serialize(*check);
-    if (check->contains("error")) EXPECT_EQ(pointer_of(*check), pointer);
+    if (check->contains("error")) {
+      EXPECT_EQ(pointer_of(*check), pointer);
+    }
     auto start = c.call(next_++, "exec.start", p);
     ASSERT_TRUE(start);
     EXPECT_EQ(error_code_of(*start), code) << json::serialize(*start);
-    if (start->contains("error")) EXPECT_EQ(pointer_of(*start), pointer);
+    if (start->contains("error")) {
+      EXPECT_EQ(pointer_of(*start), pointer);
+    }
     auto list = c.call(next_++, "exec.list", {{"limit", 10}});
     ASSERT_TRUE(list && list->contains("result"));
     EXPECT_TRUE(list->at("result").at("executions").as_array().empty()) << json::serialize(*list);

@@ -114,8 +114,10 @@ TEST_F(CliSandbox, FileMembersReplaceTheProfiles) {
   EXPECT_EQ(strings(sb.at("controls")).count("network.tcp_connect"), 1U);
 
   // A file alone: exactly what it says, every other domain at its strictest.
-  auto const only = write("only.json", R"({"filesystem": [{"path": "/usr",
-      "allow": ["discover", "metadata", "read", "execute"]}]})");
+  // (A root caller runs as root: the file says so, or the daemon refuses it at run_as_root.)
+  auto const only = write("only.json", std::string{R"({"filesystem": [{"path": "/usr",
+      "allow": ["discover", "metadata", "read", "execute"]}], "process": {"run_as_root": )"} +
+                                           (::geteuid() == 0 ? "true" : "false") + "}}");
   auto o = cli({"--json", "run", "--check", "--clean-env", "--sandbox", only.native(),
                 "--workspace", ws_.native(), "--cwd", ws_.native(), "--", "/bin/true"});
   EXPECT_EQ(o.status, 65) << o.err;

@@ -288,6 +288,13 @@ int run(int argc, char** argv) {
     return 2;
   }
   env.work_dir = tmpl;
+  // The launch rows' workspace: beside the daemons' state directories, never above them (a
+  // workspace holding the state directory is refused, workspace.state_dir).
+  if (::mkdir((env.work_dir + "/ws").c_str(), 0755) != 0) {
+    std::fprintf(stderr, "custos_bench: mkdir %s/ws: %s\n", env.work_dir.c_str(),
+                 std::strerror(errno));
+    return 2;
+  }
 
   std::string const mount = find_cgroup2_mount();
   std::string cg_note;

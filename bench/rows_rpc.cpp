@@ -96,7 +96,7 @@ std::string start_line(Env const& env, std::string const& action, int id, Backen
                         {"environment_id", "e"}, {"generation", 1},       {"revision", 1}};
   json::object plan{
       {"command", json::object{{"executable", env.noop_path}, {"argv", json::array{"noop"}}}},
-      {"workspace", json::object{{"root", env.work_dir}, {"access", "read_only"}}},
+      {"workspace", json::object{{"root", env.work_dir + "/ws"}, {"access", "read_only"}}},
       {"io", json::object{{"mode", "pipes"}}}};
   if (backend == Backend::reference) {
     plan["backend"] =

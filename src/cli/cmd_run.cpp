@@ -9,6 +9,7 @@
 // would be in any terminal). The exit code is the child's (docs/cli.md).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -34,6 +35,7 @@
 
 #include "common.hpp"
 #include "exit_codes.hpp"
+#include "run_sandbox.hpp"
 
 extern char** environ;
 
@@ -70,6 +72,8 @@ struct RunFlags {
   std::string docker_socket;
   std::string podman_socket;
   bool ungated = false;  // --ungated: the plan's gate is optional
+  SandboxFlags sandbox;  // --sandbox FILE.json, --sandbox-profile NAME
+  bool check = false;    // --check: exec.check instead of exec.start
   [[nodiscard]] bool in_container() const { return !docker.empty() || !podman.empty(); }
 };
 
@@ -119,7 +123,10 @@ std::string random_hex(std::size_t n) {
 // The plan's environment: the default names inherited (unless --clean-env), the names --env
 // gave without a value inherited, and --env NAME=VALUE literals. A literal wins over a default
 // inheritance of the same name; the daemon supplies inherited values, none travels from here.
-json::array plan_env(RunFlags const& f) {
+// Under a sandbox the defaults are only those its environment.allow names, and `extra` (the
+// profile's TMPDIR) is added unless --env gave the name.
+json::array plan_env(RunFlags const& f, std::optional<json::object> const& sandbox,
+                     std::vector<std::pair<std::string, std::string>> const& extra) {
   json::array env;
   std::map<std::string, bool> seen;
   auto inherit = [&](std::string const& name) {
@@ -141,10 +148,21 @@ json::array plan_env(RunFlags const& f) {
   };
   // A container has its own environment (the engine applies it): nothing is inherited from the
   // daemon's unless named.
+  std::vector<std::string> const allowed =
+      sandbox ? sandbox_env_allow(*sandbox) : std::vector<std::string>{};
+  auto defaulted = [&](std::string const& name) {
+    return !sandbox || std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+  };
   if (!f.clean_env && !f.in_container()) {
     for (char const* name : kDefaultInherit) {
-      if (std::getenv(name) != nullptr && !literal_named(name)) inherit(name);
+      if (std::getenv(name) != nullptr && !literal_named(name) && defaulted(name)) inherit(name);
     }
+  }
+  for (auto const& [k, v] : extra) {
+    bool const given = std::any_of(f.env.begin(), f.env.end(), [&](std::string const& e) {
+      return e == k || e.starts_with(k + "=");
+    });
+    if (!given && defaulted(k)) literals.emplace_back(k, v);
   }
   for (auto const& e : f.env) {
     if (e.find('=') == std::string::npos) inherit(e);
@@ -203,7 +221,11 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
 
   json::array argv;
   for (auto const& a : f.command) argv.emplace_back(a);
-  json::array env = plan_env(f);
+  auto sandbox = CUSTOS_TRY(build_sandbox(f.sandbox, ws_root, f.read_only));
+  // The build profile's temporary files go to the workspace, the one place it may write.
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (!f.sandbox.profile.empty()) extra.emplace_back("TMPDIR", ws_root);
+  json::array env = plan_env(f, sandbox, extra);
 
   json::object io{{"mode", f.pty ? "pty" : "pipes"}};
   if (f.pty) {
@@ -226,6 +248,7 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
     if (f.ungated) backend["gate"] = "optional";
     plan["backend"] = std::move(backend);
   }
+  if (sandbox) plan["sandbox"] = std::move(*sandbox);
   if (f.timeout_s > 0) {
     auto const ms = static_cast<std::uint64_t>(f.timeout_s * 1000.0);
     plan["limits"] = json::object{{"wall_ms", ms == 0 ? 1 : ms}};
@@ -331,6 +354,8 @@ class Runner {
         }
       }
     }
+
+    if (f_.check) return check(std::move(*params));
 
     // Events may be dropped for a slow reader, but never the terminal one (slow-subscriber
     // policy, docs/api.md), and dropped output is read back from the spool by offset: the
@@ -564,6 +589,26 @@ class Runner {
     return false;
   }
 
+  // --check: what exec.start would decide, started nothing. Prints the daemon's answer (the plan
+  // and sandbox digests, the checked sandbox plan, the admission); exit 0 when admitted, else
+  // 65 with every missing control.
+  int check(json::object params) {
+    auto answer = client_->call("exec.check", std::move(params));
+    if (!answer) return report(answer.error());
+    fmt::print("{}\n", g_.json ? json::serialize(*answer) : pretty(*answer));
+    auto const* a = answer->is_object() ? answer->get_object().if_contains("admission") : nullptr;
+    if (a == nullptr || !a->is_object()) return kExitInternal;
+    auto const* admitted = a->get_object().if_contains("admitted");
+    if (admitted != nullptr && admitted->is_bool() && admitted->get_bool()) return kExitOk;
+    if (auto const* m = a->get_object().if_contains("missing"); m != nullptr && m->is_array()) {
+      for (auto const& c : m->get_array()) {
+        if (c.is_string()) fmt::print(stderr, "  missing control: {}\n", c.get_string());
+      }
+    }
+    fmt::print(stderr, "custos: not admitted: the backend cannot enforce this plan here\n");
+    return kExitRefused;
+  }
+
   int finish_error(Error const& e) {
     raw_.restore();
     return report(e);
@@ -628,6 +673,16 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_flag("--ungated", flags->ungated,
                 "Accept the marker boundary where the container cannot run the exec gate (an "
                 "image without /bin/sh): the plan's backend gets \"gate\": \"optional\"");
+  sub->add_option("--sandbox", flags->sandbox.file,
+                  "Run sandboxed: FILE.json holds the plan's sandbox object (docs/sandbox.md); "
+                  "with --sandbox-profile, each of its members replaces the profile's");
+  sub->add_option("--sandbox-profile", flags->sandbox.profile,
+                  "Run sandboxed under a built-in profile: build (system dirs read+execute, "
+                  "the workspace writable, no network; docs/sandbox.md)")
+      ->check(CLI::IsMember(sandbox_profiles()));
+  sub->add_flag("--check", flags->check,
+                "Start nothing: print what the daemon decides for this plan (exec.check: "
+                "digests, the checked sandbox, admission); exit 0 when admitted");
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

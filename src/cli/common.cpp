@@ -15,6 +15,7 @@ int report(Error const& e) {
     fmt::print(stderr, "  {} at {}: {}\n", errc_wire(d.code), d.pointer.empty() ? "/" : d.pointer,
                d.message);
   }
+  for (auto const& m : e.missing) fmt::print(stderr, "  missing control: {}\n", m);
   switch (e.code) {
     case Errc::rpc_unavailable:
       return kExitUnreachable;

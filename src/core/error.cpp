@@ -71,6 +71,7 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::workspace_escape, "workspace.escape", Recovery::caller_correction},
     {Errc::identity_mismatch, "identity.mismatch", Recovery::quarantine},
     {Errc::cleanup_unconfirmed, "cleanup.unconfirmed", Recovery::cancel_reap},
+    {Errc::workspace_state_dir, "workspace.state_dir", Recovery::caller_correction},
     {Errc::registry_open_failed, "registry.open_failed", Recovery::reopen_reconcile},
     {Errc::registry_locked, "registry.locked", Recovery::reopen_reconcile},
     {Errc::registry_schema_unknown, "registry.schema_unknown", Recovery::terminal},

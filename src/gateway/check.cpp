@@ -14,6 +14,8 @@ Result<CheckAnswer> ExecutionGateway::check(Caller const& caller,
   // Validated and digested as exec.start does (the encoder re-runs every plan rule).
   answer.plan_digest = CUSTOS_TRY(core::plan_digest(request.identity, request.plan)).to_string();
   CUSTOS_TRYV(sandbox::check_binding(request.plan, request.sandbox.get()));
+  // The workspace and cwd against this host, where exec.start checks them (before the claim).
+  CUSTOS_TRYV(manager_->check_workspace(request.plan));
   std::optional<Grant> grant;
   if (claim.grant_id) {
     auto found = CUSTOS_TRY(store_->get_grant(*claim.grant_id));

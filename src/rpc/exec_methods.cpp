@@ -247,6 +247,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           if (!parsed) return reply(parsed.error());
           auto digest = core::plan_digest(parsed->identity, parsed->plan);
           if (!digest) return reply(digest.error());
+          if (auto ws = m.check_workspace(parsed->plan); !ws) return reply(ws.error());
           sandbox::CompileInput c;
           c.plan = &parsed->plan;
           c.requirements = parsed->sandbox ? &parsed->sandbox->requirements : nullptr;

@@ -14,6 +14,7 @@
 #include "custos/backend/container.hpp"
 #include "custos/backend/plan_view.hpp"
 #include "custos/backend/reference.hpp"
+#include "custos/sys/openat2.hpp"
 #include "custos/sys/procfs.hpp"
 #include "custos/sys/subreaper.hpp"
 
@@ -55,6 +56,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   // Children do not inherit this: sys/spawn resets every disposition before execve.
   (void)::signal(SIGPIPE, SIG_IGN);
   if (config_.become_subreaper) (void)sys::become_child_subreaper();
+  guard_state_dir_ = !config_.state_dir.empty();
   if (config_.state_dir.empty()) {
     std::error_code ec;
     config_.state_dir = std::filesystem::temp_directory_path(ec) /
@@ -175,6 +177,7 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
                                             " is not served by this daemon");
   }
   CUSTOS_TRYV(sandbox::check_binding(request.plan, request.sandbox.get()));
+  CUSTOS_TRYV(check_workspace(request.plan));
   auto const a = admission(request.plan, request.sandbox ? &request.sandbox->checked : nullptr);
   if (a.admitted) return ok();
   if (std::find(a.missing.begin(), a.missing.end(), "boundary.cgroup") != a.missing.end())
@@ -182,6 +185,42 @@ Result<> ExecutionManager::admit(LaunchRequest const& request) const {
   Error e = sandbox::unsupported(kind, a.missing);
   if (!a.detail.empty()) e.context += "; " + a.detail;
   return e;
+}
+
+namespace {
+
+Error path_refusal(Errc code, std::string const& pointer, std::string message, int err = 0) {
+  Error e(code, pointer + ": " + message, err);
+  e.diagnostics.push_back(Diagnostic{code, pointer, std::move(message)});
+  return e;
+}
+
+}  // namespace
+
+Result<> ExecutionManager::check_workspace(core::ExecutionPlan const& plan) const {
+  auto const kind = plan.backend.kind;
+  if (kind == core::BackendKind::docker || kind == core::BackendKind::podman) return ok();
+  auto ws = sys::open_directory(plan.workspace.root);
+  if (!ws) return ok();  // the launch reports it, at its workspace step
+  if (guard_state_dir_) {
+    if (state_chain_.ids.empty()) {
+      state_chain_ = CUSTOS_TRY(sys::dir_chain(config_.state_dir.native()));
+    }
+    if (CUSTOS_TRY(sys::at_or_above(ws->get(), state_chain_))) {
+      return path_refusal(
+          Errc::workspace_state_dir, "/plan/workspace/root",
+          "'" + plan.workspace.root + "' is or contains the daemon's state directory");
+    }
+  }
+  if (plan.cwd != ".") {
+    auto cwd = sys::open_beneath(*ws, plan.cwd, true);
+    if (!cwd && cwd.error().code == Errc::workspace_escape) {
+      return path_refusal(Errc::workspace_escape, "/plan/cwd",
+                          "'" + plan.cwd + "' resolves outside the workspace",
+                          cwd.error().sys_errno);
+    }
+  }
+  return ok();
 }
 
 bool ExecutionManager::asks_before_claim(core::ExecutionPlan const& plan) const noexcept {

@@ -71,8 +71,9 @@ inline std::string binary() {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = "/tmp/custos-e2e-XXXXXX";
+  // Under `base`: /tmp by default.
+  explicit TempDir(std::string const& base = "/tmp") {
+    std::string tmpl = base + "/custos-e2e-XXXXXX";
     char* p = ::mkdtemp(tmpl.data());
     if (p == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = p;
@@ -316,11 +317,13 @@ struct DaemonOptions {
   std::vector<std::string> wrapper;
 };
 
-// One `custos daemon` child with its own state dir and socket.
+// One `custos daemon` child with its own state dir and socket. The state dir is outside /tmp and
+// outside tmp(): the tests' workspaces are /tmp and directories under tmp(), and a workspace
+// containing the daemon's state directory is refused (workspace.state_dir).
 class Daemon {
  public:
   explicit Daemon(DaemonOptions opts = {}) : opts_(std::move(opts)) {
-    state_ = dir_.path() / "state";
+    state_ = state_dir_.path() / "state";
     socket_ = state_ / "custos.sock";
     if (opts_.use_cgroup && fs::exists("/sys/fs/cgroup/unified/cgroup.procs")) {
       cgroup_ = "/sys/fs/cgroup/unified/custos-test-e2e-" + unique_suffix();
@@ -448,6 +451,7 @@ class Daemon {
  private:
   DaemonOptions opts_;
   TempDir dir_;
+  TempDir state_dir_{"/var/tmp"};
   fs::path state_;
   fs::path socket_;
   std::string cgroup_;

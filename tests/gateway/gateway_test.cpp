@@ -203,7 +203,7 @@ TEST_F(GatewayTest, EveryRefusalHasNoEffect) {
        },
        Errc::auth_executable},
       {"workspace",
-       [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) { p.workspace.root = "/tmp"; },
+       [](GatewayTest&, core::ExecutionPlan& p, AuthorityClaim&) { p.workspace.root = "/var/tmp"; },
        Errc::auth_workspace},
       {"env_literal", [](GatewayTest&, core::ExecutionPlan&, AuthorityClaim&) {},
        Errc::auth_env_literal},

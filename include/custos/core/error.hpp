@@ -82,6 +82,7 @@ enum class Errc : std::uint16_t {
   workspace_escape = 3008,
   identity_mismatch = 3009,
   cleanup_unconfirmed = 3010,
+  workspace_state_dir = 3011,  // the workspace is, or contains, the daemon's state directory
 
   // 4xxx — registry and recovery
   registry_open_failed = 4000,

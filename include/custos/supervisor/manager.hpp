@@ -31,6 +31,7 @@
 #include "custos/supervisor/ownership_sink.hpp"
 #include "custos/supervisor/types.hpp"
 #include "custos/sys/cgroup.hpp"
+#include "custos/sys/dir_chain.hpp"
 #include "custos/sys/procfs.hpp"
 
 namespace custos::supervisor {
@@ -61,6 +62,16 @@ class ExecutionManager {
   // launch the manager will attempt (everything runs on the loop thread: nothing changes between
   // the two calls), and start_async() calls it again right before anything is created.
   [[nodiscard]] Result<> admit(LaunchRequest const& request) const;
+  // The plan's workspace and cwd against this host, for every backend whose paths are the
+  // host's (native, reference; a container's are the container's): workspace_state_dir when the
+  // workspace is the daemon's state directory (ManagerConfig::state_dir, when given) or contains
+  // it, by device and inode of the state directory and of every directory above it, and by
+  // resolved path; workspace_escape when the cwd resolves outside the workspace
+  // (openat2 RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS from the workspace root: `..` or a symlink
+  // leading out, a magic link). Each with its diagnostic (/plan/workspace/root, /plan/cwd). A
+  // workspace or cwd that does not exist passes: the launch fails at its step (spawn_failed),
+  // resolving the cwd beneath the workspace again there. admit() runs it; exec.check calls it.
+  [[nodiscard]] Result<> check_workspace(core::ExecutionPlan const& plan) const;
   // The backends this daemon serves, for host.info and doctor.
   [[nodiscard]] std::vector<backend::Descriptor> backends() const;
   // What admit() decides for the plan's backend, as data (exec.check): admitted, or every
@@ -199,6 +210,11 @@ class ExecutionManager {
   std::multimap<std::string, std::uint64_t> waits_by_execution_;
   std::uint64_t next_wait_id_ = 0;
   bool shutting_down_ = false;
+  // The state directory the workspace check guards (ManagerConfig::state_dir as given; without
+  // one the manager's temporary spool root is nobody's registry and is not guarded). Its ids
+  // are read again while it does not exist yet.
+  bool guard_state_dir_ = false;
+  mutable sys::DirChain state_chain_;
   std::shared_ptr<bool> alive_;  // guards callbacks against a destroyed manager
 };
 

@@ -1,23 +1,42 @@
 // Embedded defaults and validation of the daemon configuration.
 #include "custos/daemon/config.hpp"
 
+#include <cstdlib>
+
 #include "custos/core/wire_names.hpp"
 
 namespace custos::daemon {
 
 namespace fs = std::filesystem;
 
+fs::path local_state_home(fs::path const& cwd) {
+  // XDG's state home, else ~/.local/state; without a home, a directory beside (not below) the
+  // working directory.
+  if (char const* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    return fs::path{xdg};
+  }
+  if (char const* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    return fs::path{home} / ".local" / "state";
+  }
+  return cwd.parent_path() / ".custos-state";
+}
+
 Result<DaemonConfig> resolve(DaemonConfig c, std::uint32_t euid, fs::path const& cwd) {
   bool const state_given = !c.state_dir.empty();
+  bool const local = euid != 0 && !state_given;
   if (!state_given) {
-    // Root without a state dir is the packaged service; everyone else gets a local directory
-    // so that a first run needs neither root nor configuration.
-    c.state_dir = euid == 0 ? fs::path{"/var/lib/custos"} : cwd / ".custos";
+    // Root without a state dir is the packaged service; everyone else gets a directory of their
+    // own so that a first run needs neither root nor configuration. Never below the working
+    // directory: that is the workspace `custos run` uses by default, and a workspace holding
+    // the state directory is refused (the registry lives outside every agent-visible one).
+    c.state_dir = euid == 0 ? fs::path{"/var/lib/custos"} : local_state_home(cwd) / "custos";
   }
   if (c.state_dir.is_relative()) c.state_dir = cwd / c.state_dir;
   if (c.socket_path.empty()) {
-    c.socket_path = (euid == 0 && !state_given) ? fs::path{"/run/custos/custos.sock"}
-                                                : c.state_dir / "custos.sock";
+    // The local default's socket is where clients started in the same directory look first.
+    c.socket_path = local                         ? cwd / ".custos" / "custos.sock"
+                    : (euid == 0 && !state_given) ? fs::path{"/run/custos/custos.sock"}
+                                                  : c.state_dir / "custos.sock";
   }
   if (c.socket_path.is_relative()) c.socket_path = cwd / c.socket_path;
   if (c.log_file.is_relative() && !c.log_file.empty()) c.log_file = cwd / c.log_file;

@@ -59,6 +59,10 @@ struct DaemonConfig {
 // otherwise (not root, or a state dir given) the state dir defaults to <cwd>/.custos and the
 // socket to <state dir>/custos.sock. Relative paths are made absolute against `cwd`.
 // Errors: daemon.config_invalid (a relative cgroup subtree, a zero limit, ...).
+// Where a non-root daemon keeps its state without --state-dir: $XDG_STATE_HOME, else
+// $HOME/.local/state, else beside the working directory (never below it).
+[[nodiscard]] std::filesystem::path local_state_home(std::filesystem::path const& cwd);
+
 [[nodiscard]] Result<DaemonConfig> resolve(DaemonConfig config, std::uint32_t euid,
                                            std::filesystem::path const& cwd);
 

@@ -379,7 +379,7 @@ TEST_F(SecretStoreTest, ConcurrentCallersSeeWholeValues) {
       }
     });
   }
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 60; ++i) {
     EXPECT_TRUE(store->set("steady", bytes(i % 2 == 0 ? "BBBBBBBB" : "AAAA")));
     EXPECT_TRUE(store->set("flicker", bytes("x")));
     EXPECT_TRUE(store->remove("flicker"));

@@ -68,7 +68,7 @@ Result<void> read_value(std::string const& name, std::string& out) {
   std::unique_ptr<NoEcho> quiet;
   if (tty) {
     fmt::print(stderr, "secret {}: ", name);
-    std::fflush(stderr);
+    static_cast<void>(std::fflush(stderr));
     quiet = std::make_unique<NoEcho>(STDIN_FILENO);
   }
   char buf[4096];

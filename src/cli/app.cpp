@@ -39,6 +39,7 @@ int run_main(int argc, char** argv) {
   add_grant(app, g);
   add_lease(app, g);
   add_quiescence(app, g);
+  add_secret(app, g);
 
   try {
     app.parse(argc, argv);

@@ -26,5 +26,6 @@ void add_doctor(CLI::App& app, Globals& g);
 void add_grant(CLI::App& app, Globals& g);       // grant add|list|show|revoke
 void add_lease(CLI::App& app, Globals& g);       // lease acquire|list|release
 void add_quiescence(CLI::App& app, Globals& g);  // holder.quiescence
+void add_secret(CLI::App& app, Globals& g);      // secret set|list|delete
 
 }  // namespace custos::cli

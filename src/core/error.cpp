@@ -128,6 +128,13 @@ constexpr ErrorRow kErrorTable[] = {
     // The request names a secret the store does not hold: an admin sets it (secret.set) or the
     // caller names another; the request as sent will never pass.
     {Errc::sandbox_secret_unknown, "sandbox.secret_unknown", Recovery::caller_correction},
+    {Errc::secret_invalid_name, "secret.invalid_name", Recovery::caller_correction},
+    {Errc::secret_too_large, "secret.too_large", Recovery::caller_correction},
+    // The name is served from systemd's credentials (read-only): change the unit, not the store.
+    {Errc::secret_read_only, "secret.read_only", Recovery::caller_correction},
+    // Someone else could have read or planted a value: the operator inspects and fixes the store;
+    // the daemon never uses it, nor repairs it silently.
+    {Errc::secret_store_unsafe, "secret.store_unsafe", Recovery::quarantine},
     {Errc::engine_unavailable, "engine.unavailable", Recovery::preparation_retry},
     {Errc::engine_failed, "engine.failed", Recovery::preparation_retry},
     {Errc::engine_container_not_found, "engine.container_not_found", Recovery::caller_correction},

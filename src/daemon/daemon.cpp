@@ -33,6 +33,7 @@
 #include "custos/rpc/dispatcher.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/rpc/server.hpp"
+#include "custos/secrets/store.hpp"
 #include "custos/supervisor/manager.hpp"
 #include "custos/supervisor/recovery.hpp"
 #include "custos/supervisor/registry_sink.hpp"
@@ -86,6 +87,7 @@ class Daemon {
     CUSTOS_TRYV(step("raise descriptor limit", [&] { return raise_fd_limit(); }));
     CUSTOS_TRYV(step("lock state dir", [&] { return lock_state(); }));
     CUSTOS_TRYV(step("open registry", [&] { return open_registry(); }));
+    CUSTOS_TRYV(step("open secret store", [&] { return open_secrets(); }));
     CUSTOS_TRYV(step("recover", [&] { return recover(); }));
     CUSTOS_TRYV(step("create subtree", [&] { return create_subtree(); }));
     CUSTOS_TRYV(step("probe host", [&] { return probe(); }));
@@ -172,6 +174,22 @@ class Daemon {
     authority_ = std::make_unique<gateway::AuthorityStore>(*authority_db_);
     spdlog::info("registry {} (schema opened at version {})", registry_->db_path().native(),
                  registry_->opened_version());
+    return ok();
+  }
+
+  // <state-dir>/secrets (created 0700 when absent; refused, never repaired, with another owner
+  // or mode: secret.store_unsafe stops the start) and, under systemd, $CREDENTIALS_DIRECTORY as
+  // a read-only second source (docs/sandbox.md, "Secrets").
+  Result<void> open_secrets() {
+    secrets::SecretStoreOptions options;
+    options.dir = config_.state_dir / "secrets";
+    if (char const* creds = std::getenv("CREDENTIALS_DIRECTORY"); creds != nullptr && *creds != 0) {
+      options.credentials_dir = creds;
+    }
+    std::string const credentials = options.credentials_dir.native();
+    secrets_ = CUSTOS_TRY(secrets::SecretStore::open(std::move(options)));
+    spdlog::info("secret store {}{}{}", secrets_->dir().native(),
+                 credentials.empty() ? "" : ", credentials from ", credentials);
     return ok();
   }
 
@@ -338,8 +356,12 @@ class Daemon {
     mc.podman_socket = config_.podman_socket;
     // Every launch goes through the gateway: it is the manager's sink and authorizes each
     // record_authorized (docs/authority.md); everything after is forwarded to the registry.
+    // The store answers sandbox.secret_unknown; it is thread-safe, as the gateway needs.
     gateway_ = std::make_unique<gateway::ExecutionGateway>(
-        io_, *authority_, gateway::GatewayOptions{registry_.get(), sink_.get()});
+        io_, *authority_,
+        gateway::GatewayOptions{
+            registry_.get(), sink_.get(),
+            [store = secrets_.get()](std::string_view ref) { return store->contains(ref); }});
     mc.sink = &gateway_->sink();
     // Becomes PR_SET_CHILD_SUBREAPER here, so orphaned descendants reparent to the daemon.
     mc.become_subreaper = true;
@@ -447,6 +469,7 @@ class Daemon {
     rpc::register_introspection(*dispatcher_);
     rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
     rpc::register_gateway_methods(*dispatcher_, *gateway_);
+    rpc::register_secret_methods(*dispatcher_, *gateway_, *secrets_);
     return ok();
   }
 
@@ -607,6 +630,7 @@ class Daemon {
   std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<gateway::RegistryDatabase> authority_db_;
   std::unique_ptr<gateway::AuthorityStore> authority_;
+  std::unique_ptr<secrets::SecretStore> secrets_;       // the gateway asks it: outlives it
   std::unique_ptr<gateway::ExecutionGateway> gateway_;  // the manager's sink: outlives it
   std::unique_ptr<supervisor::ExecutionManager> manager_;
   std::optional<rpc::Dispatcher> dispatcher_;

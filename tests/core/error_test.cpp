@@ -66,6 +66,22 @@ TEST(Errors, SandboxCodesMatchTheContract) {
   }
 }
 
+TEST(Errors, SecretStoreCodesFollowTheSandboxRange) {
+  // docs/api.md "Secrets" names these; appended after sandbox.secret_unknown, never renumbered.
+  EXPECT_EQ(errc_wire(Errc::secret_invalid_name), "secret.invalid_name");
+  EXPECT_EQ(errc_wire(Errc::secret_too_large), "secret.too_large");
+  EXPECT_EQ(errc_wire(Errc::secret_read_only), "secret.read_only");
+  EXPECT_EQ(errc_wire(Errc::secret_store_unsafe), "secret.store_unsafe");
+  EXPECT_EQ(static_cast<int>(Errc::secret_invalid_name), 7006);
+  EXPECT_EQ(static_cast<int>(Errc::secret_too_large), 7007);
+  EXPECT_EQ(static_cast<int>(Errc::secret_read_only), 7008);
+  EXPECT_EQ(static_cast<int>(Errc::secret_store_unsafe), 7009);
+  for (auto c : {Errc::secret_invalid_name, Errc::secret_too_large, Errc::secret_read_only}) {
+    EXPECT_EQ(Error(c).recovery(), Recovery::caller_correction) << errc_wire(c);
+  }
+  EXPECT_EQ(Error(Errc::secret_store_unsafe).recovery(), Recovery::quarantine);
+}
+
 TEST(Errors, RecoveryClasses) {
   EXPECT_EQ(Error(Errc::plan_invalid_cwd).recovery(), Recovery::caller_correction);
   EXPECT_EQ(Error(Errc::auth_stale_epoch).recovery(), Recovery::reauthorize);

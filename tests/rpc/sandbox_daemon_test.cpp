@@ -211,7 +211,7 @@ TEST_F(DaemonSandbox, AGrantsContractIsStoredAndAppliedBeforeTheClaim) {
        "/plan/sandbox/network/outbound"},
       {json::parse(R"({"network": {"outbound": {"tcp_connect": [443, 22]}}})"),
        "sandbox.undeclared", "/plan/sandbox/network/outbound/tcp_connect/1"},
-      // Declared, but this daemon has no secret store: the ref is unknown.
+      // Declared, but the store holds no secret of that name: the ref is unknown.
       {json::parse(R"({"secrets": [{"ref": "db", "to": {"env": "DB"}}]})"),
        "sandbox.secret_unknown", "/plan/sandbox/secrets/0/ref"},
   };

@@ -145,6 +145,11 @@ enum class Errc : std::uint16_t {
   sandbox_denied = 7003,
   sandbox_required = 7004,        // the grant has a contract and the plan has no sandbox
   sandbox_secret_unknown = 7005,  // a secret ref the secret store does not hold
+  secret_invalid_name = 7006,     // a secret name is not 1-128 of [A-Za-z0-9_.-], first alnum
+  secret_too_large = 7007,        // a secret value beyond the store's bound (docs/api.md)
+  secret_read_only = 7008,        // the secret comes from $CREDENTIALS_DIRECTORY: not deletable
+  secret_store_unsafe = 7009,     // the store's directory or a file in it has the wrong owner,
+                                  // mode or type: the store is refused, never repaired
 
   // 8xxx — container engines (docs/engines.md)
   engine_unavailable = 8000,  // no socket, no answer within the deadline, connection lost

@@ -20,6 +20,9 @@ class ExecutionGateway;
 namespace custos::registry {
 class Registry;
 }
+namespace custos::secrets {
+class SecretStore;
+}
 
 namespace custos::rpc {
 
@@ -49,6 +52,12 @@ void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
 // the caller that started the execution (admins as before) and exec.list to every caller (its
 // own executions; admins all). `gw` must outlive the connections.
 void register_gateway_methods(Dispatcher& d, gateway::ExecutionGateway& gw);
+
+// secret.set, secret.list, secret.delete (docs/api.md, "Secrets"): admins only, as decided by
+// the gateway (configured admins and admin principals). `gw` and `store` must outlive the
+// connections.
+void register_secret_methods(Dispatcher& d, gateway::ExecutionGateway& gw,
+                             secrets::SecretStore& store);
 
 // Methods of docs/api.md this build does not serve yet (callers get -32601). Empty since the
 // gateway issue registered authority.*, lease.* and holder.quiescence.

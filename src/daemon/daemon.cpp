@@ -354,6 +354,13 @@ class Daemon {
     mc.state_dir = config_.state_dir;
     mc.docker_socket = config_.docker_socket;
     mc.podman_socket = config_.podman_socket;
+    // A sandbox's secrets are read at spawn, on the loop thread; the value goes into the
+    // execution only (docs/sandbox.md, "Secrets"): never a record, an event, a log or an error.
+    mc.read_secret = [store = secrets_.get()](std::string_view ref) -> Result<std::string> {
+      auto value = CUSTOS_TRY(store->read(ref));
+      auto const bytes = value.bytes();
+      return std::string(reinterpret_cast<char const*>(bytes.data()), bytes.size());
+    };
     // Every launch goes through the gateway: it is the manager's sink and authorizes each
     // record_authorized (docs/authority.md); everything after is forwarded to the registry.
     // The store answers sandbox.secret_unknown; it is thread-safe, as the gateway needs.

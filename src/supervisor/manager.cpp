@@ -70,6 +70,7 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   native.nsdelegate = config_.nsdelegate;
   native.marker_sweep_rounds = config_.marker_sweep_rounds;
   native.disk_walk_max_entries = config_.disk_walk_max_entries;
+  native.read_secret = config_.read_secret;
   auto n = std::make_unique<backend::NativeBackend>(io_, std::move(native));
   native_ = n.get();
   config_.nsdelegate = native_->config().nsdelegate;

@@ -203,6 +203,9 @@ struct ManagerConfig {
   // The engine sockets a docker / podman plan uses when it names none (docs/containers.md).
   std::string docker_socket = "/var/run/docker.sock";
   std::string podman_socket = "/run/podman/podman.sock";
+  // A secret's value by ref, for the native backend to deliver a sandbox's secrets at spawn
+  // (backend::NativeConfig::read_secret); empty: no store.
+  std::function<Result<std::string>(std::string_view ref)> read_secret;
   // Every engine call's deadline (and the bound on a gated exec's arrival).
   std::chrono::milliseconds engine_timeout{10000};
 };

@@ -71,6 +71,11 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   native.marker_sweep_rounds = config_.marker_sweep_rounds;
   native.disk_walk_max_entries = config_.disk_walk_max_entries;
   native.read_secret = config_.read_secret;
+  if (guard_state_dir_) {
+    // This daemon's instance: its state directory (locked, so one daemon at a time), hashed.
+    native.instance =
+        "d" + std::to_string(std::hash<std::string>{}(config_.state_dir.lexically_normal().native()));
+  }
   auto n = std::make_unique<backend::NativeBackend>(io_, std::move(native));
   native_ = n.get();
   config_.nsdelegate = native_->config().nsdelegate;

@@ -162,6 +162,8 @@ TEST_F(SandboxLinux, ReadOutsideTheListedPathsFailsAndRevealsNothing) {
   EXPECT_NE(r.out.find("/home False"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/var/lib False"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("denied 2"), std::string::npos) << r.out;  // ENOENT: nothing revealed
+  // The view's own root is not listed by any rule: Landlock refuses to list it.
+  EXPECT_NE(r.out.find("root list denied 13"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ws_.native()), std::string::npos) << r.out;
   EXPECT_EQ(r.terminal.at("tree").at("cleanup").as_string(), "confirmed");
 }
@@ -440,6 +442,53 @@ TEST_F(SandboxLinux, CancellingASandboxedTreeEndsIt) {
   EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
   EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
   EXPECT_FALSE(t.at("sandbox_digest").is_null());
+}
+
+TEST_F(SandboxLinux, ASecretReachesOnlyItsChannelAndNothingElse) {
+  std::string const value = "v4lue-" + unique_suffix();
+  auto c = daemon_.client();
+  for (auto const* name : {"tok-env", "tok-file", "tok-fd"}) {
+    auto set = c.call(1, "secret.set",
+                      {{"name", name},
+                       {"value_b64", core::base64_encode(std::string{name} + ":" + value)}});
+    ASSERT_TRUE(set && set->contains("result")) << (set ? json::serialize(*set) : "");
+  }
+  json::array secrets{
+      json::object{{"ref", "tok-env"}, {"to", json::object{{"env", "TOKEN"}}}},
+      json::object{{"ref", "tok-file"}, {"to", json::object{{"file", "token"}}}},
+      json::object{{"ref", "tok-fd"}, {"to", json::object{{"fd", 7}}}}};
+  // The program prints each value reversed: its output is recorded, and must not hold a value.
+  auto r = run(params(py("import os\n"
+                         "print('env', os.environ.get('TOKEN')[::-1])\n"
+                         "d = os.environ['CUSTOS_SECRETS_DIR']\n"
+                         "print('file', open(os.path.join(d, 'token')).read()[::-1])\n"
+                         "print('fd', os.read(7, 4096).decode()[::-1])\n"
+                         "print('names', sorted(os.environ))\n"),
+                      sandbox({"discover", "metadata", "read"},
+                              json::object{{"secrets", std::move(secrets)}})));
+  EXPECT_EQ(r.terminal.at("classification").as_string(), "exited") << json::serialize(r.terminal)
+                                                                    << r.err;
+  auto reversed = [&](std::string x) {
+    std::reverse(x.begin(), x.end());
+    return x;
+  };
+  EXPECT_NE(r.out.find("env " + reversed("tok-env:" + value)), std::string::npos) << r.out
+                                                                                 << r.err;
+  EXPECT_NE(r.out.find("file " + reversed("tok-file:" + value)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fd " + reversed("tok-fd:" + value)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("names ['CUSTOS_SECRETS_DIR', 'TOKEN']"), std::string::npos) << r.out;
+  // Nowhere else: not in the record, the events, the registry's files or the daemon's log.
+  auto g = c.call(2, "exec.get", {{"execution_id", r.id}});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(json::serialize(*g).find(value), std::string::npos);
+  EXPECT_EQ(json::serialize(r.terminal).find(value), std::string::npos);
+  EXPECT_EQ(daemon_.log().find(value), std::string::npos);
+  for (auto const& e : fs::recursive_directory_iterator(daemon_.state())) {
+    if (!e.is_regular_file() || e.path().parent_path().filename() == "secrets") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find(value), std::string::npos) << e.path();
+  }
 }
 
 }  // namespace

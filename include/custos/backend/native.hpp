@@ -47,6 +47,10 @@ struct NativeConfig {
   // secrets); empty: no store (a plan naming a secret never gets this far: it is refused as
   // sandbox.secret_unknown when it is authorized).
   std::function<Result<std::string>(std::string_view ref)> read_secret;
+  // Names this daemon's own per-execution cgroups outside cgroup v2 (the v1 pids hierarchy's
+  // `custos/<instance>`): stable across its restarts, distinct from other daemons'. Empty: the
+  // daemon's pid.
+  std::string instance;
 };
 
 class NativeExecution;

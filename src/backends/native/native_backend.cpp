@@ -27,7 +27,8 @@ sys::MarkerSweepOptions sweeper_options(std::uint32_t rounds) {
 NativeBackend::NativeBackend(boost::asio::io_context& io, NativeConfig config)
     : io_(io),
       config_(std::move(config)),
-      sandbox_host_(std::make_unique<SandboxHost const>(probe_sandbox_host())),
+      sandbox_host_(std::make_unique<SandboxHost const>(probe_sandbox_host(
+          config_.instance.empty() ? "pid-" + std::to_string(::getpid()) : config_.instance))),
       alive_(std::make_shared<bool>(true)),
       sweeper_(sweeper_options(config_.marker_sweep_rounds)) {
   if (auto m = sys::find_cgroup2_mount()) {

@@ -1,6 +1,7 @@
 #include "native_sandbox.hpp"
 
 #include <cerrno>
+#include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
@@ -128,7 +129,7 @@ Result<sys::UniqueFd> sealed_memfd(std::string const& bytes) {
 
 // The writable v1 pids cgroup this daemon's executions get their children in: beside the
 // daemon's own pids cgroup, "custos" below it.
-std::string find_pids_v1(std::string& why) {
+std::string find_pids_v1(std::string const& instance, std::string& why) {
   std::ifstream mi("/proc/self/mountinfo");
   std::string line;
   std::string mount;
@@ -169,10 +170,22 @@ std::string find_pids_v1(std::string& why) {
       if (c == "pids") own = line.substr(b + 1);
     }
   }
-  std::string dir = mount + (own == "/" ? "" : own) + "/custos";
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  std::string const base = mount + (own == "/" ? "" : own) + "/custos";
+  std::string dir = base + "/" + instance;
+  if ((::mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) ||
+      (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
     why = "the v1 pids hierarchy is not writable (" + dir + ")";
     return {};
+  }
+  // What a previous daemon of this state directory left (it crashed before closing an
+  // execution): an empty cgroup goes; one still holding a process stays (rmdir says EBUSY)
+  // until that process is gone and this sweep runs again at the next start.
+  if (DIR* d = ::opendir(dir.c_str()); d != nullptr) {
+    while (dirent const* e = ::readdir(d)) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      (void)::rmdir((dir + "/" + e->d_name).c_str());
+    }
+    ::closedir(d);
   }
   if (::access((dir + "/cgroup.procs").c_str(), W_OK) != 0) {
     why = "the v1 pids cgroup " + dir + " is not writable";
@@ -183,7 +196,7 @@ std::string find_pids_v1(std::string& why) {
 
 }  // namespace
 
-SandboxHost probe_sandbox_host() {
+SandboxHost probe_sandbox_host(std::string const& instance) {
   SandboxHost h;
   h.landlock_abi = sys::landlock_abi();
   h.mount_api = sys::mount_api_available();
@@ -191,7 +204,7 @@ SandboxHost probe_sandbox_host() {
   // Creating namespaces takes CAP_SYS_ADMIN in the daemon's user namespace: root here.
   h.namespaces = ::geteuid() == 0 && ::access("/proc/self/ns/pid_for_children", F_OK) == 0 &&
                  ::access("/proc/self/ns/net", F_OK) == 0;
-  if (h.namespaces) h.pids_v1_parent = find_pids_v1(h.pids_v1_why);
+  if (h.namespaces) h.pids_v1_parent = find_pids_v1(instance, h.pids_v1_why);
   return h;
 }
 

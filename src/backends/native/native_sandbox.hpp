@@ -29,7 +29,10 @@ struct SandboxHost {
   std::string pids_v1_parent;  // a writable v1 pids cgroup directory for per-execution children
   std::string pids_v1_why;     // why there is none (for the descriptor)
 };
-[[nodiscard]] SandboxHost probe_sandbox_host();
+// `instance` names this daemon's own v1 pids cgroup directory below the shared one (stable across
+// its restarts, distinct from every other daemon's): what a crashed predecessor left there is
+// removed here.
+[[nodiscard]] SandboxHost probe_sandbox_host(std::string const& instance);
 
 // Adds the sandbox controls' rows to the native descriptor: hard where this host enforces them
 // (`cgroup_boundary`: the execution has a cgroup, so no marker joins its environment).

@@ -74,7 +74,8 @@ ExecutionManager::ExecutionManager(boost::asio::io_context& io, ManagerConfig co
   if (guard_state_dir_) {
     // This daemon's instance: its state directory (locked, so one daemon at a time), hashed.
     native.instance =
-        "d" + std::to_string(std::hash<std::string>{}(config_.state_dir.lexically_normal().native()));
+        "d" +
+        std::to_string(std::hash<std::string>{}(config_.state_dir.lexically_normal().native()));
   }
   auto n = std::make_unique<backend::NativeBackend>(io_, std::move(native));
   native_ = n.get();

@@ -538,7 +538,10 @@ SpawnResult<StagedChild> spawn_staged(SpawnSpec const& spec) {
   bool const clear_sighand = !g_no_clear_sighand.load(std::memory_order_relaxed);
   std::uint64_t const reset_signals =
       (g_ignored_signals.load(std::memory_order_relaxed) & kStandardSignals) | ~kStandardSignals;
-  bool reset_all = !clear_sighand;
+  // A sandbox's child resets every disposition itself: the start-over of "signal dispositions"
+  // would need a second child, and the first may already have attached the view's detached
+  // mounts, which are single-use (a second attach fails with EINVAL).
+  bool reset_all = !clear_sighand || spec.sandbox.has_value();
   c.layout.plan->reset_all = reset_all;
   c.layout.plan->reset_signals = reset_signals;
   int pidfd_raw = -1;

@@ -50,6 +50,26 @@ class SandboxLinux : public ::testing::Test {
     ws_ = work_.path() / "ws";
     fs::create_directories(ws_);
     ::chown(ws_.c_str(), kNobody, kNobody);
+    // An admin's implicit authority runs as the caller only: running as nobody takes a runner
+    // grant naming uid 65534 (docs/authority.md, "run_as").
+    auto g = daemon_.client().call(
+        2, "authority.grant",
+        {{"id", "g-sandbox"},
+         {"principal", "uid:" + std::to_string(::geteuid())},
+         {"role", "runner"},
+         {"operations", json::array{"exec.native"}},
+         {"executables", json::array{json::object{{"path", "/usr/bin"}, {"prefix", true}},
+                                     json::object{{"path", "/bin"}, {"prefix", true}}}},
+         {"workspaces",
+          json::array{json::object{
+              {"workspace_id", "w1"}, {"root", ws_.native()}, {"max_access", "writable"}}}},
+         {"environment_ids", json::array{"env1"}},
+         {"resource_ids", json::array{"res1"}},
+         {"run_as_uids", json::array{kNobody}},
+         {"literal_env", true},
+         {"budget", json::object{{"executions", 1000}}}});
+    ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "no reply");
+    epoch_ = g->at("result").at("epoch").as_int64();
   }
 
   bool hard(std::string const& control) const {
@@ -58,13 +78,29 @@ class SandboxLinux : public ::testing::Test {
 
   // exec.start params running `argv` as nobody in the workspace under `sandbox`.
   json::object params(std::vector<std::string> const& argv, json::object sandbox,
-                      json::array env = {}) const {
+                      json::array env = {}, bool writable = false) const {
     auto p = start_params(argv);
     auto& plan = p["plan"].as_object();
-    plan["workspace"] = json::object{{"root", ws_.native()}, {"access", "writable"}};
+    plan["workspace"] =
+        json::object{{"root", ws_.native()}, {"access", writable ? "writable" : "read_only"}};
     plan["user"] = json::object{{"uid", kNobody}, {"gid", kNobody}, {"groups", json::array{}}};
     plan["env"] = std::move(env);
     plan["sandbox"] = std::move(sandbox);
+    json::value lease = nullptr;
+    if (writable) {
+      // A writable workspace is used under its lease (docs/authority.md).
+      auto l = daemon_.client().call(3, "lease.acquire",
+                                     {{"workspace_id", "w1"}, {"holder_session", "s1"}});
+      EXPECT_TRUE(l && l->contains("result")) << (l ? json::serialize(*l) : "");
+      if (l && l->contains("result")) lease = l->at("result").at("lease_id");
+    }
+    // A lease moves the authority epoch on: the request names the current one.
+    std::int64_t epoch = epoch_;
+    if (auto a = daemon_.client().call(4, "authority.list", json::object{});
+        a && a->contains("result")) {
+      epoch = a->at("result").at("epoch").as_int64();
+    }
+    p["authority"] = json::object{{"epoch", epoch}, {"grant_id", "g-sandbox"}, {"lease_id", lease}};
     return p;
   }
 
@@ -116,6 +152,7 @@ class SandboxLinux : public ::testing::Test {
   TempDir work_;
   fs::path ws_;
   std::vector<std::string> hard_;
+  std::int64_t epoch_ = 0;
 };
 
 // A TCP listener on 127.0.0.1 of the host, on a port the kernel picks.
@@ -144,16 +181,17 @@ class Listener {
 
 TEST_F(SandboxLinux, ReadOutsideTheListedPathsFailsAndRevealsNothing) {
   ASSERT_TRUE(hard("filesystem.mount_namespace"));
-  auto r =
-      run(params(py("import os\n"
-                    "print(sorted(os.listdir('/')) if os.access('/', os.R_OK) else 'no-list')\n"
-                    "for p in ['/etc/passwd', '/root', '/tmp', '/home', '/var/lib']:\n"
-                    "    print(p, os.path.lexists(p))\n"
-                    "try:\n"
-                    "    open('/etc/hostname').read(); print('read')\n"
-                    "except OSError as e: print('denied', e.errno)\n"
-                    "print(os.getcwd())\n"),
-                 sandbox({"discover", "metadata", "read"})));
+  auto r = run(params(py("import os\n"
+                         "try:\n"
+                         "    print('root lists', sorted(os.listdir('/')))\n"
+                         "except OSError as e: print('root list denied', e.errno)\n"
+                         "for p in ['/etc/passwd', '/root', '/tmp', '/home', '/var/lib']:\n"
+                         "    print(p, os.path.lexists(p))\n"
+                         "try:\n"
+                         "    open('/etc/hostname').read(); print('read')\n"
+                         "except OSError as e: print('denied', e.errno)\n"
+                         "print(os.getcwd())\n"),
+                      sandbox({"discover", "metadata", "read"})));
   EXPECT_EQ(r.terminal.at("classification").as_string(), "exited")
       << json::serialize(r.terminal) << r.err;
   // The root holds only the mount points of the listed paths (and no directory of the host).
@@ -196,12 +234,13 @@ TEST_F(SandboxLinux, WriteToAReadOnlyPathFailsAndChangesNothing) {
 }
 
 TEST_F(SandboxLinux, AWritableWorkspaceIsWritableAndNothingElseIs) {
-  auto r = run(params(py("import os\n"
-                         "open('made.txt', 'w').write('hi'); print('made')\n"
-                         "try:\n"
-                         "    open('/usr/made.txt', 'w'); print('usr written')\n"
-                         "except OSError as e: print('usr denied', e.errno)\n"),
-                      sandbox({"discover", "metadata", "read", "create", "write", "remove"})));
+  auto r =
+      run(params(py("import os\n"
+                    "open('made.txt', 'w').write('hi'); print('made')\n"
+                    "try:\n"
+                    "    open('/usr/made.txt', 'w'); print('usr written')\n"
+                    "except OSError as e: print('usr denied', e.errno)\n"),
+                 sandbox({"discover", "metadata", "read", "create", "write", "remove"}), {}, true));
   EXPECT_NE(r.out.find("made"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("usr denied"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(ws_ / "made.txt"));
@@ -387,7 +426,8 @@ TEST_F(SandboxLinux, OutboundNoneHasOnlyAPrivateLoopback) {
                          "print('own loopback', s.accept()[0] is not None)\n"
                          "print('interfaces', sorted(n for _, n in socket.if_nameindex()))\n"),
                       sandbox({"discover", "metadata", "read"})));
-  EXPECT_NE(r.out.find("host unreachable"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("host unreachable"), std::string::npos)
+      << r.out << r.err << json::serialize(r.terminal);
   EXPECT_NE(r.out.find("own loopback True"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("interfaces ['lo']"), std::string::npos) << r.out;
 }
@@ -441,42 +481,47 @@ TEST_F(SandboxLinux, CancellingASandboxedTreeEndsIt) {
   auto const& t = w->at("result").as_object();
   EXPECT_EQ(t.at("classification").as_string(), "cancelled") << json::serialize(t);
   EXPECT_EQ(t.at("tree").at("cleanup").as_string(), "confirmed");
-  EXPECT_FALSE(t.at("sandbox_digest").is_null());
+  // The record is bound to the sandbox it ran under.
+  auto g = c.call(4, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result"));
+  EXPECT_EQ(g->at("result").at("sandbox_digest").as_string().subview().substr(0, 7), "sha256:");
 }
 
 TEST_F(SandboxLinux, ASecretReachesOnlyItsChannelAndNothingElse) {
   std::string const value = "v4lue-" + unique_suffix();
   auto c = daemon_.client();
   for (auto const* name : {"tok-env", "tok-file", "tok-fd"}) {
-    auto set = c.call(1, "secret.set",
-                      {{"name", name},
-                       {"value_b64", core::base64_encode(std::string{name} + ":" + value)}});
+    auto set = c.call(
+        1, "secret.set",
+        {{"name", name}, {"value_b64", core::base64_encode(std::string{name} + ":" + value)}});
     ASSERT_TRUE(set && set->contains("result")) << (set ? json::serialize(*set) : "");
   }
-  json::array secrets{
-      json::object{{"ref", "tok-env"}, {"to", json::object{{"env", "TOKEN"}}}},
-      json::object{{"ref", "tok-file"}, {"to", json::object{{"file", "token"}}}},
-      json::object{{"ref", "tok-fd"}, {"to", json::object{{"fd", 7}}}}};
+  json::array secrets{json::object{{"ref", "tok-env"}, {"to", json::object{{"env", "TOKEN"}}}},
+                      json::object{{"ref", "tok-file"}, {"to", json::object{{"file", "token"}}}},
+                      json::object{{"ref", "tok-fd"}, {"to", json::object{{"fd", 7}}}}};
   // The program prints each value reversed: its output is recorded, and must not hold a value.
-  auto r = run(params(py("import os\n"
-                         "print('env', os.environ.get('TOKEN')[::-1])\n"
-                         "d = os.environ['CUSTOS_SECRETS_DIR']\n"
-                         "print('file', open(os.path.join(d, 'token')).read()[::-1])\n"
-                         "print('fd', os.read(7, 4096).decode()[::-1])\n"
-                         "print('names', sorted(os.environ))\n"),
-                      sandbox({"discover", "metadata", "read"},
-                              json::object{{"secrets", std::move(secrets)}})));
-  EXPECT_EQ(r.terminal.at("classification").as_string(), "exited") << json::serialize(r.terminal)
-                                                                    << r.err;
+  auto r = run(
+      params(py("import os\n"
+                "print('env', os.environ.get('TOKEN')[::-1])\n"
+                "d = os.environ['CUSTOS_SECRETS_DIR']\n"
+                "print('file', open(os.path.join(d, 'token')).read()[::-1])\n"
+                "print('fd', os.read(7, 4096).decode()[::-1])\n"
+                "print('names', sorted(os.environ))\n"),
+             sandbox({"discover", "metadata", "read"},
+                     json::object{{"secrets", std::move(secrets)},
+                                  {"environment", json::object{{"allow", json::array{"LANG"}}}}}),
+             json::array{json::object{{"name", "LANG"}, {"value", "C.UTF-8"}}}));
+  EXPECT_EQ(r.terminal.at("classification").as_string(), "exited")
+      << json::serialize(r.terminal) << r.err;
   auto reversed = [&](std::string x) {
     std::reverse(x.begin(), x.end());
     return x;
   };
-  EXPECT_NE(r.out.find("env " + reversed("tok-env:" + value)), std::string::npos) << r.out
-                                                                                 << r.err;
+  EXPECT_NE(r.out.find("env " + reversed("tok-env:" + value)), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("file " + reversed("tok-file:" + value)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fd " + reversed("tok-fd:" + value)), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("names ['CUSTOS_SECRETS_DIR', 'TOKEN']"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("names ['CUSTOS_SECRETS_DIR', 'LANG', 'TOKEN']"), std::string::npos)
+      << r.out;
   // Nowhere else: not in the record, the events, the registry's files or the daemon's log.
   auto g = c.call(2, "exec.get", {{"execution_id", r.id}});
   ASSERT_TRUE(g);

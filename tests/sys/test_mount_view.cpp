@@ -191,3 +191,32 @@ TEST_F(MountViewTest, ANonRootProgramReachesANestedPathWhateverTheUmask) {
 
 }  // namespace
 }  // namespace custos::sys
+
+namespace custos::sys {
+namespace {
+
+TEST_F(MountViewTest, FilesBesideANestedPathAndAMappedDescriptor) {
+  auto paths = system();
+  paths.push_back(ViewPath{(dir_ / "w").native(), ViewPath::Kind::visible, true, true, false});
+  ViewFiles files{"/run/custos-secrets", 65534, 65534, {ViewFile{"token", "s3cr3t"}}};
+  auto view = PrivateView::build(paths, &files);
+  ASSERT_TRUE(view) << view.error().message();
+  auto memfd = make_pipe();
+  ASSERT_TRUE(memfd);
+  ASSERT_EQ(::write(memfd->second.get(), "piped", 5), 5);
+  memfd->second.reset();
+  auto spec = simple_spec("/bin/sh", {"sh", "-c", "cat /run/custos-secrets/token; echo; cat <&7"});
+  SpawnSandbox sb;
+  sb.view = &*view;
+  sb.cwd = (dir_ / "w").native();
+  sb.new_pid_namespace = true;
+  sb.fds.push_back(SpawnSandbox::FdMap{memfd->first.get(), 7});
+  spec.sandbox = sb;
+  spec.credentials = SpawnCredentials{65534, 65534, {}};
+  auto r = run_capture(std::move(spec));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "s3cr3t\npiped");
+}
+
+}  // namespace
+}  // namespace custos::sys

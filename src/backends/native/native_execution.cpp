@@ -252,7 +252,6 @@ Step<Acquired> NativeExecution::stage(LaunchContext const& ctx) {
     return std::move(*f);
   }
   auto staged = sys::spawn_staged(spawn_spec(ctx, std::get<Stdio>(stdio)));
-  if (sandbox_) sandbox_->release_launch();  // the child holds its copies now
   if (!staged) {
     undo();
     return failure(staged.error());
@@ -339,6 +338,10 @@ void NativeExecution::finish_release(sys::SpawnResult<sys::RunningChild> running
   // would never come).
   std::unique_ptr<Launching> const l = std::move(launching_);
   auto done = std::move(l->done);
+  // The child has exec'd (or failed): what only the launch needed goes now. Not earlier: the
+  // child attaches the view's detached mounts during its setup, which runs after clone3
+  // returned here (SpawnSpec::wait_for_setup is false).
+  if (sandbox_) sandbox_->release_launch();
   if (!running) {
     host_->forget_root(root_pid_, this);
     root_reaped_ = true;

@@ -172,6 +172,16 @@ std::string find_pids_v1(std::string const& instance, std::string& why) {
   }
   std::string const base = mount + (own == "/" ? "" : own) + "/custos";
   std::string dir = base + "/" + instance;
+  // Other daemons' instance directories left behind (a daemon killed, a test's state dir gone):
+  // rmdir removes only an empty one. A live daemon's may go too between its executions; it
+  // makes it again before each (prepare_sandbox).
+  if (DIR* d = ::opendir(base.c_str()); d != nullptr) {
+    while (dirent const* e = ::readdir(d)) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.' || e->d_name == instance) continue;
+      (void)::rmdir((base + "/" + e->d_name).c_str());
+    }
+    ::closedir(d);
+  }
   if ((::mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) ||
       (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)) {
     why = "the v1 pids hierarchy is not writable (" + dir + ")";
@@ -352,9 +362,14 @@ Result<PreparedSandbox> prepare_sandbox(sandbox::CheckedSandboxPlan const& check
 
   if (policy.process.descendants && !host.pids_v1_parent.empty()) {
     p.pids_dir = pids_cgroup_dir(host.pids_v1_parent, execution_id);
-    if (::mkdir(p.pids_dir.c_str(), 0755) != 0) {
-      return Error(Errc::sys_error, "mkdir " + p.pids_dir, errno);
+    // The instance directory first: another daemon's start may have swept it while empty.
+    int made = -1;
+    for (int attempt = 0; attempt < 3 && made != 0; ++attempt) {
+      (void)::mkdir(host.pids_v1_parent.c_str(), 0755);
+      made = ::mkdir(p.pids_dir.c_str(), 0755);
+      if (made != 0 && errno != ENOENT) break;
     }
+    if (made != 0) return Error(Errc::sys_error, "mkdir " + p.pids_dir, errno);
     auto fail = [&](std::string what) {
       int const err = errno;
       remove_pids_cgroup(p.pids_dir);

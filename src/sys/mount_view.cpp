@@ -33,7 +33,7 @@ struct MountAttr {
   std::uint64_t userns_fd;
 };
 
-Error sys_error(std::string what, std::string const& path, int err) {
+Error sys_error(std::string const& what, std::string const& path, int err) {
   if (err == ENOSYS) return Error(Errc::sys_unsupported, what + " (no mount API)", err);
   return Error(Errc::sys_error, what + " " + path, err);
 }
@@ -215,7 +215,199 @@ bool mount_api_available() noexcept {
   return available;
 }
 
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): one pass over the sorted paths
+namespace {
+
+// The view under construction: build() feeds it the sorted paths, then the files.
+class ViewBuilder {
+ public:
+  // What each processed path turned out to be, for the nearest-ancestor question.
+  enum class Was : std::uint8_t { visible, layer, transparent };
+
+  Result<void> start(bool root_visible) {
+    root_visible_ = root_visible;
+    if (!root_visible) {
+      root = CUSTOS_TRY(make_tmpfs("/", "0755"));
+      layers_.push_back(Layer{"/", root.get()});
+    }
+    return ok();
+  }
+
+  Result<void> add(ViewPath const& p) {
+    Nearest const n = nearest(p.path);
+    if (p.kind == ViewPath::Kind::proc) {
+      if (n.was == Was::layer) {
+        CUSTOS_TRYV(
+            make_in_layer(*n.layer, below(p.path, n.layer->prefix), Leaf::directory, {}, p.path));
+      }
+      procs.push_back(PrivateView::Proc{p.path, p.read_only});
+      done_.emplace_back(p.path, Was::transparent);
+      return ok();
+    }
+    // The host's entry at this path, reached without following a symlink.
+    UniqueFd entry;
+    struct stat st {};
+    if (p.path == "/") {
+      entry.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!entry.valid() || ::fstat(entry.get(), &st) != 0) return sys_error("open", "/", errno);
+    } else {
+      UniqueFd parent = CUSTOS_TRY(open_parent(p.path));
+      std::string const name = p.path.substr(p.path.rfind('/') + 1);
+      if (!parent.valid() || ::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (parent.valid() && errno != ENOENT) return sys_error("stat", p.path, errno);
+        done_.emplace_back(p.path, Was::transparent);  // absent on the host: absent here too
+        return ok();
+      }
+      if (S_ISLNK(st.st_mode)) return add_symlink(p, parent, name, n);
+      entry.reset(::openat(parent.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!entry.valid()) return sys_error("open", p.path, errno);
+    }
+    bool const directory = S_ISDIR(st.st_mode);
+    if (p.kind == ViewPath::Kind::hidden) return add_hidden(p, directory, n);
+    return add_visible(p, std::move(entry), directory, n);
+  }
+
+  Result<void> add_files(ViewFiles const& files) {
+    if (!valid_path(files.path) || files.path == "/") {
+      return Error(Errc::plan_invalid_value, "files path is not a place: " + files.path, EINVAL);
+    }
+    Nearest const n = nearest(files.path);
+    if (n.was == Was::visible || n.layer == nullptr) {
+      return Error(Errc::plan_invalid_value,
+                   files.path + " lies under a path the view shows from the host", EINVAL);
+    }
+    CUSTOS_TRYV(make_in_layer(*n.layer, below(files.path, n.layer->prefix), Leaf::directory, {},
+                              files.path));
+    UniqueFd dir = CUSTOS_TRY(make_tmpfs(files.path, "0500", files.uid, files.gid));
+    for (auto const& f : files.files) CUSTOS_TRYV(write_file(dir, files, f));
+    CUSTOS_TRYV(set_attrs(dir.get(), kAttrRdonly | kAttrNosuid | kAttrNodev | kAttrNoexec, false,
+                          files.path));
+    attaches.push_back(PrivateView::Attach{std::move(dir), files.path});
+    return ok();
+  }
+
+  // Nothing more is created in the tmpfs layers: they become read-only, so the program cannot
+  // make entries where the view has only mount points.
+  Result<void> finish() {
+    if (!root_visible_) CUSTOS_TRYV(set_attrs(root.get(), kAttrRdonly, false, "/"));
+    for (auto const& l : layer_fds_) {
+      CUSTOS_TRYV(set_attrs(l.get(), kAttrRdonly, false, "(hidden)"));
+    }
+    return ok();
+  }
+
+  UniqueFd root;
+  std::vector<PrivateView::Attach> attaches;
+  std::vector<PrivateView::Proc> procs;
+  std::vector<PrivateView::Opened> opened;
+
+ private:
+  struct Nearest {
+    Was was = Was::layer;
+    Layer const* layer = nullptr;
+  };
+
+  // The nearest processed ancestor that materialized: a visible clone, or a tmpfs layer (the
+  // root's when nothing else is above).
+  Nearest nearest(std::string const& path) const {
+    Nearest n{Was::layer, layers_.empty() ? nullptr : &layers_.front()};
+    for (auto it = done_.rbegin(); it != done_.rend(); ++it) {
+      if (it->second == Was::transparent || !at_or_below(path, it->first)) continue;
+      n.was = it->second;
+      if (n.was == Was::layer) {
+        n.layer = &*std::find_if(layers_.begin(), layers_.end(),
+                                 [&](Layer const& x) { return x.prefix == it->first; });
+      }
+      break;
+    }
+    return n;
+  }
+
+  Result<void> add_symlink(ViewPath const& p, UniqueFd const& parent, std::string const& name,
+                           Nearest const& n) {
+    if (n.was == Was::layer) {
+      std::string target(PATH_MAX, '\0');
+      ssize_t const len = ::readlinkat(parent.get(), name.c_str(), target.data(), target.size());
+      if (len < 0) return sys_error("readlink", p.path, errno);
+      target.resize(static_cast<std::size_t>(len));
+      CUSTOS_TRYV(
+          make_in_layer(*n.layer, below(p.path, n.layer->prefix), Leaf::symlink, target, p.path));
+    }
+    done_.emplace_back(p.path, Was::transparent);
+    return ok();
+  }
+
+  Result<void> add_hidden(ViewPath const& p, bool directory, Nearest const& n) {
+    if (n.was != Was::visible) {
+      done_.emplace_back(p.path, Was::transparent);  // nothing above it shows it anyway
+      return ok();
+    }
+    if (!directory) {
+      return Error(Errc::plan_invalid_value,
+                   "only a directory can be hidden below a visible path: " + p.path, EINVAL);
+    }
+    UniqueFd tmp = CUSTOS_TRY(make_tmpfs(p.path, "0755"));
+    layers_.push_back(Layer{p.path, tmp.get()});
+    auto dup = CUSTOS_TRY(tmp.dup());
+    layer_fds_.push_back(std::move(tmp));
+    attaches.push_back(PrivateView::Attach{std::move(dup), p.path});
+    done_.emplace_back(p.path, Was::layer);
+    return ok();
+  }
+
+  Result<void> add_visible(ViewPath const& p, UniqueFd entry, bool directory, Nearest const& n) {
+    UniqueFd clone(static_cast<int>(
+        ::syscall(SYS_open_tree, entry.get(), "",
+                  kOpenTreeClone | kOpenTreeCloexec | AT_RECURSIVE | AT_EMPTY_PATH)));
+    if (!clone.valid()) return sys_error("open_tree (clone)", p.path, errno);
+    std::uint64_t attrs = kAttrNosuid;
+    if (p.read_only) attrs |= kAttrRdonly;
+    if (p.no_exec) attrs |= kAttrNoexec;
+    if (!p.devices) attrs |= kAttrNodev;
+    CUSTOS_TRYV(set_attrs(clone.get(), attrs, true, p.path));
+    if (p.path == "/") {
+      root = std::move(clone);
+    } else {
+      if (n.was == Was::layer) {
+        CUSTOS_TRYV(make_in_layer(*n.layer, below(p.path, n.layer->prefix),
+                                  directory ? Leaf::directory : Leaf::file, {}, p.path));
+      }
+      attaches.push_back(PrivateView::Attach{std::move(clone), p.path});
+    }
+    opened.push_back(PrivateView::Opened{p.path, std::move(entry), directory});
+    done_.emplace_back(p.path, Was::visible);
+    return ok();
+  }
+
+  static Result<void> write_file(UniqueFd const& dir, ViewFiles const& files, ViewFile const& f) {
+    if (f.name.empty() || f.name == "." || f.name == ".." ||
+        f.name.find('/') != std::string::npos) {
+      return Error(Errc::plan_invalid_value, "a file name is one path component", EINVAL);
+    }
+    std::string const where = files.path + "/" + f.name;
+    UniqueFd out(::openat(dir.get(), f.name.c_str(),
+                          O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0400));
+    if (!out.valid()) return sys_error("creating the file", where, errno);
+    std::size_t off = 0;
+    while (off < f.bytes.size()) {
+      ssize_t const w = ::write(out.get(), f.bytes.data() + off, f.bytes.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return sys_error("writing the file", where, errno);
+      off += static_cast<std::size_t>(w);
+    }
+    if (::fchmod(out.get(), 0400) != 0 || ::fchown(out.get(), files.uid, files.gid) != 0) {
+      return sys_error("mode and owner of the file", where, errno);
+    }
+    return ok();
+  }
+
+  bool root_visible_ = false;
+  std::vector<UniqueFd> layer_fds_;  // every hidden tmpfs, made read-only at the end
+  std::vector<Layer> layers_;
+  std::vector<std::pair<std::string, Was>> done_;
+};
+
+}  // namespace
+
 Result<PrivateView> PrivateView::build(std::vector<ViewPath> paths, ViewFiles const* files) {
   for (auto const& p : paths) {
     if (!valid_path(p.path)) {
@@ -229,169 +421,20 @@ Result<PrivateView> PrivateView::build(std::vector<ViewPath> paths, ViewFiles co
                    EINVAL);
     }
   }
+  // Ancestors before what lies below them.
   std::sort(paths.begin(), paths.end(),
             [](ViewPath const& a, ViewPath const& b) { return a.path < b.path; });
-
+  ViewBuilder b;
+  CUSTOS_TRYV(b.start(!paths.empty() && paths.front().path == "/" &&
+                      paths.front().kind == ViewPath::Kind::visible));
+  for (auto const& p : paths) CUSTOS_TRYV(b.add(p));
+  if (files != nullptr) CUSTOS_TRYV(b.add_files(*files));
+  CUSTOS_TRYV(b.finish());
   PrivateView view;
-  std::vector<UniqueFd> layer_fds;  // every tmpfs made read-only at the end
-  std::vector<Layer> layers;
-  // What each processed path turned out to be, for the nearest-ancestor question.
-  enum class Was : std::uint8_t { visible, layer, transparent };
-  std::vector<std::pair<std::string, Was>> done;
-
-  bool const root_visible =
-      !paths.empty() && paths.front().path == "/" && paths.front().kind == ViewPath::Kind::visible;
-  if (!root_visible) {
-    view.root_ = CUSTOS_TRY(make_tmpfs("/", "0755"));
-    layers.push_back(Layer{"/", view.root_.get()});
-  }
-
-  for (auto const& p : paths) {
-    // The nearest processed ancestor that materialized: a visible clone, or a tmpfs layer.
-    Was above = Was::layer;
-    Layer const* layer = layers.empty() ? nullptr : &layers.front();
-    for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      if (it->second == Was::transparent || !at_or_below(p.path, it->first)) continue;
-      above = it->second;
-      if (above == Was::layer) {
-        auto const l = std::find_if(layers.begin(), layers.end(),
-                                    [&](Layer const& x) { return x.prefix == it->first; });
-        layer = &*l;
-      }
-      break;
-    }
-
-    if (p.kind == ViewPath::Kind::proc) {
-      if (above == Was::layer)
-        CUSTOS_TRYV(
-            make_in_layer(*layer, below(p.path, layer->prefix), Leaf::directory, {}, p.path));
-      view.procs_.push_back(Proc{p.path, p.read_only});
-      done.emplace_back(p.path, Was::transparent);
-      continue;
-    }
-
-    // The host's entry at this path, reached without following a symlink.
-    UniqueFd entry;
-    struct stat st {};
-    if (p.path == "/") {
-      entry.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!entry.valid() || ::fstat(entry.get(), &st) != 0) return sys_error("open", "/", errno);
-    } else {
-      UniqueFd parent = CUSTOS_TRY(open_parent(p.path));
-      std::string const name = p.path.substr(p.path.rfind('/') + 1);
-      if (!parent.valid() || ::fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (parent.valid() && errno != ENOENT) return sys_error("stat", p.path, errno);
-        done.emplace_back(p.path, Was::transparent);  // absent on the host: absent here too
-        continue;
-      }
-      if (S_ISLNK(st.st_mode)) {
-        if (above == Was::layer) {
-          std::string target(PATH_MAX, '\0');
-          ssize_t const n = ::readlinkat(parent.get(), name.c_str(), target.data(), target.size());
-          if (n < 0) return sys_error("readlink", p.path, errno);
-          target.resize(static_cast<std::size_t>(n));
-          CUSTOS_TRYV(
-              make_in_layer(*layer, below(p.path, layer->prefix), Leaf::symlink, target, p.path));
-        }
-        done.emplace_back(p.path, Was::transparent);
-        continue;
-      }
-      entry.reset(::openat(parent.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!entry.valid()) return sys_error("open", p.path, errno);
-    }
-    bool const directory = S_ISDIR(st.st_mode);
-
-    if (p.kind == ViewPath::Kind::hidden) {
-      if (above != Was::visible) {
-        done.emplace_back(p.path, Was::transparent);  // nothing above it shows it anyway
-        continue;
-      }
-      if (!directory) {
-        return Error(Errc::plan_invalid_value,
-                     "only a directory can be hidden below a visible path: " + p.path, EINVAL);
-      }
-      UniqueFd tmp = CUSTOS_TRY(make_tmpfs(p.path, "0755"));
-      layers.push_back(Layer{p.path, tmp.get()});
-      auto dup = CUSTOS_TRY(tmp.dup());
-      layer_fds.push_back(std::move(tmp));
-      view.attaches_.push_back(Attach{std::move(dup), p.path});
-      done.emplace_back(p.path, Was::layer);
-      continue;
-    }
-
-    UniqueFd clone(static_cast<int>(
-        ::syscall(SYS_open_tree, entry.get(), "",
-                  kOpenTreeClone | kOpenTreeCloexec | AT_RECURSIVE | AT_EMPTY_PATH)));
-    if (!clone.valid()) return sys_error("open_tree (clone)", p.path, errno);
-    std::uint64_t attrs = kAttrNosuid;
-    if (p.read_only) attrs |= kAttrRdonly;
-    if (p.no_exec) attrs |= kAttrNoexec;
-    if (!p.devices) attrs |= kAttrNodev;
-    CUSTOS_TRYV(set_attrs(clone.get(), attrs, true, p.path));
-    if (p.path == "/") {
-      view.root_ = std::move(clone);
-    } else {
-      if (above == Was::layer) {
-        CUSTOS_TRYV(make_in_layer(*layer, below(p.path, layer->prefix),
-                                  directory ? Leaf::directory : Leaf::file, {}, p.path));
-      }
-      view.attaches_.push_back(Attach{std::move(clone), p.path});
-    }
-    view.opened_.push_back(Opened{p.path, std::move(entry), directory});
-    done.emplace_back(p.path, Was::visible);
-  }
-
-  if (files != nullptr) {
-    if (!valid_path(files->path) || files->path == "/") {
-      return Error(Errc::plan_invalid_value, "files path is not a place: " + files->path, EINVAL);
-    }
-    Layer const* layer = nullptr;
-    for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      if (it->second == Was::transparent || !at_or_below(files->path, it->first)) continue;
-      if (it->second == Was::visible) {
-        return Error(Errc::plan_invalid_value,
-                     files->path + " lies under " + it->first + ", which the view shows", EINVAL);
-      }
-      layer = &*std::find_if(layers.begin(), layers.end(),
-                             [&](Layer const& x) { return x.prefix == it->first; });
-      break;
-    }
-    if (layer == nullptr && root_visible) {
-      return Error(Errc::plan_invalid_value, files->path + " lies under /, which the view shows",
-                   EINVAL);
-    }
-    if (layer == nullptr) layer = &layers.front();
-    CUSTOS_TRYV(
-        make_in_layer(*layer, below(files->path, layer->prefix), Leaf::directory, {}, files->path));
-    UniqueFd dir = CUSTOS_TRY(make_tmpfs(files->path, "0500", files->uid, files->gid));
-    for (auto const& f : files->files) {
-      if (f.name.empty() || f.name == "." || f.name == ".." ||
-          f.name.find('/') != std::string::npos) {
-        return Error(Errc::plan_invalid_value, "a file name is one path component", EINVAL);
-      }
-      UniqueFd out(::openat(dir.get(), f.name.c_str(),
-                            O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0400));
-      if (!out.valid()) return sys_error("creating the file", files->path + "/" + f.name, errno);
-      std::size_t off = 0;
-      while (off < f.bytes.size()) {
-        ssize_t const n = ::write(out.get(), f.bytes.data() + off, f.bytes.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return sys_error("writing the file", files->path + "/" + f.name, errno);
-        off += static_cast<std::size_t>(n);
-      }
-      if (::fchown(out.get(), files->uid, files->gid) != 0) {
-        return sys_error("chown of the file", files->path + "/" + f.name, errno);
-      }
-    }
-    CUSTOS_TRYV(set_attrs(dir.get(), kAttrRdonly | kAttrNosuid | kAttrNodev | kAttrNoexec, false,
-                          files->path));
-    view.attaches_.push_back(Attach{std::move(dir), files->path});
-  }
-
-  // Nothing more is created in the tmpfs layers: they become read-only, so the program cannot
-  // make entries where the view has only mount points.
-  if (!root_visible) CUSTOS_TRYV(set_attrs(view.root_.get(), kAttrRdonly, false, "/"));
-  for (auto const& l : layer_fds) CUSTOS_TRYV(set_attrs(l.get(), kAttrRdonly, false, "(hidden)"));
+  view.root_ = std::move(b.root);
+  view.attaches_ = std::move(b.attaches);
+  view.procs_ = std::move(b.procs);
+  view.opened_ = std::move(b.opened);
   return view;
 }
 

@@ -100,6 +100,59 @@ class ArenaWriter {
   char* end_;
 };
 
+// The sandbox's part of the plan (SpawnSandbox): the descriptors to place, the view's attaches
+// and procfs mounts with their targets copied into the arena, the loopback's ifreq, the /proc
+// Landlock rule, and the seccomp program.
+void write_sandbox(SpawnSandbox const& sb, PlanFds const& fds, ArenaWriter& w, ChildPlan& plan) {
+  if (!fds.fd_maps.empty()) {
+    FdMapping* const maps = w.take<FdMapping>(fds.fd_maps.size());
+    std::copy(fds.fd_maps.begin(), fds.fd_maps.end(), maps);
+    plan.fd_maps = maps;
+    plan.fd_map_count = fds.fd_maps.size();
+  }
+  plan.pids_procs_fd = fds.pids_procs;
+  if (sb.view != nullptr) {
+    plan.new_mount_ns = true;
+    plan.view_root_fd = fds.view_root;
+    ViewAttach* const attaches = w.take<ViewAttach>(fds.attaches.size() + 1);
+    for (std::size_t i = 0; i < fds.attaches.size(); ++i) {
+      attaches[i] = ViewAttach{fds.attaches[i].fd, w.copy(std::string{fds.attaches[i].target})};
+    }
+    plan.attaches = attaches;
+    plan.attach_count = fds.attaches.size();
+    auto const& procs = sb.view->procs();
+    ViewProc* const p = w.take<ViewProc>(procs.size() + 1);
+    for (std::size_t i = 0; i < procs.size(); ++i) {
+      p[i] = ViewProc{w.copy(procs[i].target),
+                      static_cast<unsigned long>(MS_NOSUID | MS_NODEV | MS_NOEXEC) |
+                          (procs[i].read_only ? static_cast<unsigned long>(MS_RDONLY) : 0UL)};
+    }
+    plan.procs = p;
+    plan.proc_count = procs.size();
+    plan.view_cwd = w.copy(sb.cwd.empty() ? std::string{"/"} : sb.cwd);
+  }
+  if (sb.new_net_namespace) {
+    auto* const ifr = new (w.take<struct ifreq>(1)) ifreq{};
+    std::memcpy(ifr->ifr_name, "lo", 3);
+    plan.loopback_ifreq = ifr;
+  }
+  plan.drop_capabilities = sb.drop_capabilities;
+  plan.no_new_privs = sb.no_new_privs;
+  plan.landlock_fd = fds.landlock;
+  if (fds.landlock >= 0 && sb.proc_landlock_access != 0 && plan.proc_count > 0) {
+    plan.proc_landlock =
+        new (w.take<LandlockPathAttr>(1)) LandlockPathAttr{sb.proc_landlock_access, -1};
+  }
+  if (!sb.seccomp.empty()) {
+    auto* const insns = w.take<BpfInsn>(sb.seccomp.size());
+    std::copy(sb.seccomp.begin(), sb.seccomp.end(), insns);
+    auto* const prog = new (w.take<struct sock_fprog>(1)) sock_fprog{};
+    prog->len = static_cast<unsigned short>(sb.seccomp.size());
+    prog->filter = reinterpret_cast<sock_filter*>(insns);
+    plan.seccomp_fprog = prog;
+  }
+}
+
 // Bytes of plan data spawn_staged writes for `spec` (an upper bound: every item padded).
 std::size_t plan_bytes(SpawnSpec const& spec) {
   std::size_t n = sizeof(ChildPlan) + 64;
@@ -224,55 +277,7 @@ Result<ChildLayout> write_plan(SpawnSpec const& spec, ChildArena& arena, PlanFds
     plan->group_count = groups.size();
   }
   plan->cwd_fd = fds.cwd;
-  if (auto const& sb = spec.sandbox) {
-    if (!fds.fd_maps.empty()) {
-      FdMapping* const maps = w.take<FdMapping>(fds.fd_maps.size());
-      std::copy(fds.fd_maps.begin(), fds.fd_maps.end(), maps);
-      plan->fd_maps = maps;
-      plan->fd_map_count = fds.fd_maps.size();
-    }
-    plan->pids_procs_fd = fds.pids_procs;
-    if (sb->view != nullptr) {
-      plan->new_mount_ns = true;
-      plan->view_root_fd = fds.view_root;
-      ViewAttach* const attaches = w.take<ViewAttach>(fds.attaches.size() + 1);
-      for (std::size_t i = 0; i < fds.attaches.size(); ++i) {
-        attaches[i] = ViewAttach{fds.attaches[i].fd, w.copy(std::string{fds.attaches[i].target})};
-      }
-      plan->attaches = attaches;
-      plan->attach_count = fds.attaches.size();
-      auto const& procs = sb->view->procs();
-      ViewProc* const p = w.take<ViewProc>(procs.size() + 1);
-      for (std::size_t i = 0; i < procs.size(); ++i) {
-        p[i] = ViewProc{w.copy(procs[i].target),
-                        static_cast<unsigned long>(MS_NOSUID | MS_NODEV | MS_NOEXEC) |
-                            (procs[i].read_only ? static_cast<unsigned long>(MS_RDONLY) : 0UL)};
-      }
-      plan->procs = p;
-      plan->proc_count = procs.size();
-      plan->view_cwd = w.copy(sb->cwd.empty() ? std::string{"/"} : sb->cwd);
-    }
-    if (sb->new_net_namespace) {
-      auto* const ifr = new (w.take<struct ifreq>(1)) ifreq{};
-      std::memcpy(ifr->ifr_name, "lo", 3);
-      plan->loopback_ifreq = ifr;
-    }
-    plan->drop_capabilities = sb->drop_capabilities;
-    plan->no_new_privs = sb->no_new_privs;
-    plan->landlock_fd = fds.landlock;
-    if (fds.landlock >= 0 && sb->proc_landlock_access != 0 && plan->proc_count > 0) {
-      plan->proc_landlock =
-          new (w.take<LandlockPathAttr>(1)) LandlockPathAttr{sb->proc_landlock_access, -1};
-    }
-    if (!sb->seccomp.empty()) {
-      auto* const insns = w.take<BpfInsn>(sb->seccomp.size());
-      std::copy(sb->seccomp.begin(), sb->seccomp.end(), insns);
-      auto* const prog = new (w.take<struct sock_fprog>(1)) sock_fprog{};
-      prog->len = static_cast<unsigned short>(sb->seccomp.size());
-      prog->filter = reinterpret_cast<sock_filter*>(insns);
-      plan->seccomp_fprog = prog;
-    }
-  }
+  if (spec.sandbox) write_sandbox(*spec.sandbox, fds, w, *plan);
   plan->barrier_fd = fds.channel;
   plan->error_fd = fds.channel;
   if (w.overflowed()) {

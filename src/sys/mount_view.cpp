@@ -105,6 +105,13 @@ struct Layer {
   int fd;  // the tmpfs's root (owned by the view)
 };
 
+// A directory made in a layer gets 0755 whatever the daemon's umask (0077): the view's
+// directories above a listed path are what a non-root program walks through to reach it.
+int make_dir(int dirfd, char const* name) {
+  if (::mkdirat(dirfd, name, 0755) != 0) return -1;
+  return ::fchmodat(dirfd, name, 0755, 0);
+}
+
 // Creates `rel` (a relative path, components separated by '/') inside the layer: every
 // directory above it, then the last component as a directory, an empty file, or a symlink to
 // `link_target`. An existing entry of the right type is fine (two paths may share ancestors).
@@ -121,7 +128,7 @@ Result<void> make_in_layer(Layer const& layer, std::string const& rel, Leaf leaf
     if (slash == std::string::npos) {
       int r = 0;
       if (leaf == Leaf::directory) {
-        r = ::mkdirat(dir.get(), comp.c_str(), 0755);
+        r = make_dir(dir.get(), comp.c_str());
       } else if (leaf == Leaf::symlink) {
         r = ::symlinkat(link_target.c_str(), dir.get(), comp.c_str());
       } else {
@@ -132,7 +139,7 @@ Result<void> make_in_layer(Layer const& layer, std::string const& rel, Leaf leaf
       if (r != 0 && errno != EEXIST) return sys_error("creating the mount point", path, errno);
       return ok();
     }
-    if (::mkdirat(dir.get(), comp.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (make_dir(dir.get(), comp.c_str()) != 0 && errno != EEXIST) {
       return sys_error("creating a directory above", path, errno);
     }
     UniqueFd next(::openat(dir.get(), comp.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));

@@ -167,5 +167,27 @@ TEST_F(MountViewTest, FilesAppearReadOnlyForTheirOwner) {
   EXPECT_EQ(r->out, "s3cr3t\n400 65534\nrefused\n");
 }
 
+// The daemon runs with umask 0077: the directories the view makes above a listed path must
+// still let a non-root program through to it.
+TEST_F(MountViewTest, ANonRootProgramReachesANestedPathWhateverTheUmask) {
+  ASSERT_EQ(::chmod((dir_ / "w").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ / "w" / "a.txt").c_str(), 0644), 0);
+  auto paths = system();
+  paths.push_back(ViewPath{(dir_ / "w").string(), ViewPath::Kind::visible, true, true, false});
+  mode_t const old = ::umask(0077);
+  auto view = PrivateView::build(paths);
+  ::umask(old);
+  ASSERT_TRUE(view) << view.error().message();
+  auto spec = simple_spec("/bin/sh", {"sh", "-c", "cat a.txt; echo; stat -c '%a' .."});
+  SpawnSandbox sb;
+  sb.view = &*view;
+  sb.cwd = (dir_ / "w").string();
+  spec.sandbox = sb;
+  spec.credentials = SpawnCredentials{65534, 65534, {}};
+  auto r = run_capture(std::move(spec));
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->out, "alpha\n755\n");
+}
+
 }  // namespace
 }  // namespace custos::sys

@@ -79,6 +79,7 @@ std::vector<Row> memory_rows(Env const& env, Floors const& floors);
 std::vector<Row> registry_rows(Env const& env, Floors const& floors);   // bench/rows_registry.cpp
 std::vector<Row> rpc_rows(Env const& env, Floors const& floors);        // bench/rows_rpc.cpp
 std::vector<Row> gateway_rows(Env const& env, Floors const& floors);    // bench/rows_gateway.cpp
+std::vector<Row> sandbox_rows(Env const& env, Floors const& floors);    // bench/rows_sandbox.cpp
 std::vector<Row> container_rows(Env const& env, Floors const& floors);  // rows_containers.cpp
 
 // Every product row function, in table order (bench/rows.cpp).

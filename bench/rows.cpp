@@ -16,6 +16,7 @@ std::vector<RowArea> const& product_row_fns() {
       {"registry", &registry_rows},
       {"rpc", &rpc_rows},
       {"gateway", &gateway_rows},
+      {"sandbox", &sandbox_rows},
       {"containers", &container_rows},
       // Last: the output rows write gigabytes of spool that the page cache writes back for tens
       // of seconds afterwards. Run earlier, that writeback taxed every fsync of the registry and

@@ -439,9 +439,10 @@ std::vector<Row> sandbox_rows(Env const& env, Floors const& /*floors*/) {
   std::vector<double> ms_ns_nonet;
   bool ns_all_ok = true;
   bool ns_nonet_ok = true;
-  // The custos blocks come first in each round: started right after a bwrap block, the first
-  // launch of a fresh daemon that needs a mount namespace failed about half the time at the
-  // view step (EINVAL), sandboxed or not (a read-only workspace): a defect of the spawn, open.
+  // Each round: the custos variants, then bwrap and the kernel's namespace floors (the order
+  // only spreads host noise evenly; the first launch of a fresh daemon once failed at the view
+  // step when it followed a bwrap block — the spawn's start-over consumed the view's detached
+  // mounts, fixed in sys/spawn.cpp — and the blocks alternate either way).
   for (std::size_t b = 0; b < blocks && Clock::now() < env.deadline; ++b) {
     custos_block(Variant::sandboxed, sb_ok, ms_sb, sb);
     custos_block(Variant::unsandboxed, un_ok, ms_un, cost);

@@ -18,6 +18,7 @@ std::vector<std::uint64_t> EventLog::append(std::string kind, boost::json::objec
   ev.execution_id = execution_id_;
   ev.seq = next_seq_++;
   ev.plan_digest = plan_digest_;
+  ev.sandbox_digest = sandbox_digest_;
   ev.kind = std::move(kind);
   ev.fields = std::move(fields);
   ev.data = std::move(data);

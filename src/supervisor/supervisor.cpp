@@ -30,7 +30,10 @@ Supervisor::Supervisor(ExecutionManager& manager, std::string execution_id, Laun
               static_cast<std::size_t>(plan_.retained_bytes)),
       pumps_(*this),
       teardown_(*this, io_),
-      watch_(*this, io_) {}
+      watch_(*this, io_) {
+  if (request_.plan.sandbox_digest)
+    events_.set_sandbox_digest(request_.plan.sandbox_digest->to_string());
+}
 
 Supervisor::~Supervisor() {
   backend_->detach();  // no callback may reach this object any more

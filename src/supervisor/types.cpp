@@ -12,6 +12,12 @@ boost::json::object Event::to_json() const {
   o["execution_id"] = execution_id;
   o["seq"] = seq;
   o["plan_digest"] = plan_digest;
+  // Every event is bound to the sandbox it was observed under (docs/sandbox.md).
+  if (sandbox_digest.empty()) {
+    o["sandbox_digest"] = nullptr;
+  } else {
+    o["sandbox_digest"] = sandbox_digest;
+  }
   o["kind"] = kind;
   for (auto const& [k, v] : fields) o[k] = v;
   if (kind == "output") o["data_b64"] = core::base64_encode(data);

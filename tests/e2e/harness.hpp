@@ -450,7 +450,9 @@ class Daemon {
 
  private:
   DaemonOptions opts_;
-  TempDir dir_;
+  // Outside /tmp, the read-only workspace of start_params: what a test's program writes here
+  // (logs, markers) must not land in a read-only workspace.
+  TempDir dir_{"/var/tmp"};
   TempDir state_dir_{"/var/tmp"};
   fs::path state_;
   fs::path socket_;

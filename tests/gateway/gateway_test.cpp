@@ -352,7 +352,16 @@ TEST_F(GatewayTest, ReleasingTheLeaseFencesWritableExecutionsAndLeaseContention)
 TEST_F(GatewayTest, ContinuousStdinWriterSeesNothingAfterTheRevokeReturned) {
   gw_manager();
   add(spec("g1"));
-  auto const log = workspace_ / "stdin.log";
+  // Outside the workspace: the plan's is read-only (and so is the workspace for the program).
+  auto const log = std::filesystem::temp_directory_path() /
+                   ("custos-gw-stdin-" + std::to_string(::getpid()) + ".log");
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove(p, ec);
+    }
+  } const remove_log{log};
   auto st = gw_start(sh("cat > " + log.string()), claim("g1"));
   ASSERT_TRUE(st.has_value()) << st.error().message();
   Caller admin = runner();

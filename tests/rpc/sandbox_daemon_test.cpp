@@ -69,17 +69,25 @@ std::vector<std::string> strings(json::value const& v) {
 TEST_F(DaemonSandbox, ExecCheckAnswersTheSandboxDigestAndTheCompleteMissingList) {
   auto c = daemon_.client();
   // The daemon's caller is root: the sandbox must allow it (run_as_root).
+  // CPU time is only ever sampled on native: a plan that must have it enforced is refused.
   json::value const sb = json::parse(R"({"process": {"run_as_root": true},
-                                         "network": {"outbound": {"tcp_connect": [443, 80]}}})");
-  auto const params = sandboxed({"/bin/true"}, sb);
+                                         "network": {"outbound": {"tcp_connect": [443, 80]}},
+                                         "resources": {"enforce": ["cpu_ms"]}})");
+  auto params = sandboxed({"/bin/true"}, sb);
+  params.at("plan").as_object()["limits"] = json::object{{"cpu_ms", 10000}};
   auto chk = result_of(c.call(next_id_++, "exec.check", params));
   ASSERT_TRUE(chk.contains("sandbox_digest"));
   EXPECT_EQ(chk.at("sandbox_digest").as_string(), local_sandbox_digest(params));
   auto const& adm = chk.at("admission").as_object();
   EXPECT_FALSE(adm.at("admitted").as_bool());
-  // The native backend enforces no sandbox control yet: every one the plan needs is missing.
-  EXPECT_EQ(strings(adm.at("missing")), local_controls(params));
-  EXPECT_EQ(strings(chk.at("sandbox").at("controls")), local_controls(params));
+  // Every missing control is one the plan needs, cpu_ms among them.
+  auto const missing = strings(adm.at("missing"));
+  auto const needed = local_controls(params);
+  EXPECT_NE(std::find(missing.begin(), missing.end(), "resources.cpu_ms"), missing.end());
+  for (auto const& m : missing) {
+    EXPECT_NE(std::find(needed.begin(), needed.end(), m), needed.end()) << m;
+  }
+  EXPECT_EQ(strings(chk.at("sandbox").at("controls")), needed);
   EXPECT_EQ(chk.at("sandbox").at("network").at("outbound"),
             json::parse(R"({"tcp_connect": [80, 443]})"));
 
@@ -91,8 +99,9 @@ TEST_F(DaemonSandbox, ExecCheckAnswersTheSandboxDigestAndTheCompleteMissingList)
   EXPECT_NE(chk2.at("plan_digest"), chk.at("plan_digest"));
   // Lists are sets: the order of the ports changes nothing.
   auto reordered = sandboxed({"/bin/true"}, json::parse(R"({"process": {"run_as_root": true},
-      "network": {"outbound": {"tcp_connect": [80, 443, 80]}}})"));
+      "network": {"outbound": {"tcp_connect": [80, 443, 80]}}, "resources": {"enforce": ["cpu_ms"]}})"));
   reordered.at("identity") = params.at("identity");
+  reordered.at("plan").as_object()["limits"] = json::object{{"cpu_ms", 10000}};
   auto chk3 = result_of(c.call(next_id_++, "exec.check", reordered));
   EXPECT_EQ(chk3.at("sandbox_digest"), chk.at("sandbox_digest"));
   EXPECT_EQ(chk3.at("plan_digest"), chk.at("plan_digest"));
@@ -106,19 +115,24 @@ TEST_F(DaemonSandbox, ExecCheckAnswersTheSandboxDigestAndTheCompleteMissingList)
 
 TEST_F(DaemonSandbox, UnsupportedIsRefusedBeforeTheClaimAndTheActionIdStaysUnused) {
   auto c = daemon_.client();
-  auto params = sandboxed({"/bin/true"}, json::parse(R"({"process": {"run_as_root": true}})"));
+  // CPU time is only ever sampled on native: a plan that must have it enforced is refused.
+  auto params = sandboxed({"/bin/true"}, json::parse(R"({"process": {"run_as_root": true},
+                                                         "resources": {"enforce": ["cpu_ms"]}})"));
+  params.at("plan").as_object()["limits"] = json::object{{"cpu_ms", 10000}};
   auto const session = "sb-" + unique_suffix();
   params.at("identity").as_object()["session_id"] = session;
   auto r = c.call(next_id_++, "exec.start", params);
   ASSERT_TRUE(r);
   ASSERT_EQ(error_code_of(*r), "sandbox.unsupported") << json::serialize(*r);
   auto const& detail = r->at("error").at("data").at("detail");
-  EXPECT_EQ(strings(detail.at("missing")), local_controls(params));
+  auto const missing = strings(detail.at("missing"));
+  EXPECT_NE(std::find(missing.begin(), missing.end(), "resources.cpu_ms"), missing.end());
   EXPECT_EQ(r->at("error").at("data").at("recovery").as_string(), "caller_correction");
   EXPECT_EQ(executions_of_session(c, session), 0U);
   // The very same identity, unsandboxed: the (action, process) claim was never consumed.
   auto plain = params;
   plain.at("plan").as_object().erase("sandbox");
+  plain.at("plan").as_object().erase("limits");
   auto st = result_of(c.call(next_id_++, "exec.start", plain));
   ASSERT_TRUE(st.contains("execution_id"));
   EXPECT_TRUE(st.at("sandbox_digest").is_null());

@@ -197,15 +197,18 @@ TEST_F(SupervisorTest, MissingExecutableIsSpawnFailedNot127) {
             Errc::exec_not_running);
 }
 
-TEST_F(SupervisorTest, CwdEscapeIsSpawnFailed) {
+TEST_F(SupervisorTest, CwdEscapeIsRefusedBeforeAnyRecord) {
+  // Resolved beneath the workspace when the start is admitted (docs/sandbox.md, "Workspace,
+  // working directory and state directory"): refused, nothing recorded, no process. The spawn
+  // resolves it again (SpawnTest.CwdIsResolvedBeneathTheWorkspace).
   manager();
   std::filesystem::create_symlink("/", workspace_ / "out");
   auto p = plan({"/bin/true"});
   p.cwd = "out";
-  auto st = start(p);
-  auto rec = terminal(st.execution_id);
-  ASSERT_TRUE(rec);
-  EXPECT_EQ(rec->classification, core::Classification::spawn_failed);
+  auto r = start_with_test_permit(*manager_, request(std::move(p)));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, Errc::workspace_escape);
+  EXPECT_TRUE(manager_->list(ListFilter{}).empty());
 }
 
 TEST_F(SupervisorTest, CwdResolvedBeneathWorkspace) {

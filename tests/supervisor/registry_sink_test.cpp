@@ -566,7 +566,9 @@ TEST_F(RegistrySinkTest, AFailedFsyncEndsTheEventLoopLaunchBeforeTheTargetRuns) 
   custos::testing::ScopedFailpoint const failpoint{"flusher_fsync_fails"};
   looped();
   auto const ran = workspace_ / "ran";
-  auto const answer = launch_async(request(sh("touch " + ran.string())));
+  auto touch = sh("touch " + ran.string());
+  touch.workspace.access = core::WorkspaceAccess::writable;  // a read-only one is read-only
+  auto const answer = launch_async(request(std::move(touch)));
   ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
   ASSERT_TRUE(answer->value()) << answer->value().error().message();
   StartResult const& st = *answer->value();
@@ -593,7 +595,9 @@ TEST_F(RegistrySinkTest, TheEventLoopLaunchRunsTheTargetOnlyAfterTheFsync) {
   looped();
   auto const ran = workspace_ / "ran";
   auto const submitted = std::filesystem::file_time_type::clock::now();
-  auto const answer = launch_async(request(sh("touch " + ran.string())));
+  auto touch = sh("touch " + ran.string());
+  touch.workspace.access = core::WorkspaceAccess::writable;  // a read-only one is read-only
+  auto const answer = launch_async(request(std::move(touch)));
   ASSERT_TRUE(drive([&] { return answer->has_value(); }, 20s));
   ASSERT_TRUE(answer->value()) << answer->value().error().message();
   auto rec = terminal(answer->value()->execution_id);

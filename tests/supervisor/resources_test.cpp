@@ -47,6 +47,7 @@ TEST_F(SupervisorTest, WorkspaceDiskGrowthOverrunCancels) {
     std::fclose(f);
   }
   auto p = sh("head -c 3000000 /dev/urandom > grown.bin; sync; sleep 100");
+  p.workspace.access = core::WorkspaceAccess::writable;  // a read-only one is read-only
   p.limits.disk_bytes = 1000000;
   auto st = start(p);
   auto rec = terminal(st.execution_id, 30s);

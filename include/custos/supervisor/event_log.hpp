@@ -25,6 +25,8 @@ class EventLog {
 
   EventLog(std::string execution_id, std::string plan_digest, std::size_t max_events,
            std::size_t max_data_bytes);
+  // The checked sandbox plan's digest every event carries from now on (empty: none).
+  void set_sandbox_digest(std::string digest) { sandbox_digest_ = std::move(digest); }
 
   // Numbers, retains and delivers an event. Returns the ids of subscribers whose sink returned
   // false; they are already removed.
@@ -56,6 +58,7 @@ class EventLog {
 
   std::string execution_id_;
   std::string plan_digest_;
+  std::string sandbox_digest_;
   std::size_t max_events_;
   std::size_t max_data_bytes_;
   std::uint64_t next_seq_ = 1;

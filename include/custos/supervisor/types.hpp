@@ -97,12 +97,13 @@ struct Event {
   std::string execution_id;
   std::uint64_t seq = 0;  // strictly increasing per execution from 1, no gaps
   std::string plan_digest;
+  std::string sandbox_digest;  // the checked sandbox plan's; empty (null on the wire): none
   std::string kind;
   boost::json::object fields;      // kind-specific fields (stream, offset, trigger, exit, ...)
   std::vector<std::uint8_t> data;  // raw bytes of an `output` event (base64 only in to_json)
 
-  // The `exec.event` params minus `subscription`: execution_id, seq, plan_digest, kind, the
-  // fields, and `data_b64` for output events.
+  // The `exec.event` params minus `subscription`: execution_id, seq, plan_digest,
+  // sandbox_digest, kind, the fields, and `data_b64` for output events.
   [[nodiscard]] boost::json::object to_json() const;
 };
 

@@ -421,11 +421,9 @@ void PreparedSandbox::release_launch() noexcept {
   landlock.reset();
   pids_procs.reset();
   secret_fds.clear();
-  bool const kills = kills_on_process_creation;
   for (auto& e : env_secrets) std::fill(e.begin(), e.end(), '\0');
   env_secrets.clear();
   spawn = sys::SpawnSandbox{};
-  kills_on_process_creation = kills;
 }
 
 void remove_pids_cgroup(std::string const& dir) noexcept {

@@ -35,6 +35,7 @@
 
 #include "common.hpp"
 #include "exit_codes.hpp"
+#include "run_progress.hpp"
 #include "run_sandbox.hpp"
 
 extern char** environ;
@@ -52,7 +53,9 @@ struct RunFlags {
   std::string workspace;
   std::vector<std::string> env;
   double timeout_s = 0;
+  std::optional<double> grace_s;  // --grace: escalation.grace_ms (the plan's default otherwise)
   bool pty = false;
+  bool progress = false;  // --progress: a live status line on a terminal
   bool clean_env = false;
   bool read_only = false;
   // Authority and identity (docs/authority.md). Defaults suit one user on one machine: no grant
@@ -249,6 +252,10 @@ Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) 
     plan["backend"] = std::move(backend);
   }
   if (sandbox) plan["sandbox"] = std::move(*sandbox);
+  if (f.grace_s) {
+    plan["escalation"] =
+        json::object{{"grace_ms", static_cast<std::uint64_t>(std::max(0.0, *f.grace_s) * 1000.0)}};
+  }
   if (f.timeout_s > 0) {
     auto const ms = static_cast<std::uint64_t>(f.timeout_s * 1000.0);
     plan["limits"] = json::object{{"wall_ms", ms == 0 ? 1 : ms}};
@@ -332,7 +339,7 @@ bool write_all(int fd, std::vector<std::uint8_t> const& data) {
 
 class Runner {
  public:
-  Runner(Globals& g, RunFlags const& f) : g_(g), f_(f) {}
+  Runner(Globals& g, RunFlags const& f) : g_(g), f_(f), progress_(f.progress) {}
 
   int run() {
     std::optional<winsize> ws;
@@ -388,7 +395,6 @@ class Runner {
 
   int loop() {
     InputState input;
-    bool cancel_sent = false;
     std::optional<json::value> terminal;
 
     for (;;) {
@@ -409,7 +415,14 @@ class Runner {
           {client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
       bool const want_stdin = input.stdin_open && input.pending.empty() && !input.eof_pending;
       if (want_stdin) fds[2].events = POLLIN;
-      int timeout = -1;
+      auto const now = ProgressLine::Clock::now();
+      if (!terminal && progress_.sample_due(now)) {
+        if (auto sent = client_->send("exec.get", {{"execution_id", id_}})) {
+          progress_.sample_sent(*sent, now);
+        }
+      }
+      progress_.tick(now, out_bytes());
+      int timeout = progress_.wait_ms(now);
       if (terminal) timeout = 200;
       if (!client_->has_queued()) {
         int const r = ::poll(fds, want_stdin ? 3 : 2, timeout);
@@ -417,7 +430,7 @@ class Runner {
         if (r == 0 && terminal) break;  // terminal seen and the stream went quiet
       }
 
-      if ((fds[1].revents & POLLIN) != 0) on_signal(cancel_sent);
+      if ((fds[1].revents & POLLIN) != 0) on_signal();
 
       if (want_stdin && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
         std::uint8_t buf[65536];
@@ -450,16 +463,19 @@ class Runner {
         std::uint64_t rid = 0;
         if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
         if (input.inflight && rid == *input.inflight) on_input_answer(m, input);
+        (void)progress_.on_answer(rid, m);
       }
     }
+    progress_.hide();
     raw_.restore();
     if (!terminal) return finish_error(Error{Errc::internal, "no terminal result"});
     if (g_.json) fmt::print("{}\n", json::serialize(*terminal));
     return exit_code_for(*terminal);
   }
 
-  // A signal to the CLI: SIGWINCH resizes the pty; any other asks (once) for a cancel.
-  void on_signal(bool& cancel_sent) {
+  // A signal to the CLI: SIGWINCH resizes the pty; any other asks for a cancel, and a second one
+  // forces it (the rest of the grace is skipped: the tree is killed now).
+  void on_signal() {
     int const sig = signals_.read_one();
     if (sig == SIGWINCH && f_.pty) {
       winsize w{};
@@ -467,10 +483,18 @@ class Runner {
         (void)client_->send("exec.resize",
                             {{"execution_id", id_}, {"rows", w.ws_row}, {"cols", w.ws_col}});
       }
-    } else if (sig != 0 && sig != SIGWINCH && !cancel_sent) {
-      cancel_sent = true;
-      (void)client_->send("exec.cancel", {{"execution_id", id_},
-                                          {"reason", "custos run: signal " + std::to_string(sig)}});
+    } else if (sig != 0 && sig != SIGWINCH && cancels_ < 2) {
+      ++cancels_;
+      json::object p{{"execution_id", id_},
+                     {"reason", "custos run: signal " + std::to_string(sig)}};
+      if (cancels_ == 2) p["force"] = true;
+      (void)client_->send("exec.cancel", std::move(p));
+      if (::isatty(STDERR_FILENO) == 1) {
+        progress_.hide();
+        fmt::print(
+            stderr, "{}\n",
+            cancels_ == 1 ? "custos: cancelling (again to kill now)" : "custos: killing now");
+      }
     }
   }
 
@@ -518,6 +542,7 @@ class Runner {
       if (!r || !r->is_object()) return;
       auto data = core::base64_decode(str_field(r->get_object(), "data_b64"));
       if (!data || data->empty()) return;
+      progress_.hide();
       (void)write_all(fd, *data);
       done += data->size();
     }
@@ -569,6 +594,7 @@ class Runner {
       if (offset + data->size() <= done) return false;  // already written (replay overlap)
       auto const skip = static_cast<std::ptrdiff_t>(done > offset ? done - offset : 0);
       std::vector<std::uint8_t> const rest(data->begin() + skip, data->end());
+      progress_.hide();
       (void)write_all(stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, rest);
       done = offset + data->size();
       return false;
@@ -609,7 +635,14 @@ class Runner {
     return kExitRefused;
   }
 
+  [[nodiscard]] std::uint64_t out_bytes() const {
+    std::uint64_t n = 0;
+    for (auto const& [stream, bytes] : written_) n += bytes;
+    return n;
+  }
+
   int finish_error(Error const& e) {
+    progress_.hide();
     raw_.restore();
     return report(e);
   }
@@ -621,6 +654,8 @@ class Runner {
   RawTerminal raw_;
   SignalFd signals_;
   std::map<std::string, std::uint64_t> written_;  // bytes written per stream
+  ProgressLine progress_;
+  int cancels_ = 0;  // exec.cancel requests sent: the second one forces
   std::size_t inflight_len_ = 0;
   bool inflight_eof_ = false;
 };
@@ -639,7 +674,13 @@ void add_run(CLI::App& app, Globals& g) {
                   "NAME (inherit the daemon's value) or NAME=VALUE (literal); repeatable")
       ->allow_extra_args(false);
   sub->add_option("--timeout", flags->timeout_s, "Wall-clock limit in seconds (exit 124 when hit)");
+  sub->add_option("--grace", flags->grace_s,
+                  "Seconds a cancel waits after the graceful signal before killing the tree "
+                  "(default 2; a second Ctrl-C kills at once)")
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_flag("--pty", flags->pty, "Run in a pseudo-terminal; local terminal goes raw");
+  sub->add_flag("--progress", flags->progress,
+                "On a terminal, a live status line on stderr: elapsed, bytes out, processes");
   sub->add_flag("--clean-env", flags->clean_env,
                 "Do not inherit PATH HOME USER LOGNAME LANG TERM by default");
   sub->add_flag("--read-only", flags->read_only,

@@ -328,8 +328,9 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
 
   d.add("exec.cancel", Access::admin,
         [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
-          Params in(p, {"execution_id", "reason"});
+          Params in(p, {"execution_id", "reason", "force"});
           auto const id = in.required_string("execution_id");
+          bool const force = in.optional_bool("force");
           std::string reason = "exec.cancel";
           if (auto const given = in.optional_string("reason")) {
             if (auto cut = bounded_reason(*given)) {
@@ -339,12 +340,12 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
             }
           }
           if (auto e = std::move(in).error()) return reply(std::move(*e));
-          auto r = m.cancel(id, core::Trigger::user, std::move(reason));
+          auto r = m.cancel(id, core::Trigger::user, std::move(reason), force);
           if (!r) return reply(r.error());
           json::value trigger = nullptr;
           if (r->trigger) trigger = json::string{core::trigger_wire(*r->trigger)};
-          reply(json::value(
-              json::object{{"accepted", r->accepted}, {"trigger", std::move(trigger)}}));
+          reply(json::value(json::object{
+              {"accepted", r->accepted}, {"trigger", std::move(trigger)}, {"forced", r->forced}}));
         });
 
   d.add("exec.input", Access::admin,

@@ -439,10 +439,11 @@ void ExecutionManager::answer_all_waits(Error const& error) {
 }
 
 Result<CancelResult> ExecutionManager::cancel(std::string const& execution_id,
-                                              core::Trigger trigger, std::string reason) {
+                                              core::Trigger trigger, std::string reason,
+                                              bool force) {
   auto sup = find(execution_id);
   if (!sup) return Error(Errc::exec_not_found, execution_id);
-  return sup->cancel(trigger, std::move(reason));
+  return sup->cancel(trigger, std::move(reason), force);
 }
 
 Result<std::uint64_t> ExecutionManager::input(std::string const& execution_id,

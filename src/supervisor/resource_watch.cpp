@@ -91,6 +91,7 @@ void ResourceWatch::arm_sampler() {
 void ResourceWatch::sample() {
   Supervisor& s = *owner_;
   auto const u = s.backend_->sample();
+  last_ = u;
   peak(cpu_ms_, u.cpu_ms);
   peak(rss_peak_, u.rss_bytes);
   peak(procs_peak_, u.processes);

@@ -42,6 +42,8 @@ class ResourceWatch {
   [[nodiscard]] std::chrono::system_clock::time_point started_wall() const noexcept {
     return started_wall_;
   }
+  // The latest sample of the live tree (none before the first, or once the tree is done).
+  [[nodiscard]] std::optional<backend::Usage> const& last_sample() const noexcept { return last_; }
 
  private:
   void arm_deadline();
@@ -63,6 +65,7 @@ class ResourceWatch {
   bool pids_hard_ = false;
   bool descriptors_hard_ = true;
   bool stopped_ = false;
+  std::optional<backend::Usage> last_;
   // Peaks.
   std::optional<std::uint64_t> cpu_ms_;
   std::optional<std::uint64_t> rss_peak_;

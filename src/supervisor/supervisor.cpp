@@ -115,8 +115,13 @@ void Supervisor::on_root_exit(std::optional<core::ExitStatus> status) {
 
 // ------------------------------------------------------------------------------ requests
 
-Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reason) {
-  return offer(trigger, std::move(reason));
+Result<CancelResult> Supervisor::cancel(core::Trigger trigger, std::string reason, bool force) {
+  auto res = offer(trigger, std::move(reason));
+  if (res && force && !terminal_ && !teardown_.closing()) {
+    res->forced = teardown_.force();
+    maybe_close();
+  }
+  return res;
 }
 
 Result<CancelResult> Supervisor::offer(core::Trigger trigger, std::string const& reason) {
@@ -317,6 +322,7 @@ ExecutionView Supervisor::view() const {
   v.sink_error = sink_error_;
   v.orphans_reaped = orphans_reaped_;
   if (!teardown_.cleanup_detail().empty()) v.cleanup_detail = teardown_.cleanup_detail();
+  if (!teardown_.tree_done()) v.usage = watch_.last_sample();
   return v;
 }
 

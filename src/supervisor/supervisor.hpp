@@ -79,7 +79,8 @@ class Supervisor final : public backend::ExecutionPort,
     return watch_.started_wall();
   }
 
-  [[nodiscard]] Result<CancelResult> cancel(core::Trigger trigger, std::string reason);
+  [[nodiscard]] Result<CancelResult> cancel(core::Trigger trigger, std::string reason,
+                                            bool force = false);
   [[nodiscard]] Result<std::uint64_t> input(std::span<std::uint8_t const> data, bool eof);
   [[nodiscard]] Result<> resize(std::uint16_t rows, std::uint16_t cols);
   [[nodiscard]] Result<SubscriptionHandle> subscribe(std::optional<std::uint64_t> from_seq,

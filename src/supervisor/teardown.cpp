@@ -83,7 +83,7 @@ void Teardown::perform(Action action) {
 // ------------------------------------------------------------------------------ events
 
 void Teardown::stop_requested() {
-  feed(td::StopRequested{owner_->plan_.grace_ms > 0});
+  feed(td::StopRequested{owner_->plan_.grace_ms > 0 && !skip_graceful_});
 }
 
 void Teardown::root_exited() {
@@ -109,6 +109,19 @@ void Teardown::kill_now() {
   if (state_.stage != core::TeardownStage::running) return;
   skip_graceful_ = true;
   feed(td::StopRequested{false});
+}
+
+bool Teardown::force() {
+  if (state_.stage == core::TeardownStage::graceful) {
+    // The grace ends by the caller's will instead of its timer; the timer's late completion is
+    // the reducer's no-op (grace_expired after the kill).
+    stage_timer_.cancel();
+    feed(td::GraceExpired{});
+    return true;
+  }
+  if (state_.stop_requested || state_.root_exited || skip_graceful_) return false;
+  skip_graceful_ = true;  // the stop, once it begins (the target runs), kills at once
+  return true;
 }
 
 void Teardown::tree_changed() {

@@ -35,6 +35,9 @@ class Teardown {
   // Straight to the kill, without the graceful step (an adopted execution: the previous daemon
   // was already stopping it, or its launch was never committed; supervisor/adopt.cpp).
   void kill_now();
+  // A forced cancel: the grace being waited out ends now (the kill goes out), and a stop not yet
+  // begun goes straight to the kill. Returns whether anything graceful was skipped.
+  bool force();
   void tree_changed();  // the backend saw the tree change while the kill waits
   // Every support task completed after they were cancelled: the terminal record is written.
   void maybe_close(std::size_t pending_tasks);

@@ -79,6 +79,14 @@ boost::json::object ExecutionView::to_json() const {
     else
       o["terminal"] = nullptr;
   }
+  if (usage && !terminal) {
+    auto field = [](std::optional<std::uint64_t> v) {
+      return v ? boost::json::value(*v) : boost::json::value(nullptr);
+    };
+    o["usage"] = boost::json::object{{"processes", field(usage->processes)},
+                                     {"cpu_ms", field(usage->cpu_ms)},
+                                     {"memory_bytes", field(usage->rss_bytes)}};
+  }
   if (sink_error) o["sink_error"] = *sink_error;
   o["orphans_reaped"] = orphans_reaped;
   if (cleanup_detail) o["cleanup_detail"] = *cleanup_detail;

@@ -170,50 +170,84 @@ TEST_F(Cli, DoctorWithAndWithoutDaemon) {
   EXPECT_NE(local.out.find("clone3_into_cgroup"), std::string::npos);
 }
 
-// Ctrl-C (SIGINT to the CLI) cancels the execution; the CLI exits 125.
-TEST_F(Cli, CtrlCCancels) {
+// `custos --json run <args>` in the background; once it printed "started" (the execution runs
+// and the CLI streams), `sigints` SIGINTs are sent to it, 300 ms apart. Returns its exit status
+// and everything it printed; a CLI still running after 60 s is killed and the status is -1.
+struct Interrupted {
+  int status = -1;
+  std::string out;
+};
+Interrupted interrupt_run(std::string const& sock, std::vector<std::string> const& args,
+                          int sigints) {
   int out_pipe[2];
-  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return {};
   std::string const bin = binary();
-  std::string const sock = daemon_.socket().native();
+  std::vector<std::string> full{bin, "--socket", sock, "--json", "run"};
+  full.insert(full.end(), args.begin(), args.end());
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out_pipe[1], 1);
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, 0);
-    ::execl(bin.c_str(), bin.c_str(), "--socket", sock.c_str(), "--json", "run", "--", "/bin/sh",
-            "-c", "echo started; exec sleep 60", static_cast<char*>(nullptr));
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
     ::_exit(127);
   }
   ::close(out_pipe[1]);
-  // Wait until the child printed, i.e. the execution runs and the CLI streams.
-  std::string out;
+  Interrupted r;
+  int const pidfd = pidfd_open(pid);
   char buf[4096];
-  auto const deadline = std::chrono::steady_clock::now() + 20s;
-  while (out.find("started") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{out_pipe[0], POLLIN, 0};
-    if (::poll(&p, 1, 200) > 0) {
-      ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
+  auto read_until = [&](auto done, std::chrono::steady_clock::time_point deadline) {
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_pipe[0], POLLIN, 0};
+      if (::poll(&p, 1, 200) > 0) {
+        ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
+        if (n <= 0) return true;  // the CLI closed its stdout: it is exiting
+        r.out.append(buf, static_cast<std::size_t>(n));
+      }
     }
+    return done();
+  };
+  (void)read_until([&] { return r.out.find("started") != std::string::npos; },
+                   std::chrono::steady_clock::now() + 20s);
+  bool const started = r.out.find("started") != std::string::npos;
+  for (int i = 0; started && i < sigints; ++i) {
+    if (i > 0) std::this_thread::sleep_for(300ms);
+    ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0);
   }
-  ASSERT_NE(out.find("started"), std::string::npos);
-  int pidfd = pidfd_open(pid);
-  ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0);
-  for (;;) {
-    ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
+  // Read to the end of its output (true at EOF), then it exits; past 60 s it is killed.
+  bool const eof = read_until([] { return false; }, std::chrono::steady_clock::now() + 60s);
+  pollfd p{pidfd, POLLIN, 0};
+  bool const exited = eof && ::poll(&p, 1, 10000) > 0;
+  if (!exited) ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ::close(pidfd);
   ::close(out_pipe[0]);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 125) << out;
-  EXPECT_NE(out.find("\"cancelled\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"user\""), std::string::npos) << out;
+  r.status = exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Ctrl-C (SIGINT to the CLI) cancels the execution; the CLI exits 125.
+TEST_F(Cli, CtrlCCancels) {
+  auto r = interrupt_run(daemon_.socket().native(),
+                         {"--", "/bin/sh", "-c", "echo started; exec sleep 60"}, 1);
+  EXPECT_EQ(r.status, 125) << r.out;
+  EXPECT_NE(r.out.find("\"cancelled\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"user\""), std::string::npos) << r.out;
+}
+
+// A second Ctrl-C kills at once: the program ignores the graceful signal and the grace is ten
+// minutes, yet the run ends cancelled, the kill in its escalation.
+TEST_F(Cli, SecondCtrlCKillsNow) {
+  auto r = interrupt_run(
+      daemon_.socket().native(),
+      {"--grace", "600", "--", "/bin/sh", "-c", "trap '' TERM; echo started; sleep 600 & wait"}, 2);
+  EXPECT_EQ(r.status, 125) << r.out;
+  EXPECT_NE(r.out.find("\"cancelled\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"forced\":true"), std::string::npos) << r.out;
 }
 
 // --pty through a real terminal (tmux): raw mode, window size, resize, exit code, restore.
@@ -283,6 +317,58 @@ TEST_F(Cli, PtyThroughTmux) {
   // The local terminal is back in cooked mode.
   EXPECT_NE(ss.str().find(" icanon"), std::string::npos) << ss.str();
   EXPECT_NE(ss.str().find(" echo"), std::string::npos) << ss.str();
+}
+
+// --progress on a real terminal (tmux): the status line shows elapsed time, bytes out and the
+// tree's processes while the run goes on, and is gone once it ended.
+TEST_F(Cli, ProgressLineOnATerminal) {
+  if (::system("command -v tmux >/dev/null 2>&1") != 0) GTEST_SKIP() << "tmux not installed";
+  std::string const session = "custos-e2e-" + unique_suffix();
+  fs::path const script = daemon_.tmp() / "progress.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\n"
+      << "'" << binary() << "' --socket '" << daemon_.socket().native()
+      << "' run --progress -- /bin/sh -c 'echo first; sleep 5; echo second'\n"
+      << "echo rc=$?\n"
+      << "sleep 30\n";
+  }
+  ::chmod(script.c_str(), 0755);
+  auto tmux = [&](std::string const& args) {
+    return ::system(("tmux -L " + session + " " + args + " >/dev/null 2>&1").c_str());
+  };
+  auto capture = [&] {
+    std::string out;
+    FILE* p = ::popen(("tmux -L " + session + " capture-pane -p -t " + session).c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  };
+  auto wait_for = [&](std::string const& needle, int tries) {
+    for (int i = 0; i < tries; ++i) {
+      if (capture().find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  ASSERT_EQ(tmux("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
+  struct Kill {
+    std::function<void()> f;
+    ~Kill() { f(); }
+  } kill_session{[&] { tmux("kill-server"); }};
+  ASSERT_TRUE(wait_for("first", 400)) << capture();
+  // The sampler's reading arrives within a second or two of the start.
+  ASSERT_TRUE(wait_for("processes 2", 80)) << capture();
+  std::string const live = capture();
+  EXPECT_NE(live.find("[custos] "), std::string::npos) << live;
+  EXPECT_NE(live.find("out 6 B"), std::string::npos) << live;  // "first\n"
+  ASSERT_TRUE(wait_for("rc=0", 400)) << capture();
+  std::string const done = capture();
+  EXPECT_NE(done.find("second"), std::string::npos) << done;
+  EXPECT_EQ(done.find("[custos]"), std::string::npos) << done;  // erased at the end
 }
 
 }  // namespace

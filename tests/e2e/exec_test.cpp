@@ -2,6 +2,7 @@
 // a subscriber that never reads while output floods, and both shutdown policies.
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "harness.hpp"
 
@@ -102,6 +103,64 @@ TEST_F(Executions, WaitTimeoutCancelAndResizeRefusal) {
   auto t = c.call(5, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}});
   ASSERT_TRUE(t && t->contains("result"));
   EXPECT_EQ(t->at("result").at("classification").as_string(), "cancelled");
+}
+
+// A second cancel with `force` (custos run's second Ctrl-C) ends the grace the first one began:
+// the tree that ignores the graceful signal is killed now, not after grace_ms, and the record
+// keeps the first trigger's classification with the kill in its escalation. While the tree runs
+// exec.get shows the sampler's latest reading of it.
+TEST_F(Executions, ForcedCancelSkipsTheRestOfTheGraceAndGetShowsLiveUsage) {
+  auto c = daemon_.client();
+  auto params = start_params({"/bin/sh", "-c", "trap '' TERM; echo ready; sleep 120 & wait"});
+  params["plan"].as_object()["escalation"] =
+      json::object{{"signal", "SIGTERM"}, {"grace_ms", 600000}, {"kill_after_ms", 5000}};
+  std::string const id = start(c, 1, std::move(params));
+  ASSERT_FALSE(id.empty());
+  // Ready: the trap is set. Then the sampler's reading: the shell and its sleep.
+  std::int64_t rid = 10;
+  bool ready = false;
+  std::optional<std::uint64_t> processes;
+  for (auto const deadline = std::chrono::steady_clock::now() + 20s;
+       (!ready || !processes) && std::chrono::steady_clock::now() < deadline;) {
+    auto o = c.call(rid++, "exec.output", {{"execution_id", id}, {"stream", "stdout"}});
+    ready = o && o->contains("result") && o->at("result").at("data_b64").as_string() == "cmVhZHkK";
+    auto g = c.call(rid++, "exec.get", {{"execution_id", id}});
+    ASSERT_TRUE(g && g->contains("result")) << (g ? json::serialize(*g) : "");
+    if (auto const* u = g->at("result").as_object().if_contains("usage");
+        u != nullptr && u->at("processes").is_number()) {
+      processes = u->at("processes").to_number<std::uint64_t>();
+    }
+    if (!ready || !processes) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(ready);
+  ASSERT_TRUE(processes.has_value()) << "exec.get never showed usage.processes";
+  EXPECT_GE(*processes, 1U);
+  auto x = c.call(rid++, "exec.cancel", {{"execution_id", id}});
+  ASSERT_TRUE(x && x->contains("result")) << (x ? json::serialize(*x) : "");
+  EXPECT_TRUE(x->at("result").at("accepted").as_bool());
+  EXPECT_FALSE(x->at("result").at("forced").as_bool());
+  // The graceful signal is ignored: the grace (ten minutes) is being waited out.
+  auto w = c.call(rid++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 500}});
+  ASSERT_TRUE(w);
+  EXPECT_EQ(error_code_of(*w), "exec.wait_timeout") << json::serialize(*w);
+  auto f = c.call(rid++, "exec.cancel", {{"execution_id", id}, {"force", true}});
+  ASSERT_TRUE(f && f->contains("result")) << (f ? json::serialize(*f) : "");
+  EXPECT_FALSE(f->at("result").at("accepted").as_bool());  // the first trigger stays first
+  EXPECT_TRUE(f->at("result").at("forced").as_bool());
+  auto t = c.call(rid++, "exec.wait", {{"execution_id", id}, {"timeout_ms", 20000}});
+  ASSERT_TRUE(t && t->contains("result")) << (t ? json::serialize(*t) : "");
+  auto const& r = t->at("result");
+  EXPECT_EQ(r.at("classification").as_string(), "cancelled");
+  EXPECT_TRUE(r.at("escalation").at("graceful_sent").as_bool());
+  EXPECT_TRUE(r.at("escalation").at("forced").as_bool());
+  EXPECT_EQ(r.at("tree").at("cleanup").as_string(), "confirmed");
+  // Once terminal: nothing is left to force, and the view has no live usage.
+  auto again = c.call(rid++, "exec.cancel", {{"execution_id", id}, {"force", true}});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(error_code_of(*again), "exec.not_running") << json::serialize(*again);
+  auto g = c.call(rid++, "exec.get", {{"execution_id", id}});
+  ASSERT_TRUE(g && g->contains("result"));
+  EXPECT_FALSE(g->at("result").as_object().contains("usage"));
 }
 
 TEST_F(Executions, SubscribeStreamsNumberedEventsEndingInTerminal) {

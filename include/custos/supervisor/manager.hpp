@@ -127,9 +127,11 @@ class ExecutionManager {
   void unwait(WaitHandle const& handle);
 
   // Offers a trigger (first accepted wins). accepted=false when another trigger was first or the
-  // exit was already observed. exec_not_found; exec_not_running once terminal.
+  // exit was already observed. `force`: whichever trigger was first, the stop skips what is left
+  // of the graceful step and kills the tree now (CancelResult::forced says whether that changed
+  // anything). exec_not_found; exec_not_running once terminal.
   [[nodiscard]] Result<CancelResult> cancel(std::string const& execution_id, core::Trigger trigger,
-                                            std::string reason);
+                                            std::string reason, bool force = false);
 
   // Queues stdin bytes (eof closes the write end after the queue drains). Returns the bytes
   // accepted (may be fewer than offered when the in-memory queue is nearly full; 0 when full).

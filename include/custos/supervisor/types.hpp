@@ -137,6 +137,9 @@ struct ExecutionView {
   std::optional<std::string> sink_error;      // a durable write after launch failed (see sink)
   std::uint64_t orphans_reaped = 0;           // reparented descendants reaped and attributed here
   std::optional<std::string> cleanup_detail;  // why cleanup is unconfirmed, when it is
+  // The sampler's latest reading of the live tree (what `custos run --progress` shows); none
+  // before the first sample and once the tree is done.
+  std::optional<backend::Usage> usage;
 
   [[nodiscard]] boost::json::object to_json() const;
 };
@@ -150,6 +153,9 @@ struct ListFilter {
 struct CancelResult {
   bool accepted = false;
   std::optional<core::Trigger> trigger;  // the first accepted trigger (this one or an earlier)
+  // A forced cancel cut the grace short, or made a stop not yet begun skip it; false when there
+  // was nothing graceful left to skip (the kill already went out, or the exit decided).
+  bool forced = false;
 };
 
 struct OutputSlice {

@@ -17,6 +17,7 @@ Every process, cgroup and file it creates is removed before it returns.
 """
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -438,6 +439,15 @@ def check_live(binary, probe, cm, toml_text, grace):
             rows = check_export(exporter, None, "after a SIGKILL")
             expect(len(rows) == 2 and rows[0]["execution_id"] == first[0],
                    "both terminal records survive the daemon's SIGKILL")
+            # While an exporter holds the registry's lock, a starting daemon gives up at once.
+            with open(os.path.join(daemon.state, "registry.lock")) as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                try:
+                    daemon.start(live_probe)
+                    expect(False, "a daemon starts while an exporter holds the registry's lock")
+                except RuntimeError as e:
+                    expect(daemon.proc.returncode == 1 and "registry.locked" in str(e),
+                           "a daemon started during the export exits 1 with registry.locked")
             # The reader leaves registry.db-shm beside the file; the next daemon must not mind.
             daemon.start(live_probe)
             listed = json.loads(run(cli + ["ps", "--json"]).stdout)["executions"]

@@ -188,6 +188,24 @@ describe("client.run", () => {
     assert.equal(bySignal.terminal.classification, "cancelled");
   });
 
+  it("runs in a pseudo-terminal: one stream, pty", async () => {
+    const seen = new Set<string>();
+    const chunks: Buffer[] = [];
+    const t = await client.run(["sh", "-c", "test -t 1 && echo on-a-tty"], {
+      workspace: d.workspace,
+      cwd: d.workspace,
+      pty: true,
+      onOutput: (stream, data) => {
+        seen.add(stream);
+        chunks.push(Buffer.from(data));
+      },
+    });
+    assert.equal(t.classification, "exited");
+    assert.equal(t.exit.code, 0);
+    assert.deepEqual([...seen], ["pty"]);
+    assert.equal(Buffer.concat(chunks).toString(), "on-a-tty\r\n");
+  });
+
   it("feeds input, then EOF", async () => {
     const r = await collect(["cat"], { input: "line one\nline two\n" });
     assert.equal(r.terminal.classification, "exited");

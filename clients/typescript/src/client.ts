@@ -44,7 +44,10 @@ export class Client {
   execCheck(params: T.ExecCheckParams): Promise<T.ExecCheckResult> {
     return this.call("exec.check", params);
   }
-  /** With `subscribe: true` the events follow on this connection; client.run reads them. */
+  /**
+   * With `subscribe: true` the events follow on this connection; client.run reads them. Events
+   * of a subscription nobody reads are held until close().
+   */
   execStart(params: T.ExecStartParams): Promise<T.ExecStartResult> {
     return this.call("exec.start", params);
   }
@@ -66,7 +69,7 @@ export class Client {
   execResize(params: T.ExecResizeParams): Promise<Record<string, never>> {
     return this.call("exec.resize", params);
   }
-  /** The events follow as notifications; client.events reads them. */
+  /** The events follow as notifications, held until close(); client.events reads them. */
   execSubscribe(params: T.ExecSubscribeParams): Promise<T.ExecSubscribeResult> {
     return this.call("exec.subscribe", params);
   }

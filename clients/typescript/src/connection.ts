@@ -23,6 +23,8 @@ export class Connection {
   // start's events are parsed from the same read as its answer, before the caller resumes.
   private readonly claimed = new Map<string, AsyncQueue<ExecEvent>>();
   private readonly unclaimed = new Map<string, ExecEvent[]>();
+  // Subscriptions given up before their end: their events still in flight are dropped.
+  private readonly released = new Set<string>();
   private chunks: Buffer[] = [];
   private closedWith: CustosError | null = null;
 
@@ -86,6 +88,7 @@ export class Connection {
 
   /** Stops routing `subscription`'s events (after exec.unsubscribe, or when done reading). */
   release(subscription: string): void {
+    this.released.add(subscription);
     this.claimed.get(subscription)?.end();
     this.claimed.delete(subscription);
     this.unclaimed.delete(subscription);
@@ -165,6 +168,10 @@ export class Connection {
         this.claimed.delete(sub);
         this.updateRef();
       }
+      return;
+    }
+    if (this.released.has(sub)) {
+      if (ev.kind === "terminal") this.released.delete(sub);
       return;
     }
     const held = this.unclaimed.get(sub);

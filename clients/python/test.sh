@@ -25,7 +25,7 @@ binary="$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Debian's packages, installed when missing (`python3` on PATH may be another Python without them).
-packages=(python3-setuptools python3-wheel python3-pip python3-venv python3-pytest)
+packages=(python3-setuptools python3-wheel python3-pip python3-venv python3-pytest mypy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -46,4 +46,6 @@ rm -rf "$tmp/src/build" "$tmp/src"/src/*.egg-info
 
 cd "$here"
 export PYTHONDONTWRITEBYTECODE=1
+# The package is typed for its users: its annotations must hold, for the oldest Python it supports.
+/usr/bin/python3 -m mypy --strict --python-version 3.9 --cache-dir "$tmp/mypy" src examples
 "$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests --binary "$binary" ${args[@]+"${args[@]}"}

@@ -98,7 +98,7 @@ def test_call_and_events(socket_path: str, workspace: Path) -> None:
         listed = await c.call("exec.list", limit=50)
         assert out.of("id").decode() in {e["execution_id"] for e in listed["executions"]}
         sub = await c.exec_subscribe(out.of("id").decode(), from_seq=1)
-        kinds = []
+        kinds: List[str] = []
         while not kinds or kinds[-1] != "terminal":
             event = await c.next_event(sub["subscription"], timeout=30)
             assert event is not None
@@ -135,8 +135,20 @@ def test_a_slow_reader_still_gets_every_byte_once(socket_path: str, workspace: P
             methods.append(method)
             return await real(method, params)
 
-        c._call = spy  # type: ignore[method-assign]
+        c._call = spy  # type: ignore[assignment]
         return await c.run(["cat", "big"], on_output=slow)
 
     assert arun(body, socket_path)["classification"] == "exited"
     assert b"".join(got) == data and "exec.output" in methods
+
+
+def test_close_wakes_an_event_waiter(socket_path: str, workspace: Path) -> None:
+    async def body(c: AsyncClient) -> None:
+        waiter = asyncio.ensure_future(c.next_event("no-such-subscription"))
+        await asyncio.sleep(0.1)
+        await c.close()
+        with pytest.raises(UnavailableError):
+            await asyncio.wait_for(waiter, 10)
+        assert (await c.host_info())["pid"] > 0  # a closed client connects again
+
+    arun(body, socket_path)

@@ -169,7 +169,7 @@ def test_errors_carry_code_and_recovery(client: Client) -> None:
 
 
 def test_invalid_plan_reports_every_problem(client: Client, workspace: Path) -> None:
-    identity = {k: "x" for k in ("project_id", "session_id", "run_id", "attempt_id", "turn_id",
+    identity: Dict[str, Any] = {k: "x" for k in ("project_id", "session_id", "run_id", "attempt_id", "turn_id",
                                  "action_id", "process_id", "workspace_id", "resource_id",
                                  "environment_id")}
     identity.update(generation=0, revision=0)
@@ -221,7 +221,7 @@ def test_raw_start_subscribe_and_wait(client: Client, workspace: Path) -> None:
               "plan": {"command": {"executable": "/bin/echo", "argv": ["echo", "raw"]},
                        "workspace": {"root": str(workspace)}}}
     started = client.exec_start(params["identity"], params["plan"], subscribe=True)
-    kinds = []
+    kinds: List[str] = []
     while not kinds or kinds[-1] != "terminal":
         event = client.next_event(started["subscription"], timeout=30)
         assert event is not None and event["execution_id"] == started["execution_id"]

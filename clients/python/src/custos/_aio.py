@@ -67,6 +67,7 @@ class AsyncClient(_Api[Awaitable[Any]]):
             except OSError:
                 pass
         self._fail_all(unavailable("the client was closed"))
+        await self._notify()  # next_event waiters raise it
 
     async def _connected(self) -> asyncio.StreamWriter:
         if self._connecting is None:

@@ -9,7 +9,7 @@ daemon applies its own default. tests/test_contract.py checks this file against 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Generic, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
 
 from ._plan import Authority, PathLike, authority_grant, prepare_run
 from ._run import OutputCallback, StartCallback, Steps, run_steps
@@ -253,5 +253,5 @@ class _Api(Generic[_R]):
         return self._request("secret.delete", _params(name=name))
 
 
-def _list(items: Optional[Sequence[Any]]) -> Optional[list]:
+def _list(items: Optional[Sequence[Any]]) -> Optional[List[Any]]:
     return None if items is None else list(items)

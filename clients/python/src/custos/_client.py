@@ -69,7 +69,10 @@ class Client(_Api[Any]):
     def _closed_by_peer(self, sock: socket.socket) -> bool:
         """Whether the daemon closed the connection (its idle timeout); reads what is pending."""
         try:
-            while select.select([sock], [], [], 0)[0]:
+            # Bounded: a subscription's events may keep the socket readable without end.
+            for _ in range(16):
+                if not select.select([sock], [], [], 0)[0]:
+                    break
                 data = sock.recv(1 << 20)
                 if not data:
                     return True
@@ -113,7 +116,7 @@ class Client(_Api[Any]):
         while rid not in self._responses and None not in self._responses:
             self._read(None)
         # An error the daemon could not attribute (id null) answers the request in flight.
-        return result_of(self._responses.pop(rid, None) or self._responses.pop(None))
+        return result_of(self._responses.pop(rid if rid in self._responses else None))
 
     def next_event(
         self, subscription: Optional[str] = None, *, timeout: Optional[float] = None

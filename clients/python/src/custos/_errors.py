@@ -7,7 +7,7 @@ number, so the subclasses below are chosen by the code's prefix.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Type
 
 
 class CustosError(Exception):
@@ -36,7 +36,7 @@ class CustosError(Exception):
         self.rpc_code = rpc_code
 
     @property
-    def diagnostics(self) -> list:
+    def diagnostics(self) -> List[Dict[str, Any]]:
         """`detail.diagnostics`: `[{code, pointer, message}]` for validation errors, else []."""
         found = self.detail.get("diagnostics")
         return list(found) if isinstance(found, list) else []

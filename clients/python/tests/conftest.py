@@ -102,7 +102,9 @@ class Daemon:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"custos daemon exited with {self.proc.returncode}: {self.tail()}")
+                raise RuntimeError(
+                    f"custos daemon exited with {self.proc.returncode}: {self.tail()}"
+                )
             try:
                 with Client(self.socket) as c:
                     c.host_info()

@@ -169,9 +169,9 @@ def test_errors_carry_code_and_recovery(client: Client) -> None:
 
 
 def test_invalid_plan_reports_every_problem(client: Client, workspace: Path) -> None:
-    identity: Dict[str, Any] = {k: "x" for k in ("project_id", "session_id", "run_id", "attempt_id", "turn_id",
-                                 "action_id", "process_id", "workspace_id", "resource_id",
-                                 "environment_id")}
+    ids = ("project_id", "session_id", "run_id", "attempt_id", "turn_id", "action_id",
+           "process_id", "workspace_id", "resource_id", "environment_id")
+    identity: Dict[str, Any] = {k: "x" for k in ids}
     identity.update(generation=0, revision=0)
     plan = {"command": {"executable": "rel/path", "argv": ["a"]},
             "workspace": {"root": str(workspace)}, "cwd": "../out"}

@@ -104,7 +104,8 @@ def test_each_method_sends_its_wire_name_and_param_names() -> None:
 def test_the_async_client_mirrors_the_sync_one() -> None:
     for name in public_methods(Client) - {"socket_path"}:
         assert hasattr(AsyncClient, name), name
-        sync, aio = inspect.signature(getattr(Client, name)), inspect.signature(getattr(AsyncClient, name))
+        sync = inspect.signature(getattr(Client, name))
+        aio = inspect.signature(getattr(AsyncClient, name))
         assert list(sync.parameters) == list(aio.parameters), name
 
 

@@ -11,12 +11,16 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from custos import Client
+import pytest
+
+from custos import AuthorityError, Client
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_runner.py"
 
 
-def agent(socket_path: str, workspace: Path, deadline: float, *argv: str) -> Tuple[int, List[str], Dict[str, Any]]:
+def agent(
+    socket_path: str, workspace: Path, deadline: float, *argv: str
+) -> Tuple[int, List[str], Dict[str, Any]]:
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE), "--socket", socket_path, "--deadline", str(deadline),
          "--workspace", str(workspace), "--", *argv],
@@ -55,17 +59,16 @@ def test_the_grant_binds_the_run(socket_path: str, workspace: Path) -> None:
         granted = c.authority_grant(
             f"uid:{os.getuid()}", role="runner", operations=["exec.native"],
             executables=[{"path": "/bin/echo", "prefix": False}],
-            workspaces=[{"workspace_id": "agent", "root": str(workspace), "max_access": "read_only"}],
+            workspaces=[{"workspace_id": "agent", "root": str(workspace),
+                         "max_access": "read_only"}],
             environment_ids=["agent"], resource_ids=["agent"], budget={"executions": 1})
         grant = granted["grant"]["id"]
         ident = {"workspace_id": "agent", "environment_id": "agent", "resource_id": "agent"}
         r = c.run(["/bin/echo", "x"], authority=grant, read_only=True, clean_env=True,
                   identity=ident)
         assert r["classification"] == "exited"
-        try:
+        with pytest.raises(AuthorityError) as info:
             c.run(["/bin/echo", "y"], authority=grant, read_only=True, clean_env=True,
                   identity=ident)
-            raise AssertionError("a second run fit a budget of one execution")
-        except Exception as err:  # noqa: BLE001 - checked just below
-            assert getattr(err, "code", None) == "auth.budget_exhausted", err
+        assert (info.value.code, info.value.recovery) == ("auth.budget_exhausted", "reauthorize")
         c.authority_revoke(grant)

@@ -28,7 +28,9 @@ class AsyncClient(_Api[Awaitable[Any]]):
     """
 
     def __init__(self, socket_path: Optional[PathLike] = None) -> None:
-        self.socket_path = os.fspath(socket_path) if socket_path is not None else default_socket_path()
+        self.socket_path = (
+            os.fspath(socket_path) if socket_path is not None else default_socket_path()
+        )
         self._writer: Optional[asyncio.StreamWriter] = None
         self._reader_task: Optional["asyncio.Task[None]"] = None
         self._wire = Wire()

@@ -15,6 +15,7 @@ from ._plan import PathLike, default_socket_path
 from ._run import Call, Driving, NextEvent, Outcome, Step, Steps
 from ._wire import Message, Wire, result_of
 
+
 class Client(_Api[Any]):
     """A blocking client of the custos daemon.
 
@@ -26,7 +27,9 @@ class Client(_Api[Any]):
     """
 
     def __init__(self, socket_path: Optional[PathLike] = None) -> None:
-        self.socket_path = os.fspath(socket_path) if socket_path is not None else default_socket_path()
+        self.socket_path = (
+            os.fspath(socket_path) if socket_path is not None else default_socket_path()
+        )
         self._sock: Optional[socket.socket] = None
         self._wire = Wire()
         self._responses: Dict[Optional[int], Message] = {}

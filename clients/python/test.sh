@@ -48,5 +48,6 @@ cd "$here"
 export PYTHONDONTWRITEBYTECODE=1
 # The package is typed for its users: its annotations must hold, for the oldest Python it supports.
 /usr/bin/python3 -m mypy --strict --python-version 3.9 --cache-dir "$tmp/mypy" src examples
-"$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests --binary "$binary" \
+"$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider --basetemp "$tmp/pytest" tests \
+  --binary "$binary" \
   ${args[@]+"${args[@]}"}

@@ -16,8 +16,8 @@ done
 [ -n "$binary" ] || usage
 [ -x "$binary" ] || { echo "$0: $binary is not an executable" >&2; exit 64; }
 
+CUSTOS_BINARY="$(realpath "$binary")"  # before the cd: a relative path is the caller's
 cd "$(dirname "$0")"
-CUSTOS_BINARY="$(realpath "$binary")"
 export CUSTOS_BINARY
 # The sanitizer builds report leaks at exit; the daemon's exit status is not what is tested here.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"

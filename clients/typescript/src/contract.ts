@@ -31,7 +31,7 @@ export const METHODS = {
     params: { phase: false, session_id: false, limit: false, cursor: false },
   },
   "exec.wait": { fn: "execWait", params: { execution_id: true, timeout_ms: false } },
-  "exec.cancel": { fn: "execCancel", params: { execution_id: true, reason: false } },
+  "exec.cancel": { fn: "execCancel", params: { execution_id: true, reason: false, force: false } },
   "exec.input": { fn: "execInput", params: { execution_id: true, data_b64: false, eof: false } },
   "exec.resize": { fn: "execResize", params: { execution_id: true, rows: true, cols: true } },
   "exec.subscribe": { fn: "execSubscribe", params: { execution_id: true, from_seq: false } },
@@ -49,6 +49,7 @@ export const METHODS = {
       operations: false,
       executables: false,
       workspaces: false,
+      containers: false,
       environment_ids: false,
       resource_ids: false,
       inherit_env: false,
@@ -56,6 +57,7 @@ export const METHODS = {
       run_as_uids: false,
       ceilings: false,
       budget: false,
+      sandbox: false,
       expires_ns: false,
     },
   },
@@ -102,7 +104,14 @@ export const SCHEMAS = {
     sandbox: false,
     backend: false,
   },
-  Authority: { epoch: false, grant_id: false, lease_id: false },
+  Authority: {
+    epoch: false,
+    grant_id: false,
+    grant_revision: false,
+    lease_id: false,
+    lease_epoch: false,
+    plan_digest: false,
+  },
 } as const;
 
 // ---------------------------------------------------------------------------------------------

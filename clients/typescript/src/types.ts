@@ -64,7 +64,10 @@ export interface Plan {
 export interface Authority {
   epoch?: number;
   grant_id?: string | null;
+  grant_revision?: number | null;
   lease_id?: string | null;
+  lease_epoch?: number | null;
+  plan_digest?: string | null;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -96,6 +99,8 @@ export interface ExecWaitParams {
 export interface ExecCancelParams {
   execution_id: string;
   reason?: string;
+  /** Skip what is left of the graceful stop: the tree is killed now. */
+  force?: boolean | null;
 }
 export interface ExecInputParams {
   execution_id: string;
@@ -129,6 +134,7 @@ export interface AuthorityGrantParams {
   operations?: Array<"exec.native" | "exec.reference" | "exec.docker" | "exec.podman">;
   executables?: Array<{ path: string; prefix?: boolean }>;
   workspaces?: Array<{ workspace_id: string; root: string; max_access?: "read_only" | "writable" }>;
+  containers?: Array<{ engine: "docker" | "podman"; name: string; socket?: string }>;
   environment_ids?: string[];
   resource_ids?: string[];
   inherit_env?: string[];
@@ -136,6 +142,8 @@ export interface AuthorityGrantParams {
   run_as_uids?: number[];
   ceilings?: { [limit: string]: Limit };
   budget?: { executions?: number | null; cpu_ms?: number | null; wall_ms?: number | null };
+  /** The grant's sandbox contract: the shape of a plan's `sandbox` (docs/sandbox.md). */
+  sandbox?: { [domain: string]: unknown };
   expires_ns?: number;
 }
 export interface AuthorityRevokeParams {

@@ -118,9 +118,14 @@ class _Api(Generic[_R]):
             "exec.wait", _params(execution_id=execution_id, timeout_ms=timeout_ms)
         )
 
-    def exec_cancel(self, execution_id: str, *, reason: Optional[str] = None) -> _R:
-        """Offer the user cancellation trigger (`accepted`, `trigger`)."""
-        return self._request("exec.cancel", _params(execution_id=execution_id, reason=reason))
+    def exec_cancel(
+        self, execution_id: str, *, reason: Optional[str] = None, force: Optional[bool] = None
+    ) -> _R:
+        """Offer the user cancellation trigger (`accepted`, `trigger`, `forced`); `force` skips
+        what is left of the graceful stop: the tree is killed now."""
+        return self._request(
+            "exec.cancel", _params(execution_id=execution_id, reason=reason, force=force)
+        )
 
     def exec_input(
         self,
@@ -174,6 +179,7 @@ class _Api(Generic[_R]):
         operations: Optional[Sequence[str]] = None,
         executables: Optional[Sequence[Json]] = None,
         workspaces: Optional[Sequence[Json]] = None,
+        containers: Optional[Sequence[Json]] = None,
         environment_ids: Optional[Sequence[str]] = None,
         resource_ids: Optional[Sequence[str]] = None,
         inherit_env: Optional[Sequence[str]] = None,
@@ -181,6 +187,7 @@ class _Api(Generic[_R]):
         run_as_uids: Optional[Sequence[int]] = None,
         ceilings: Optional[Json] = None,
         budget: Optional[Json] = None,
+        sandbox: Optional[Json] = None,
         expires_ns: Optional[int] = None,
     ) -> _R:
         """Create a grant (admins only): `grant`, `epoch`."""
@@ -193,6 +200,7 @@ class _Api(Generic[_R]):
                 operations=_list(operations),
                 executables=_list(executables),
                 workspaces=_list(workspaces),
+                containers=_list(containers),
                 environment_ids=_list(environment_ids),
                 resource_ids=_list(resource_ids),
                 inherit_env=_list(inherit_env),
@@ -200,6 +208,7 @@ class _Api(Generic[_R]):
                 run_as_uids=_list(run_as_uids),
                 ceilings=ceilings,
                 budget=budget,
+                sandbox=sandbox,
                 expires_ns=expires_ns,
             ),
         )

@@ -7,7 +7,7 @@ install(FILES "${CUSTOS_PKG_DIR}/custos.service" "${CUSTOS_PKG_DIR}/custos.socke
 install(FILES "${CUSTOS_PKG_DIR}/custos.tmpfiles" DESTINATION lib/tmpfiles.d RENAME custos.conf)
 install(FILES "${CUSTOS_PKG_DIR}/custos.sysusers" DESTINATION lib/sysusers.d RENAME custos.conf)
 install(FILES "${CUSTOS_PKG_DIR}/custos.toml" DESTINATION /etc/custos)
-foreach(doc api.md openrpc.json configuration.md operations.md cli.md)
+foreach(doc api.md openrpc.json configuration.md operations.md metrics.md cli.md)
   if(EXISTS "${PROJECT_SOURCE_DIR}/docs/${doc}")
     install(FILES "${PROJECT_SOURCE_DIR}/docs/${doc}" DESTINATION share/doc/custos)
   endif()

@@ -113,6 +113,9 @@ void add_daemon(CLI::App& app, Globals& g) {
   sub->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
                   "Close connections idle this long (nothing in flight, no subscription); 0: never")
       ->capture_default_str();
+  sub->add_option("--metrics-listen", c.metrics_listen,
+                  "Serve Prometheus metrics (GET /metrics) on unix:/path, 127.0.0.1:PORT or "
+                  "[::1]:PORT; loopback only; default: none");
   sub->callback([flags, &g] {
     g.exit_code = daemon::run(config_of(*flags)) == 0 ? kExitOk : kExitDaemonFailed;
   });

@@ -43,6 +43,8 @@
 #include "custos/sys/unique_fd.hpp"
 
 #include "logging.hpp"
+#include "metrics.hpp"
+#include "metrics_server.hpp"
 #include "socket_path.hpp"
 
 namespace custos::daemon {
@@ -94,6 +96,7 @@ class Daemon {
     CUSTOS_TRYV(step("start execution manager", [&] { return start_manager(); }));
     CUSTOS_TRYV(step("adopt recovered executions", [&] { return adopt_recovered(); }));
     CUSTOS_TRYV(step("register methods", [&] { return register_methods(); }));
+    CUSTOS_TRYV(step("serve metrics", [&] { return serve_metrics(); }));
     CUSTOS_TRYV(step("listen", [&] { return listen(); }));
     CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
     notify_ready();
@@ -480,6 +483,37 @@ class Daemon {
     return ok();
   }
 
+  // The Prometheus endpoint, when metrics-listen names one (docs/metrics.md): a Unix socket
+  // (claimed like the API socket) or a loopback port; any other address stops the start.
+  Result<void> serve_metrics() {
+    if (config_.metrics_listen.empty()) return ok();
+    auto const endpoint = CUSTOS_TRY(parse_metrics_listen(config_.metrics_listen));
+    sys::UniqueFd lock;
+    if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
+      lock = CUSTOS_TRY(claim_socket_path(endpoint.path));
+    }
+    // Read on the loop at each scrape; the server comes up in the next step.
+    metrics_.emplace(io_, [this] {
+      return render_metrics(
+          MetricsSources{manager_.get(), server_ ? &*server_ : nullptr, registry_.get()});
+    });
+    CUSTOS_TRYV(metrics_->listen(endpoint, config_.socket_mode));
+    if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
+      metrics_lock_ = std::move(lock);
+      metrics_socket_ = endpoint.path;
+    }
+    spdlog::info("metrics: serving {}", metrics_->url());
+    return ok();
+  }
+
+  void stop_metrics() {
+    if (metrics_) metrics_->stop();
+    if (metrics_socket_.empty()) return;
+    // Removed while its lock is held, like the API socket.
+    (void)::unlink(metrics_socket_.c_str());
+    metrics_socket_.clear();
+  }
+
   Result<void> listen() {
     rpc::ServerLimits limits;
     limits.max_line_bytes = config_.max_line_bytes;
@@ -575,6 +609,7 @@ class Daemon {
     notify("STOPPING=1\nSTATUS=stopping");
     server_->stop_accepting();
     unlink_socket();
+    stop_metrics();
     if (!manager_) {
       stop_loop();
       return;
@@ -611,6 +646,7 @@ class Daemon {
 
   void finish() {
     unlink_socket();
+    stop_metrics();
     if (server_) server_->close_all();
     // With the detach policy the executions must outlive us: the manager's destructor only
     // releases its handles (supervisor-api.md), it never signals.
@@ -642,6 +678,10 @@ class Daemon {
   std::unique_ptr<supervisor::ExecutionManager> manager_;
   std::optional<rpc::Dispatcher> dispatcher_;
   std::optional<rpc::Server> server_;
+  // Reads the manager, the server and the registry at each scrape: destroyed before them.
+  std::optional<MetricsServer> metrics_;
+  sys::UniqueFd metrics_lock_;
+  std::string metrics_socket_;
   sys::UniqueFd state_lock_;
   sys::UniqueFd socket_lock_;
   bool bound_socket_ = false;

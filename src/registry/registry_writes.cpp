@@ -1,6 +1,7 @@
 // Registry: the group-commit write path (queue, batch leader, deferred writes) and the
 // write-through record cache.
 #include <cerrno>
+#include <chrono>
 #include <iterator>
 
 #include "custos/registry/failpoint.hpp"
@@ -61,6 +62,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
   }
   cache_.staged.clear();
   if (auto r = set_synchronous(d); !r) return fail_all(r.error());
+  auto const began = std::chrono::steady_clock::now();
   if (auto r = db_.exec_cached("BEGIN IMMEDIATE"); !r) return fail_all(r.error());
   if (batch.size() == 1) {
     // Alone in its transaction: a refused job simply rolls the transaction back.
@@ -100,6 +102,7 @@ void Registry::run_batch(std::vector<std::shared_ptr<Job>> const& batch) {
     stats_.writes += counted(batch);
     return;
   }
+  commit_latency_.record(std::chrono::steady_clock::now() - began);
   commit_staged();
   stats_.writes += counted(batch);
   stats_.transactions += 1;

@@ -131,6 +131,16 @@ std::size_t ExecutionManager::live_count() const noexcept {
   return executions_.size() - terminal_in_map_;
 }
 
+std::array<std::size_t, core::kPhaseCount> ExecutionManager::live_by_phase() const {
+  std::array<std::size_t, core::kPhaseCount> out{};
+  for (auto const& [id, sup] : executions_) {
+    if (!sup->terminal() && sup->phase() != core::Phase::terminal) {
+      ++out[static_cast<std::size_t>(sup->phase())];
+    }
+  }
+  return out;
+}
+
 std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_id) const {
   auto it = executions_.find(execution_id);
   return it == executions_.end() ? nullptr : it->second;
@@ -479,8 +489,11 @@ Result<OutputSlice> ExecutionManager::output(std::string const& execution_id, St
   return sup->output(stream, offset, max_bytes);
 }
 
-void ExecutionManager::on_terminal(std::string const& execution_id) {
+void ExecutionManager::on_terminal(std::string const& execution_id,
+                                   core::TerminalRecord const& record) {
   ++stats_.terminal;
+  ++stats_.terminal_by_classification[static_cast<std::size_t>(record.classification)];
+  if (record.tree.cleanup == core::Cleanup::unconfirmed) ++stats_.cleanup_unconfirmed;
   ++terminal_in_map_;  // every supervisor reports terminal once, while it is in executions_
   if (waits_by_execution_.contains(execution_id)) {
     auto sup = find(execution_id);

@@ -114,6 +114,7 @@ void OutputPumps::on_chunk(core::Stream stream, std::span<std::uint8_t const> by
     r.acc = *inc;
   }
   r.spool_size += keep;
+  owner_->count_spooled(keep);
 
   if (allowed > 0) {
     if (output_events_ < plan.max_events) {

@@ -272,7 +272,7 @@ void Supervisor::publish_terminal(core::TerminalRecord record) {
   emit("terminal", std::move(f));
   events_.clear_subscribers();  // nothing follows the terminal event
   // Pending exec.wait calls are the manager's (answered from on_terminal).
-  if (manager_ != nullptr) manager_->on_terminal(id_);
+  if (manager_ != nullptr) manager_->on_terminal(id_, *terminal_);
 }
 
 void Supervisor::advance(core::LifecycleEvent const& ev) {

@@ -145,6 +145,11 @@ class Supervisor final : public backend::ExecutionPort,
   void advance(core::LifecycleEvent const& ev);
   void emit(std::string kind, boost::json::object fields, std::vector<std::uint8_t> data = {});
   void sink_error(std::string const& what, Error const& e);
+  // Adds to the manager's spool byte counter (ManagerStats::spool_bytes): a plain add, as
+  // everything here runs on the loop thread.
+  void count_spooled(std::uint64_t bytes) noexcept {
+    if (manager_ != nullptr) manager_->stats_.spool_bytes += bytes;
+  }
   [[nodiscard]] OwnershipSink* sink() const noexcept;
   [[nodiscard]] ManagerConfig const& config() const noexcept;
   [[nodiscard]] bool root_gone() const noexcept;

@@ -53,6 +53,9 @@ struct DaemonConfig {
   // Connections with nothing in flight, no subscription and no request for this long are
   // closed; zero disables it.
   std::chrono::milliseconds idle_timeout{60000};
+  // Where the Prometheus metrics endpoint listens: "unix:/path", "127.0.0.1:PORT" or
+  // "[::1]:PORT" (loopback only; PORT 0 picks a free one). Empty: no endpoint (docs/metrics.md).
+  std::string metrics_listen;
 };
 
 // Fills the defaults: as root without --state-dir, /var/lib/custos and /run/custos/custos.sock;

@@ -50,6 +50,7 @@
 
 #include "custos/core/accounting.hpp"
 #include "custos/core/cancellation.hpp"
+#include "custos/core/latency_histogram.hpp"
 #include "custos/core/lifecycle.hpp"
 #include "custos/core/result.hpp"
 #include "custos/core/terminal.hpp"
@@ -439,6 +440,12 @@ class Registry {
   [[nodiscard]] Result<std::size_t> revalidate();
 
   [[nodiscard]] WriteStats write_stats() const;
+  // How long each committed write transaction took, BEGIN IMMEDIATE to the end of COMMIT (the
+  // WAL's fsync included for a synchronous=FULL commit; a group commit's fdatasync is the
+  // flusher's, not counted here). Lock-free to read from any thread (metrics).
+  [[nodiscard]] core::LatencyHistogram::Snapshot commit_latency() const noexcept {
+    return commit_latency_.snapshot();
+  }
 
   // ---- group durability (docs/durability.md "Group durability") --------------------------------
   // Blocks until every Durability::group commit made before this call is on stable storage
@@ -612,6 +619,7 @@ class Registry {
   sql::Db db_;
   std::optional<Durability> current_sync_;
   WriteStats stats_;
+  core::LatencyHistogram commit_latency_;
   // Ids in the quarantine table (guarded by db_mu_; set by revalidate(), the table's only
   // writer while the registry is open).
   std::set<std::string, std::less<>> quarantined_ids_;

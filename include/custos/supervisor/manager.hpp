@@ -3,6 +3,7 @@
 // callback is invoked on it. docs/supervisor.md describes the life of an execution in detail.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -173,6 +174,9 @@ class ExecutionManager {
   [[nodiscard]] boost::asio::io_context& io() const noexcept { return io_; }
   // Number of executions not yet terminal.
   [[nodiscard]] std::size_t live_count() const noexcept;
+  // Executions not yet terminal, by phase (index: core::Phase; the terminal entry stays 0).
+  // Scans the executions held (live ones and the bounded terminal history).
+  [[nodiscard]] std::array<std::size_t, core::kPhaseCount> live_by_phase() const;
 
  private:
   // start_async()'s checks and the supervisor they create (registered under its id).
@@ -180,7 +184,7 @@ class ExecutionManager {
                                                                   LaunchPermit permit);
   [[nodiscard]] backend::Backend* backend_for(core::BackendKind kind) const noexcept;
   friend class Supervisor;
-  void on_terminal(std::string const& execution_id);
+  void on_terminal(std::string const& execution_id, core::TerminalRecord const& record);
   struct PendingWait {
     std::string execution_id;
     std::function<void(Result<core::TerminalRecord>)> done;

@@ -4,6 +4,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -234,6 +235,11 @@ struct ManagerStats {
   // served them (fewer when teardowns ending together shared a sweep).
   std::uint64_t final_sweep_requests = 0;
   std::uint64_t final_sweeps = 0;
+  // Terminal records published since start, by classification (index: core::Classification),
+  // and those whose tree cleanup was unconfirmed (docs/metrics.md).
+  std::array<std::uint64_t, core::kClassificationCount> terminal_by_classification{};
+  std::uint64_t cleanup_unconfirmed = 0;
+  std::uint64_t spool_bytes = 0;  // bytes written to spool files since start
 };
 
 }  // namespace custos::supervisor

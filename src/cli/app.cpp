@@ -13,15 +13,20 @@
 
 namespace custos::cli {
 
-int run_main(int argc, char** argv) {
+struct CommandLine::State {
+  Globals g;
   CLI::App app{
       "custos — owns every process it launches, from authorization to one terminal record"};
+};
+
+CommandLine::CommandLine() : s_(std::make_unique<State>()) {
+  auto& app = s_->app;
+  auto& g = s_->g;
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version", std::string{"custos "} + std::string{daemon::kVersion});
   app.set_config("--config", "", "Configuration file (TOML; daemon keys under [daemon])");
 
-  Globals g;
   app.add_option("--socket", g.socket,
                  "Daemon socket (default: ./.custos/custos.sock if present, "
                  "else /run/custos/custos.sock)")
@@ -40,7 +45,17 @@ int run_main(int argc, char** argv) {
   add_lease(app, g);
   add_quiescence(app, g);
   add_secret(app, g);
+  add_generators(app, g);
+}
 
+CommandLine::~CommandLine() = default;
+
+CLI::App& CommandLine::app() {
+  return s_->app;
+}
+
+int CommandLine::run(int argc, char** argv) {
+  auto& app = s_->app;
   try {
     app.parse(argc, argv);
   } catch (CLI::CallForHelp const& e) {
@@ -55,7 +70,11 @@ int run_main(int argc, char** argv) {
     (void)app.exit(e);
     return kExitUsage;
   }
-  return g.exit_code;
+  return s_->g.exit_code;
+}
+
+int run_main(int argc, char** argv) {
+  return CommandLine{}.run(argc, argv);
 }
 
 }  // namespace custos::cli

@@ -60,37 +60,50 @@ void add_daemon(CLI::App& app, Globals& g) {
   auto& c = flags->config;
   auto* sub = app.add_subcommand("daemon",
                                  "Run the supervisor daemon (keys of --config go under [daemon])");
-  sub->add_option(
-      "--state-dir", flags->state_dir,
-      "State directory (registry, spools, lock); default ./.custos, or /var/lib/custos as root");
-  sub->add_option(
-      "--socket", flags->socket,
-      "Socket path; default <state-dir>/custos.sock, or /run/custos/custos.sock as root");
+  sub->add_option("--state-dir", flags->state_dir,
+                  "State directory (registry, spools, lock); default $XDG_STATE_HOME/custos (else "
+                  "~/.local/state/custos), or /var/lib/custos as root");
+  sub->add_option("--socket", flags->socket,
+                  "Socket path; default <state-dir>/custos.sock when --state-dir is given, else "
+                  "./.custos/custos.sock, or /run/custos/custos.sock as root");
   sub->add_option("--socket-mode", flags->socket_mode, "Socket permission mode (octal)")
       ->capture_default_str();
   sub->add_option("--admin-group", c.admin_group, "Group whose members may call every method");
   sub->add_option(
       "--cgroup-subtree", flags->cgroup_subtree,
       "cgroup v2 directory for per-execution cgroups; default <v2 mount>/<own cgroup>/custos");
-  sub->add_option("--boundary", flags->boundary, "auto | cgroup | marker")->capture_default_str();
+  sub->add_option("--boundary", flags->boundary,
+                  "auto: cgroup when the subtree is writable, else marker; cgroup: refuse to "
+                  "start without one; marker: never use cgroups")
+      ->check(one_of({"auto", "cgroup", "marker"}))
+      ->capture_default_str();
   sub->add_option("--docker-socket", c.docker_socket,
                   "Docker Engine API socket for plans that name none")
       ->capture_default_str();
   sub->add_option("--podman-socket", c.podman_socket,
                   "Podman API socket (Docker-compatible) for plans that name none")
       ->capture_default_str();
-  sub->add_option("--shutdown", flags->shutdown, "On SIGTERM/SIGINT: cancel | detach")
+  sub->add_option("--shutdown", flags->shutdown,
+                  "On SIGTERM/SIGINT: cancel every live execution, or detach (leave them for "
+                  "recovery by the next start)")
+      ->check(one_of({"cancel", "detach"}))
       ->capture_default_str();
   sub->add_option("--restart-policy", flags->restart_policy,
                   "At start, executions a previous daemon left running that are provably its "
-                  "own: adopt | cancel")
+                  "own: adopt (supervise them on) or cancel")
+      ->check(one_of({"adopt", "cancel"}, {"keep_running"}))
       ->capture_default_str();
   sub->add_option("--shutdown-timeout-ms", flags->shutdown_timeout_ms,
                   "Bound on waiting for cancelled executions at shutdown")
       ->capture_default_str();
-  sub->add_option("--log-level", c.log_level, "trace|debug|info|warning|error|critical|off")
+  sub->add_option("--log-level", c.log_level, "Least severe level logged")
+      ->check(one_of({"trace", "debug", "info", "warning", "error", "critical", "off"},
+                     {"warn", "err"}))
       ->capture_default_str();
-  sub->add_option("--log-target", flags->log_target, "auto | journal | console | file")
+  sub->add_option("--log-target", flags->log_target,
+                  "Where the log goes; auto: file when --log-file is set, else the journal under "
+                  "systemd, else the console (stderr)")
+      ->check(one_of({"auto", "journal", "console", "file"}))
       ->capture_default_str();
   sub->add_option("--log-file", flags->log_file, "Log file (reopened on SIGHUP)");
   sub->add_flag("--no-socket-activation", flags->no_socket_activation,

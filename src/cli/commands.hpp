@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace custos::cli {
 
@@ -27,5 +28,14 @@ void add_grant(CLI::App& app, Globals& g);       // grant add|list|show|revoke
 void add_lease(CLI::App& app, Globals& g);       // lease acquire|list|release
 void add_quiescence(CLI::App& app, Globals& g);  // holder.quiescence
 void add_secret(CLI::App& app, Globals& g);      // secret set|list|delete
+// Hidden: `completion bash|zsh|fish` and `manpage custos|custos-daemon|custos.toml`, generated
+// from `app` as it stands when they run (every other subcommand registered).
+void add_generators(CLI::App& app, Globals& g);
+
+// A check admitting exactly `names`, plus `aliases` (accepted, never offered). CLI11 shows the
+// names as the option's type, "{a,b}": that is where the completions and man pages read an
+// option's choices from (shell_doc.hpp), as they do for CLI::IsMember.
+[[nodiscard]] CLI::Validator one_of(std::vector<std::string> names,
+                                    std::vector<std::string> aliases = {});
 
 }  // namespace custos::cli

@@ -72,6 +72,9 @@ class Harness {
     p.command.executable = argv.at(0);
     p.command.argv = std::move(argv);
     p.workspace.root = (dir_ / "ws").string();
+    // Writable, as `custos run` declares it by default: a read-only workspace is enforced with a
+    // private mount namespace per execution, whose cost the rpc rows show on a row of its own.
+    p.workspace.access = core::WorkspaceAccess::writable;
     p.escalation.grace_ms = 0;  // teardown compares with a bare cgroup.kill: no grace to wait out
     p.escalation.kill_after_ms = 20000;
     return p;

@@ -40,6 +40,7 @@ int run_main(int argc, char** argv) {
   add_lease(app, g);
   add_quiescence(app, g);
   add_secret(app, g);
+  add_gc(app, g);
 
   try {
     app.parse(argc, argv);

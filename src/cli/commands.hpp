@@ -27,5 +27,6 @@ void add_grant(CLI::App& app, Globals& g);       // grant add|list|show|revoke
 void add_lease(CLI::App& app, Globals& g);       // lease acquire|list|release
 void add_quiescence(CLI::App& app, Globals& g);  // holder.quiescence
 void add_secret(CLI::App& app, Globals& g);      // secret set|list|delete
+void add_gc(CLI::App& app, Globals& g);          // host.gc
 
 }  // namespace custos::cli

@@ -274,15 +274,15 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
             auto out = v->to_json();
             bool const pty = v->output.count(core::Stream::pty) > 0;
             // Publication follows the terminal record: the registry has its progress. Before
-            // it, every stream is pending.
+            // it, every stream is pending. A record the registry cannot read (quarantined)
+            // leaves the member out: the held view still answers.
             registry::ExecutionRecord pending;
             pending.out.accounting =
                 v->output[pty ? core::Stream::pty : core::Stream::stdout_stream];
             pending.err.accounting = v->output[core::Stream::stderr_stream];
             Result<registry::ExecutionRecord> rec = pending;
             if (v->terminal && reg != nullptr) rec = reg->get(id);
-            if (!rec) return reply(rec.error());
-            out["publication"] = detail::publication_json(*rec, pty);
+            if (rec) out["publication"] = detail::publication_json(*rec, pty);
             return reply(json::value(std::move(out)));
           }
           if (v.error().code != Errc::exec_not_found) return reply(v.error());

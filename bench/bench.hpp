@@ -81,6 +81,7 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& floors);        // bench
 std::vector<Row> gateway_rows(Env const& env, Floors const& floors);    // bench/rows_gateway.cpp
 std::vector<Row> sandbox_rows(Env const& env, Floors const& floors);    // bench/rows_sandbox.cpp
 std::vector<Row> container_rows(Env const& env, Floors const& floors);  // rows_containers.cpp
+std::vector<Row> artifact_rows(Env const& env, Floors const& floors);   // rows_artifacts.cpp
 
 // Every product row function, in table order (bench/rows.cpp).
 [[nodiscard]] std::vector<RowArea> const& product_row_fns();

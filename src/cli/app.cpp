@@ -45,6 +45,7 @@ CommandLine::CommandLine() : s_(std::make_unique<State>()) {
   add_lease(app, g);
   add_quiescence(app, g);
   add_secret(app, g);
+  add_gc(app, g);
   add_generators(app, g);
 }
 

@@ -20,6 +20,8 @@ struct DaemonFlags {
   std::string log_target = "auto";
   std::uint64_t shutdown_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 60000;
+  std::uint64_t spool_retention_age_s = 7 * 24 * 3600;
+  std::uint64_t spool_sweep_interval_s = 600;
   bool no_socket_activation = false;
 };
 
@@ -33,6 +35,8 @@ daemon::DaemonConfig config_of(DaemonFlags const& flags) {
   cfg.socket_activation = !flags.no_socket_activation;
   cfg.shutdown_timeout = std::chrono::milliseconds{flags.shutdown_timeout_ms};
   cfg.idle_timeout = std::chrono::milliseconds{flags.idle_timeout_ms};
+  cfg.spool_retention_age = std::chrono::seconds{flags.spool_retention_age_s};
+  cfg.spool_sweep_interval = std::chrono::seconds{flags.spool_sweep_interval_s};
   try {
     cfg.socket_mode = static_cast<unsigned>(std::stoul(flags.socket_mode, nullptr, 8));
   } catch (std::exception const&) {
@@ -129,6 +133,18 @@ void add_daemon(CLI::App& app, Globals& g) {
   sub->add_option("--metrics-listen", c.metrics_listen,
                   "Serve Prometheus metrics (GET /metrics) on unix:/path, 127.0.0.1:PORT or "
                   "[::1]:PORT; loopback only; default: none");
+  sub->add_option("--spool-retention-age-s", flags->spool_retention_age_s,
+                  "Remove published output older than this (seconds; 0: no age bound)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{100} * 365 * 24 * 3600));
+  sub->add_option("--spool-retention-bytes", c.spool_retention_bytes,
+                  "Remove the oldest published output while spools and artifacts exceed this "
+                  "(0: no bound)")
+      ->capture_default_str();
+  sub->add_option("--spool-sweep-interval-s", flags->spool_sweep_interval_s,
+                  "Run the retention sweep this often (seconds; 0: only on `custos gc`)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{365} * 24 * 3600));
   sub->callback([flags, &g] {
     g.exit_code = daemon::run(config_of(*flags)) == 0 ? kExitOk : kExitDaemonFailed;
   });

@@ -28,6 +28,8 @@ void add_grant(CLI::App& app, Globals& g);       // grant add|list|show|revoke
 void add_lease(CLI::App& app, Globals& g);       // lease acquire|list|release
 void add_quiescence(CLI::App& app, Globals& g);  // holder.quiescence
 void add_secret(CLI::App& app, Globals& g);      // secret set|list|delete
+void add_gc(CLI::App& app, Globals& g);          // host.gc
+
 // Hidden: `completion bash|zsh|fish` and `manpage custos|custos-daemon|custos.toml`, generated
 // from `app` as it stands when they run (every other subcommand registered).
 void add_generators(CLI::App& app, Globals& g);

@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <utility>
+
 #include "custos/core/canonical.hpp"
 
 namespace custos::core {
@@ -52,6 +54,50 @@ Result<Digest> sha256(std::span<std::uint8_t const> data) {
       len != Digest::kSize) {
     return Error{Errc::digest_failed, "EVP_Digest(SHA-256)"};
   }
+  return d;
+}
+
+Sha256Stream::Sha256Stream() {
+  EVP_MD_CTX* c = EVP_MD_CTX_new();
+  if (c == nullptr || EVP_DigestInit_ex(c, sha256_md(), nullptr) != 1) failed_ = true;
+  ctx_ = c;
+}
+
+Sha256Stream::~Sha256Stream() {
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+}
+
+Sha256Stream::Sha256Stream(Sha256Stream&& other) noexcept
+    : ctx_(std::exchange(other.ctx_, nullptr)), failed_(std::exchange(other.failed_, true)) {}
+
+Sha256Stream& Sha256Stream::operator=(Sha256Stream&& other) noexcept {
+  if (this != &other) {
+    EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+    ctx_ = std::exchange(other.ctx_, nullptr);
+    failed_ = std::exchange(other.failed_, true);
+  }
+  return *this;
+}
+
+Result<void> Sha256Stream::update(std::span<std::uint8_t const> data) {
+  if (!failed_ && ctx_ != nullptr &&
+      EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size()) == 1) {
+    return ok();
+  }
+  failed_ = true;
+  return Error{Errc::digest_failed, "EVP_DigestUpdate(SHA-256)"};
+}
+
+Result<Digest> Sha256Stream::finish() {
+  Digest d;
+  unsigned int len = 0;
+  if (failed_ || ctx_ == nullptr ||
+      EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.bytes.data(), &len) != 1 ||
+      len != Digest::kSize) {
+    failed_ = true;
+    return Error{Errc::digest_failed, "EVP_DigestFinal_ex(SHA-256)"};
+  }
+  failed_ = true;  // finished: a second finish() is refused
   return d;
 }
 

@@ -35,6 +35,7 @@
 #include "custos/rpc/server.hpp"
 #include "custos/secrets/store.hpp"
 #include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/publisher.hpp"
 #include "custos/supervisor/recovery.hpp"
 #include "custos/supervisor/registry_sink.hpp"
 #include "custos/sys/cgroup.hpp"
@@ -364,6 +365,17 @@ class Daemon {
       auto const bytes = value.bytes();
       return std::string(reinterpret_cast<char const*>(bytes.data()), bytes.size());
     };
+    // Terminal executions' spools go to the artifact store on the publisher's thread; what a
+    // previous daemon left unpublished (or half published) is resumed first.
+    supervisor::PublisherOptions po;
+    po.retention =
+        registry::RetentionPolicy{config_.spool_retention_age, config_.spool_retention_bytes};
+    po.sweep_interval = config_.spool_sweep_interval;
+    po.log = [](std::string const& message) { spdlog::warn("output: {}", message); };
+    publisher_ =
+        std::make_unique<supervisor::OutputPublisher>(*registry_, config_.state_dir, std::move(po));
+    publisher_->resume();
+    mc.terminal_recorded = [p = publisher_.get()](std::string const& id) { p->publish(id); };
     // Every launch goes through the gateway: it is the manager's sink and authorizes each
     // record_authorized (docs/authority.md); everything after is forwarded to the registry.
     // The store answers sandbox.secret_unknown; it is thread-safe, as the gateway needs.
@@ -448,10 +460,19 @@ class Daemon {
     return engines;
   }
 
-  // host.info is static for the daemon's lifetime (capabilities are probed once at start-up),
-  // so its text is built once; every call splices the same bytes into its response.
+  // host.info is static for the daemon's lifetime (capabilities are probed once at start-up)
+  // but for the output store's figure: the rest is built once and the figure added per call.
   Result<std::shared_ptr<std::string const>> describe_host() {
-    if (host_info_) return host_info_;
+    if (!host_info_) host_info_ = describe_static();
+    json::object out = *host_info_;
+    auto output = rpc::store_json(publisher_->figures());
+    auto const& policy = publisher_->retention();
+    output["retention"] = json::object{{"age_s", policy.age.count()}, {"bytes", policy.bytes}};
+    out["output"] = std::move(output);
+    return std::make_shared<std::string const>(json::serialize(out));
+  }
+
+  std::shared_ptr<json::object const> describe_static() const {
     json::object out{{"version", kVersion},
                      {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
@@ -469,8 +490,7 @@ class Daemon {
     for (auto const& d : manager_->backends()) backends.push_back(backend::to_json(d));
     out["backends"] = std::move(backends);
     out["engines"] = describe_engines();
-    host_info_ = std::make_shared<std::string const>(json::serialize(out));
-    return host_info_;
+    return std::make_shared<json::object const>(std::move(out));
   }
 
   Result<void> register_methods() {
@@ -478,6 +498,7 @@ class Daemon {
     rpc::register_host_methods(*dispatcher_, [this] { return describe_host(); });
     rpc::register_introspection(*dispatcher_);
     rpc::register_exec_methods(*dispatcher_, *manager_, registry_.get());
+    rpc::register_output_methods(*dispatcher_, *manager_, *publisher_);
     rpc::register_gateway_methods(*dispatcher_, *gateway_);
     rpc::register_secret_methods(*dispatcher_, *gateway_, *secrets_);
     return ok();
@@ -672,6 +693,9 @@ class Daemon {
   std::optional<supervisor::RecoveryReport> recovered_;
   std::unique_ptr<supervisor::RegistrySink> sink_;
   std::unique_ptr<gateway::RegistryDatabase> authority_db_;
+  // Told of every terminal record by the manager's supervisors: outlives the manager, and is
+  // stopped before the registry it writes to.
+  std::unique_ptr<supervisor::OutputPublisher> publisher_;
   std::unique_ptr<gateway::AuthorityStore> authority_;
   std::unique_ptr<secrets::SecretStore> secrets_;       // the gateway asks it: outlives it
   std::unique_ptr<gateway::ExecutionGateway> gateway_;  // the manager's sink: outlives it
@@ -688,7 +712,7 @@ class Daemon {
   std::optional<sys::CgroupDir> subtree_;
   bool subtree_created_ = false;
   Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
-  std::shared_ptr<std::string const> host_info_;  // host.info's result text, built at first use
+  std::shared_ptr<json::object const> host_info_;  // host.info's static part, built at first use
   json::object recovery_view_{{"quarantined", json::array{}},
                               {"orphan_claims", json::array{}},
                               {"adopted", json::array{}},

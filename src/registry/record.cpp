@@ -20,6 +20,15 @@ constexpr auto kOwnershipStateNames = core::wire_names<OwnershipState>({
 });
 static_assert(kOwnershipStateNames.complete());
 
+constexpr auto kPublicationStateNames = core::wire_names<PublicationState>({
+    {PublicationState::pending, "pending"},
+    {PublicationState::published, "published"},
+    {PublicationState::empty, "empty"},
+    {PublicationState::failed, "failed"},
+    {PublicationState::lost, "lost"},
+});
+static_assert(kPublicationStateNames.complete());
+
 // Record kinds of the registry range (canonical.hpp: 0x0300-0x03FF).
 constexpr core::RecordKind kKindExecutionRecord = 0x0300;
 constexpr core::RecordKind kKindStreamProgress = 0x0301;
@@ -66,6 +75,11 @@ void write_stream(core::CanonicalWriter& w, core::Tag tag, StreamProgress const&
     // v3 additions, omitted at their defaults so v2 records keep their bytes.
     if (s.published_bytes != 0) r.u64(5, s.published_bytes);
     if (s.publication_done) r.boolean(6, true);
+    // v7 additions, likewise omitted at their defaults.
+    if (s.publication != PublicationState::pending)
+      r.string(7, kPublicationStateNames.wire(s.publication));
+    if (!s.artifact.empty()) r.string(8, s.artifact);
+    if (!s.publication_error.empty()) r.string(9, s.publication_error);
   });
 }
 
@@ -87,6 +101,14 @@ std::string_view ownership_state_wire(OwnershipState s) noexcept {
 
 std::optional<OwnershipState> ownership_state_from_wire(std::string_view w) noexcept {
   return kOwnershipStateNames.from_wire(w);
+}
+
+std::string_view publication_state_wire(PublicationState s) noexcept {
+  return kPublicationStateNames.wire(s);
+}
+
+std::optional<PublicationState> publication_state_from_wire(std::string_view w) noexcept {
+  return kPublicationStateNames.from_wire(w);
 }
 
 std::string sha256_tagged(std::span<std::uint8_t const> bytes) {
@@ -180,6 +202,42 @@ Result<void> validate_record(ExecutionRecord const& rec, bool deep) {
   return validate_record_content(rec, deep);
 }
 
+namespace {
+
+// A stream's publication columns agree with each other and with its accounting.
+Result<void> check_publication(StreamProgress const& s) {
+  auto bad = [](std::string what) { return Error{Errc::accounting_invariant, std::move(what)}; };
+  bool const done = s.publication == PublicationState::published ||
+                    s.publication == PublicationState::empty ||
+                    s.publication == PublicationState::lost;
+  // A pending stream may carry the v3 progress columns as older writers left them.
+  if (s.publication != PublicationState::pending && done != s.publication_done)
+    return bad("publication done flag disagrees with its state");
+  if ((s.publication == PublicationState::published) != !s.artifact.empty())
+    return bad("an artifact digest belongs to a published stream, and only to one");
+  switch (s.publication) {
+    case PublicationState::published:
+      if (s.published_bytes != s.accounting.retained || s.accounting.retained == 0)
+        return bad("a published stream's artifact holds exactly its retained bytes (> 0)");
+      if (!core::Digest::parse(s.artifact)) return bad("malformed artifact digest");
+      break;
+    case PublicationState::empty:
+      if (s.accounting.retained != 0) return bad("an empty publication with retained bytes");
+      break;
+    case PublicationState::lost:
+      if (s.accounting.retained == 0) return bad("a lost publication without retained bytes");
+      [[fallthrough]];
+    case PublicationState::failed:
+      if (s.publication_error.empty()) return bad("a failed or lost publication without error");
+      break;
+    case PublicationState::pending:
+      break;
+  }
+  return ok();
+}
+
+}  // namespace
+
 Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
   if (rec.execution_id.empty() || rec.action_id.empty() || rec.process_id.empty()) {
     return corrupt(rec, "empty execution, action or process id");
@@ -255,6 +313,11 @@ Result<void> validate_record_content(ExecutionRecord const& rec, bool deep) {
     if (s->published_bytes > s->accounting.retained) {
       return corrupt(rec, "more bytes published than retained");
     }
+    if (auto r = check_publication(*s); !r) return corrupt(rec, r.error().message());
+  }
+  if (!rec.terminal && (rec.out.publication != PublicationState::pending ||
+                        rec.err.publication != PublicationState::pending)) {
+    return illegal(rec, "publication before the terminal record");
   }
   return ok();
 }

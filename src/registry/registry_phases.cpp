@@ -2,6 +2,7 @@
 // accounting, publication, the terminal record).
 #include <vector>
 
+#include "custos/core/digest.hpp"
 #include "custos/registry/failpoint.hpp"
 #include "custos/registry/registry.hpp"
 
@@ -207,6 +208,76 @@ Result<void> Registry::record_publication(std::string_view execution_id, int str
                   s.publication_done = done;
                   return ok();
                 });
+}
+
+namespace {
+// An outcome the stream's accounting contradicts is refused as such (accounting.invariant),
+// before the record's own validation would call the result corrupt.
+Result<void> outcome_fits(std::string const& id, core::StreamAccounting const& acc,
+                          StreamPublication const& o) {
+  auto bad = [&id](char const* what) {
+    return Error{Errc::accounting_invariant, id + ": " + what};
+  };
+  switch (o.state) {
+    case PublicationState::published:
+      if (acc.retained == 0 || o.bytes != acc.retained)
+        return bad("a published artifact holds exactly the stream's retained bytes");
+      if (!core::Digest::parse(o.artifact)) return bad("malformed artifact digest");
+      break;
+    case PublicationState::empty:
+      if (acc.retained != 0) return bad("an empty publication of a stream with retained bytes");
+      break;
+    case PublicationState::lost:
+      if (acc.retained == 0) return bad("a lost publication of a stream with nothing retained");
+      [[fallthrough]];
+    case PublicationState::failed:
+      if (o.error.empty()) return bad("a failed or lost publication without its error");
+      break;
+    case PublicationState::pending:
+      break;
+  }
+  return ok();
+}
+}  // namespace
+
+Result<void> Registry::record_publication(std::string_view execution_id, int stream_index,
+                                          StreamPublication const& outcome) {
+  if (stream_index != 0 && stream_index != 1) {
+    return Error{Errc::internal, "stream index must be 0 or 1"};
+  }
+  if (outcome.state == PublicationState::pending) {
+    return Error{Errc::internal, "pending is where a publication starts, not an outcome"};
+  }
+  return modify(
+      options_.ownership_durability, WriteMode::now, execution_id, "record_publication",
+      [stream_index, outcome](ExecutionRecord& rec) -> Result<void> {
+        if (rec.phase != core::Phase::terminal) {
+          return Error{Errc::registry_illegal_phase,
+                       rec.execution_id + ": publication before the terminal record"};
+        }
+        auto& s = stream_index == 0 ? rec.out : rec.err;
+        CUSTOS_TRYV(outcome_fits(rec.execution_id, s.accounting, outcome));
+        StreamProgress next = s;
+        next.publication = outcome.state;
+        next.publication_done = outcome.state == PublicationState::published ||
+                                outcome.state == PublicationState::empty ||
+                                outcome.state == PublicationState::lost;
+        next.published_bytes = outcome.state == PublicationState::published ? outcome.bytes : 0;
+        next.artifact = outcome.state == PublicationState::published ? outcome.artifact : "";
+        next.publication_error =
+            outcome.state == PublicationState::failed || outcome.state == PublicationState::lost
+                ? outcome.error
+                : "";
+        // Idempotent: a done stream keeps its outcome; the same one again is no change.
+        if (s.publication_done && s.publication != PublicationState::pending) {
+          if (next == s) return ok();
+          return Error{Errc::registry_illegal_phase,
+                       rec.execution_id + ": stream " + std::to_string(stream_index) +
+                           " is already " + std::string{publication_state_wire(s.publication)}};
+        }
+        s = std::move(next);
+        return ok();
+      });
 }
 
 namespace {

@@ -255,6 +255,28 @@ Result<std::vector<ExecutionRecord>> Registry::non_terminal() {
   return out;
 }
 
+Result<std::vector<ExecutionRecord>> Registry::unpublished(std::string_view after_id,
+                                                           std::size_t limit) {
+  CUSTOS_TRYV(settle_deferred());
+  std::lock_guard<std::mutex> g(db_mu_);
+  std::string sql = "SELECT ";
+  sql += detail::record_columns();
+  sql +=
+      " FROM executions e WHERE phase = 'terminal' AND (out_pub_done = 0 OR err_pub_done = 0) "
+      "AND execution_id > ?1 AND NOT EXISTS (SELECT 1 FROM quarantine q "
+      "WHERE q.execution_id = e.execution_id) ORDER BY execution_id LIMIT ?2";
+  sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
+  CUSTOS_TRYV(s.bind(1, after_id));
+  CUSTOS_TRYV(s.bind(2, static_cast<std::int64_t>(limit)));
+  std::vector<ExecutionRecord> out;
+  while (CUSTOS_TRY(s.step())) {
+    auto rec = detail::decode_row(s);
+    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;  // see list()
+    out.push_back(std::move(*rec));
+  }
+  return out;
+}
+
 Result<std::size_t> Registry::count_terminal() {
   CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);

@@ -172,9 +172,22 @@ ALTER TABLE executions ADD COLUMN marker_ns_ino INTEGER;
 UPDATE meta SET value = '6' WHERE key = 'schema_version';
 )sql";
 
+// v6 -> v7: each stream's publication state, the digest of its artifact and the last
+// publication error (docs/durability.md, "Output"). NULL is `pending`, no digest, no error: the
+// values every record written before had, so their checksums stay valid.
+constexpr std::string_view kMigrateV6toV7 = R"sql(
+ALTER TABLE executions ADD COLUMN out_pub_state TEXT;
+ALTER TABLE executions ADD COLUMN out_artifact TEXT;
+ALTER TABLE executions ADD COLUMN out_pub_error TEXT;
+ALTER TABLE executions ADD COLUMN err_pub_state TEXT;
+ALTER TABLE executions ADD COLUMN err_artifact TEXT;
+ALTER TABLE executions ADD COLUMN err_pub_error TEXT;
+UPDATE meta SET value = '7' WHERE key = 'schema_version';
+)sql";
+
 // kMigrations[i] moves version i+1 to i+2. Append only; never edit a released step.
-constexpr std::array<std::string_view, 5> kMigrations = {
-    kMigrateV1toV2, kMigrateV2toV3, kMigrateV3toV4, kMigrateV4toV5, kMigrateV5toV6};
+constexpr std::array<std::string_view, 6> kMigrations = {
+    kMigrateV1toV2, kMigrateV2toV3, kMigrateV3toV4, kMigrateV4toV5, kMigrateV5toV6, kMigrateV6toV7};
 static_assert(kMigrations.size() + 1 == static_cast<std::size_t>(kSchemaVersion),
               "every version above 1 needs exactly one migration step");
 
@@ -185,8 +198,9 @@ constexpr std::string_view kColumns =
     "err_observed, err_retained, err_dropped, err_complete, "
     "terminal, terminal_digest, classification, recovery, checksum, created_ns, updated_ns, "
     "ownership, boot_id, pidfs_dev, pidfs_ino, pid_ns_ino, "
-    "out_published, out_pub_done, err_published, err_pub_done, marker_ns_ino";
-constexpr int kColumnCount = 39;
+    "out_published, out_pub_done, err_published, err_pub_done, marker_ns_ino, "
+    "out_pub_state, out_artifact, out_pub_error, err_pub_state, err_artifact, err_pub_error";
+constexpr int kColumnCount = 45;
 
 // u64 values are stored bit-for-bit in SQLite's signed 64-bit INTEGER.
 std::int64_t to_i64(std::uint64_t v) noexcept {
@@ -293,17 +307,24 @@ Result<ExecutionRecord> decode_row(sql::Stmt const& s) {
     if (!tr) return bad_row(id, "unknown trigger '" + *t + "'");
     r.trigger = *tr;
   }
-  auto load_stream = [&](int base, int pub_base, StreamProgress& p) -> Result<void> {
+  auto load_stream = [&](int base, int pub_base, int v7_base, StreamProgress& p) -> Result<void> {
     p.accounting.observed = CUSTOS_TRY(counter(s, base, id, "observed"));
     p.accounting.retained = CUSTOS_TRY(counter(s, base + 1, id, "retained"));
     p.accounting.dropped = CUSTOS_TRY(counter(s, base + 2, id, "dropped"));
     p.accounting.complete = s.int64(base + 3) != 0;
     p.published_bytes = CUSTOS_TRY(counter(s, pub_base, id, "published"));
     p.publication_done = s.int64(pub_base + 1) != 0;
+    if (auto st = s.opt_text(v7_base)) {
+      auto state = publication_state_from_wire(*st);
+      if (!state) return bad_row(id, "unknown publication state '" + *st + "'");
+      p.publication = *state;
+    }
+    p.artifact = s.opt_text(v7_base + 1).value_or("");
+    p.publication_error = s.opt_text(v7_base + 2).value_or("");
     return ok();
   };
-  CUSTOS_TRYV(load_stream(14, 34, r.out));
-  CUSTOS_TRYV(load_stream(18, 36, r.err));
+  CUSTOS_TRYV(load_stream(14, 34, 39, r.out));
+  CUSTOS_TRYV(load_stream(18, 36, 42, r.err));
   if (!s.is_null(22)) {
     TerminalBlob t;
     t.bytes = s.blob(22);
@@ -330,7 +351,8 @@ constexpr std::string_view kUpdateSql =
     "terminal=?23, terminal_digest=?24, classification=?25, recovery=?26, checksum=?27, "
     "updated_ns=?29, ownership=?30, boot_id=?31, pidfs_dev=?32, pidfs_ino=?33, pid_ns_ino=?34, "
     "out_published=?35, out_pub_done=?36, err_published=?37, err_pub_done=?38, "
-    "marker_ns_ino=?39 "
+    "marker_ns_ino=?39, out_pub_state=?40, out_artifact=?41, out_pub_error=?42, "
+    "err_pub_state=?43, err_artifact=?44, err_pub_error=?45 "
     "WHERE execution_id=?1";
 
 std::string insert_sql() {
@@ -376,17 +398,22 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   CUSTOS_TRYV(s.bind(13, opt_int(assigned || marked_since, to_i64(o.start_time_ticks))));
   CUSTOS_TRYV(
       s.bind(14, opt_str(r.trigger.has_value(), r.trigger ? core::trigger_wire(*r.trigger) : "")));
-  auto bind_stream = [&](int base, int pub_base, StreamProgress const& p) -> Result<void> {
+  auto bind_stream = [&](int base, int pub_base, int v7_base,
+                         StreamProgress const& p) -> Result<void> {
     CUSTOS_TRYV(s.bind(base, to_i64(p.accounting.observed)));
     CUSTOS_TRYV(s.bind(base + 1, to_i64(p.accounting.retained)));
     CUSTOS_TRYV(s.bind(base + 2, to_i64(p.accounting.dropped)));
     CUSTOS_TRYV(s.bind(base + 3, std::int64_t{p.accounting.complete ? 1 : 0}));
     CUSTOS_TRYV(s.bind(pub_base, to_i64(p.published_bytes)));
     CUSTOS_TRYV(s.bind(pub_base + 1, std::int64_t{p.publication_done ? 1 : 0}));
+    CUSTOS_TRYV(s.bind(v7_base, opt_str(p.publication != PublicationState::pending,
+                                        publication_state_wire(p.publication))));
+    CUSTOS_TRYV(s.bind(v7_base + 1, opt_str(!p.artifact.empty(), p.artifact)));
+    CUSTOS_TRYV(s.bind(v7_base + 2, opt_str(!p.publication_error.empty(), p.publication_error)));
     return ok();
   };
-  CUSTOS_TRYV(bind_stream(15, 35, r.out));
-  CUSTOS_TRYV(bind_stream(19, 37, r.err));
+  CUSTOS_TRYV(bind_stream(15, 35, 40, r.out));
+  CUSTOS_TRYV(bind_stream(19, 37, 43, r.err));
   if (r.terminal) {
     CUSTOS_TRYV(s.bind_blob(23, r.terminal->bytes));
     CUSTOS_TRYV(s.bind(24, std::string_view{r.terminal->digest}));

@@ -25,7 +25,8 @@
 
 namespace custos::registry {
 class Registry;
-}
+struct ExecutionRecord;
+}  // namespace custos::registry
 namespace custos::supervisor {
 class ExecutionManager;
 struct Event;
@@ -175,5 +176,20 @@ class EventSubscription : public std::enable_shared_from_this<EventSubscription>
   bool ended_ = false;    // the terminal event went out
   bool removed_ = false;  // the connection no longer has the slot
 };
+
+// exec.get's `publication`: per stream of the execution's mode, its publication state, the
+// artifact's digest and size, whether the stream is complete, and a failed or lost stream's
+// error {code, message, recovery}.
+[[nodiscard]] boost::json::object publication_json(registry::ExecutionRecord const& record,
+                                                   bool pty);
+
+// exec.output for an execution the manager holds only as terminal, or not at all: served from
+// the registry's record and the stored output (registry/artifacts.hpp). Errors: exec.not_found
+// (no record), the record's own (quarantined), read_stored_output's.
+[[nodiscard]] Result<boost::json::object> stored_output(registry::Registry& registry,
+                                                        std::string const& execution_id,
+                                                        std::string_view stream,
+                                                        std::uint64_t offset,
+                                                        std::uint64_t max_bytes);
 
 }  // namespace custos::rpc::detail

@@ -96,6 +96,7 @@ Result<json::object> record_json(registry::ExecutionRecord const& rec) {
     auto t = CUSTOS_TRY(registry::decode_terminal(*rec.terminal));
     out["terminal"] = CUSTOS_TRY(core::to_json(t));
   }
+  out["publication"] = detail::publication_json(rec, pty);
   return out;
 }
 
@@ -269,7 +270,21 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           auto const id = in.required_string("execution_id");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
           auto v = m.get(id);
-          if (v) return reply(json::value(v->to_json()));
+          if (v) {
+            auto out = v->to_json();
+            bool const pty = v->output.count(core::Stream::pty) > 0;
+            // Publication follows the terminal record: the registry has its progress. Before
+            // it, every stream is pending. A record the registry cannot read (quarantined)
+            // leaves the member out: the held view still answers.
+            registry::ExecutionRecord pending;
+            pending.out.accounting =
+                v->output[pty ? core::Stream::pty : core::Stream::stdout_stream];
+            pending.err.accounting = v->output[core::Stream::stderr_stream];
+            Result<registry::ExecutionRecord> rec = pending;
+            if (v->terminal && reg != nullptr) rec = reg->get(id);
+            if (rec) out["publication"] = detail::publication_json(*rec, pty);
+            return reply(json::value(std::move(out)));
+          }
           if (v.error().code != Errc::exec_not_found) return reply(v.error());
           auto r = record_view(reg, id);
           if (!r) return reply(r.error());
@@ -409,7 +424,7 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
         });
 
   d.add("exec.output", Access::admin,
-        [&m](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
+        [&m, reg](std::shared_ptr<Session> const&, json::object const& p, Reply const& reply) {
           Params in(p, {"execution_id", "stream", "offset", "max_bytes"});
           auto const id = in.required_string("execution_id");
           auto const stream_name = in.required_string("stream");
@@ -419,6 +434,16 @@ void register_exec_methods(Dispatcher& d, ExecutionManager& m, registry::Registr
           auto const max = in.optional_u64("max_bytes");
           if (auto e = std::move(in).error()) return reply(std::move(*e));
           std::uint64_t const want = std::min(max.value_or(kDefaultOutputSlice), kMaxOutputSlice);
+          // A live execution's spool is still being written: the manager serves it. A terminal
+          // one's output is in the registry's hands (spool or artifact), whether the manager
+          // still holds it or not.
+          auto held = m.get(id);
+          bool const live = held && !held->terminal;
+          if (!live && reg != nullptr && (held || held.error().code == Errc::exec_not_found)) {
+            auto stored = detail::stored_output(*reg, id, stream_name, offset.value_or(0), want);
+            if (!stored) return reply(stored.error());
+            return reply(json::value(std::move(*stored)));
+          }
           auto r = m.output(id, *stream, offset.value_or(0), want);
           if (!r) return reply(r.error());
           reply(json::value(json::object{{"data_b64", core::base64_encode(r->data)},

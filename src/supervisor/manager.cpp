@@ -505,13 +505,13 @@ void ExecutionManager::on_terminal(std::string const& execution_id,
     }
   }
   terminal_order_.push_back(execution_id);
-  // Keep a bounded history of terminal executions for get/wait/output; the oldest go first,
-  // with their spool files (the registry keeps the durable record).
+  // Keep a bounded history of terminal executions in memory for get/wait/output; the oldest
+  // go first. Their spools stay (the registry keeps the durable record and the publisher the
+  // output: exec.output serves them from there); retention removes them.
   while (terminal_order_.size() > config_.terminal_history) {
     std::string const old = terminal_order_.front();
     terminal_order_.erase(terminal_order_.begin());
-    if (auto it = executions_.find(old); it != executions_.end()) {
-      it->second->discard_spool();
+    if (executions_.count(old) > 0) {
       // Erase later: the supervisor being closed may be the one evicted, still on the stack.
       boost::asio::post(io_, [weak = std::weak_ptr<bool>(alive_), this, old]() {
         if (auto a = weak.lock(); a && *a && executions_.erase(old) > 0) --terminal_in_map_;

@@ -7,6 +7,8 @@
 #include <system_error>
 #include <unistd.h>
 
+#include "custos/registry/artifacts.hpp"
+
 #include "supervisor.hpp"
 
 namespace custos::supervisor {
@@ -46,6 +48,8 @@ void OutputPumps::adopt_streams(bool pty, core::StreamAccounting out, core::Stre
     core::StreamAccounting const& seed = st.stream == core::Stream::stderr_stream ? err : out;
     auto inc = core::account_mark_incomplete(seed);
     st.acc = inc ? *inc : core::StreamAccounting{seed.observed, seed.retained, seed.dropped, false};
+    // The previous daemon's spool survived the restart: what it retained is still served.
+    st.spool_size = st.acc.retained;
     end(st);
   }
 }
@@ -65,7 +69,7 @@ OutputPumps::StreamState const* OutputPumps::find(core::Stream s) const noexcept
 }
 
 std::filesystem::path OutputPumps::spool_path(core::Stream s) const {
-  return owner_->config().state_dir / "spool" / owner_->id_ / std::string{core::stream_wire(s)};
+  return registry::spool_path(owner_->config().state_dir, owner_->id_, core::stream_wire(s));
 }
 
 void OutputPumps::on_chunk(core::Stream stream, std::span<std::uint8_t const> bytes) {
@@ -235,11 +239,6 @@ Result<OutputSlice> OutputPumps::slice(core::Stream stream, std::uint64_t offset
   }
   slice.eof = r->ended && offset + slice.data.size() >= size;
   return slice;
-}
-
-void OutputPumps::discard_spool() const {
-  std::error_code ec;
-  std::filesystem::remove_all(owner_->config().state_dir / "spool" / owner_->id_, ec);
 }
 
 // ------------------------------------------------------------------------------ stdin

@@ -42,7 +42,6 @@ class OutputPumps {
   [[nodiscard]] std::uint64_t observed_total() const noexcept;
   [[nodiscard]] Result<OutputSlice> slice(core::Stream stream, std::uint64_t offset,
                                           std::uint64_t max_bytes, bool spawn_failed) const;
-  void discard_spool() const;
 
   // stdin: queued within the manager's bound and limits.stdin_bytes; eof closes the input once
   // the queue drained.

@@ -242,7 +242,11 @@ void Supervisor::finish_terminal(core::TerminalRecord record, std::function<void
       id_, *rec,
       [self = shared_from_this(), rec, then = std::move(then)](Result<> const& r) mutable {
         if (self->manager_ == nullptr) return;  // detached meanwhile: nobody to tell
-        if (!r) self->sink_error("record_terminal", r.error());
+        if (!r) {
+          self->sink_error("record_terminal", r.error());
+        } else if (auto const& publish = self->config().terminal_recorded) {
+          publish(self->id_);  // off the loop from here: the publisher's thread
+        }
         // The committed slot was written before this record (one FIFO queue), but its completion
         // may still be on its way: the caller of the launch hears of the start before anyone
         // hears of the end.
@@ -356,11 +360,6 @@ void Supervisor::detach() {
   // The processes are left as they are: the registry's ownership records let the next daemon
   // start recover them.
   manager_ = nullptr;
-}
-
-void Supervisor::discard_spool() {
-  if (manager_ == nullptr) return;
-  pumps_.discard_spool();
 }
 
 }  // namespace custos::supervisor

@@ -91,8 +91,6 @@ class Supervisor final : public backend::ExecutionPort,
   // Stops observing without signalling anything: every descriptor and timer is released.
   void detach();
   void count_orphan() noexcept { ++orphans_reaped_; }
-  // Removes the spool directory (history eviction).
-  void discard_spool();
 
   // backend::ExecutionPort
   void on_output(core::Stream stream, std::span<std::uint8_t const> bytes) override;

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sstream>
 #include <string>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -322,11 +323,20 @@ struct DaemonOptions {
 // containing the daemon's state directory is refused (workspace.state_dir).
 class Daemon {
  public:
-  explicit Daemon(DaemonOptions opts = {}) : opts_(std::move(opts)) {
+  // With `state_tmpfs_size` (e.g. "32m"): the state directory's parent is a tmpfs of that size,
+  // mounted before the first start and unmounted at the end (a file system that can fill up).
+  explicit Daemon(DaemonOptions opts = {}, std::string const& state_tmpfs_size = {})
+      : opts_(std::move(opts)) {
     state_ = state_dir_.path() / "state";
     socket_ = state_ / "custos.sock";
     if (opts_.use_cgroup && fs::exists("/sys/fs/cgroup/unified/cgroup.procs")) {
       cgroup_ = "/sys/fs/cgroup/unified/custos-test-e2e-" + unique_suffix();
+    }
+    if (!state_tmpfs_size.empty()) {
+      std::string const data = "size=" + state_tmpfs_size + ",mode=0755";
+      if (::mount("tmpfs", state_dir_.path().c_str(), "tmpfs", 0, data.c_str()) != 0)
+        throw std::runtime_error(std::string{"mount tmpfs: "} + std::strerror(errno));
+      tmpfs_mounted_ = true;
     }
     start();
   }
@@ -338,6 +348,7 @@ class Daemon {
       (void)wait_exit(10s);
     }
     remove_cgroup();
+    if (tmpfs_mounted_) (void)::umount2(state_dir_.path().c_str(), MNT_DETACH);
   }
 
   void start() {
@@ -461,6 +472,7 @@ class Daemon {
   int pidfd_ = -1;
   bool ready_ = false;
   std::optional<int> exit_status_;
+  bool tmpfs_mounted_ = false;
 };
 
 struct CliResult {

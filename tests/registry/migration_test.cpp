@@ -37,6 +37,15 @@ ALTER TABLE executions ADD COLUMN pid_ns_ino INTEGER;
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 )sql";
 
+// What v7 added, taken away again: a current file made into a v6 one.
+constexpr char const* kDropV7 =
+    "ALTER TABLE executions DROP COLUMN out_pub_state; "
+    "ALTER TABLE executions DROP COLUMN out_artifact; "
+    "ALTER TABLE executions DROP COLUMN out_pub_error; "
+    "ALTER TABLE executions DROP COLUMN err_pub_state; "
+    "ALTER TABLE executions DROP COLUMN err_artifact; "
+    "ALTER TABLE executions DROP COLUMN err_pub_error; ";
+
 std::string quote(std::string const& s) {
   return "'" + s + "'";
 }
@@ -180,10 +189,10 @@ TEST(RegistryMigration, FromV4DropsThePhaseIndexAndKeepsRecords) {
     ASSERT_TRUE(reg) << reg.error().message();
     CUSTOS_ASSERT_OK((*reg)->record_authorized(make_execution("ex-4", "act-4")));
   }
-  raw_exec(t.db(),
-           "CREATE INDEX executions_by_phase ON executions (phase); "
-           "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
-           "UPDATE meta SET value = '4' WHERE key = 'schema_version';");
+  raw_exec(t.db(), std::string{kDropV7} +
+                       "CREATE INDEX executions_by_phase ON executions (phase); "
+                       "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
+                       "UPDATE meta SET value = '4' WHERE key = 'schema_version';");
   auto index_count = [&] {
     auto db = sql::Db::open(t.db().string(), false);
     return db
@@ -220,9 +229,9 @@ TEST(RegistryMigration, FromV5AddsTheMarkerNamespaceAndKeepsRecords) {
         (*reg)->record_staged("ex-5", fake_staged(555, 8888),
                               boundary_info(core::Boundary::marker, "", std::string(32, 'a'))));
   }
-  raw_exec(t.db(),
-           "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
-           "UPDATE meta SET value = '5' WHERE key = 'schema_version';");
+  raw_exec(t.db(), std::string{kDropV7} +
+                       "ALTER TABLE executions DROP COLUMN marker_ns_ino; "
+                       "UPDATE meta SET value = '5' WHERE key = 'schema_version';");
   auto reg = Registry::open(t.state());
   ASSERT_TRUE(reg) << reg.error().message();
   EXPECT_EQ((*reg)->opened_version(), 5);

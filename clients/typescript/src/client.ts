@@ -41,6 +41,10 @@ export class Client {
   hostInfo(): Promise<T.HostInfo> {
     return this.call("host.info", {});
   }
+  /** Retries unfinished output publications, then applies the retention policy (admins). */
+  hostGc(): Promise<T.HostGcResult> {
+    return this.call("host.gc", {});
+  }
   execCheck(params: T.ExecCheckParams): Promise<T.ExecCheckResult> {
     return this.call("exec.check", params);
   }

@@ -17,6 +17,7 @@ export interface MethodSpec {
 
 export const METHODS = {
   "host.info": { fn: "hostInfo", params: {} },
+  "host.gc": { fn: "hostGc", params: {} },
   "exec.check": {
     fn: "execCheck",
     params: { identity: true, plan: true, authority: false, subscribe: false },

@@ -260,6 +260,17 @@ export interface ExecListResult extends Open {
 export interface ExecCancelResult extends Open {
   accepted: boolean;
   trigger: string | null;
+  forced: boolean;
+}
+/** What `host.gc` published and removed, and what the output store holds after it. */
+export interface HostGcResult extends Open {
+  executions_retried: number;
+  streams_published: number;
+  streams_failed: number;
+  artifacts_removed: number;
+  spools_removed: number;
+  bytes_freed: number;
+  store: Open;
 }
 export interface ExecInputResult extends Open {
   accepted_bytes: number;
@@ -343,6 +354,7 @@ export interface ExecEvent extends Open {
 
 export interface MethodParams {
   "host.info": NoParams;
+  "host.gc": NoParams;
   "exec.check": ExecCheckParams;
   "exec.start": ExecStartParams;
   "exec.get": ExecIdParams;
@@ -368,6 +380,7 @@ export interface MethodParams {
 
 export interface MethodResults {
   "host.info": HostInfo;
+  "host.gc": HostGcResult;
   "exec.check": ExecCheckResult;
   "exec.start": ExecStartResult;
   "exec.get": ExecutionView;

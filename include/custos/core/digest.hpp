@@ -30,4 +30,23 @@ struct Digest {
 // SHA-256 through OpenSSL's EVP interface; digest.failed if OpenSSL reports an error.
 [[nodiscard]] Result<Digest> sha256(std::span<std::uint8_t const> data);
 
+// SHA-256 of bytes that arrive in pieces (a file read in chunks). Move-only; finish() once.
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(Sha256Stream&& other) noexcept;
+  Sha256Stream& operator=(Sha256Stream&& other) noexcept;
+  Sha256Stream(Sha256Stream const&) = delete;
+  Sha256Stream& operator=(Sha256Stream const&) = delete;
+
+  // digest.failed when OpenSSL refused (then every later call fails too).
+  [[nodiscard]] Result<void> update(std::span<std::uint8_t const> data);
+  [[nodiscard]] Result<Digest> finish();
+
+ private:
+  void* ctx_ = nullptr;  // EVP_MD_CTX, kept opaque so this header needs no OpenSSL
+  bool failed_ = false;
+};
+
 }  // namespace custos::core

@@ -98,6 +98,11 @@ enum class Errc : std::uint16_t {
   registry_legacy_unverified = 4010,
   recovery_indeterminate = 4011,
   registry_corrupt_database = 4012,  // the file is not a SQLite database, or truncated/damaged
+  artifact_io = 4013,                // the artifact store could not be written or read (I/O error)
+  artifact_no_space = 4014,          // the artifact store's file system is full
+  artifact_spool_missing = 4015,     // a stream's spool is gone before its output was published
+  artifact_corrupt = 4016,           // a stored artifact's bytes do not match its digest or size
+  output_removed = 4017,             // retention removed the execution's output
 
   // 5xxx — rpc and daemon
   rpc_parse_error = 5000,

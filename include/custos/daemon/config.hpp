@@ -56,6 +56,12 @@ struct DaemonConfig {
   // Where the Prometheus metrics endpoint listens: "unix:/path", "127.0.0.1:PORT" or
   // "[::1]:PORT" (loopback only; PORT 0 picks a free one). Empty: no endpoint (docs/metrics.md).
   std::string metrics_listen;
+  // Retained output (docs/durability.md, "Retention"): artifacts older than the age, then the
+  // oldest while spools and artifacts exceed the bytes, are removed by the sweep that runs
+  // every interval and on host.gc. Zero: no bound (age, bytes) or no periodic sweep (interval).
+  std::chrono::seconds spool_retention_age{std::chrono::hours{24 * 7}};
+  std::uint64_t spool_retention_bytes = std::uint64_t{4} << 30;
+  std::chrono::seconds spool_sweep_interval{600};
 };
 
 // Fills the defaults: as root without --state-dir, /var/lib/custos and /run/custos/custos.sock;

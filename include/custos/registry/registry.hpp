@@ -68,7 +68,9 @@ inline constexpr std::string_view kSchemaId = "custos-registry";
 //   4  the gateway's authority tables: epoch, principals, grants, budgets, lease epochs,
 //      leases, authority uses (docs/authority.md "Storage")
 //   5  the index on executions.phase is dropped (no query used it; each phase write paid a page)
-inline constexpr int kSchemaVersion = 6;
+//   6  the PID namespace of a container execution's marker sweep
+//   7  per-stream publication state, artifact digest and last publication error
+inline constexpr int kSchemaVersion = 7;
 
 // How hard a write is pushed to disk when its transaction commits (WAL mode):
 //   full    synchronous=FULL: the WAL is fsync'ed at commit; survives power loss.
@@ -182,13 +184,36 @@ struct Ownership {
   friend bool operator==(Ownership const&, Ownership const&) = default;
 };
 
+// Where a stream's publication to the artifact store stands (docs/durability.md, "Output"):
+//   pending    not attempted yet (every stream until its execution is terminal)
+//   published  its retained bytes are the artifact `artifact` (complete or incomplete evidence,
+//              as the stream's accounting says)
+//   empty      it retained no byte: done, and no artifact exists for it
+//   failed     the last attempt failed (publication_error); the next one retries it
+//   lost       its spool is gone: nothing can be published, ever (publication_error says why)
+enum class PublicationState : std::uint8_t { pending, published, empty, failed, lost };
+[[nodiscard]] std::string_view publication_state_wire(PublicationState s) noexcept;
+[[nodiscard]] std::optional<PublicationState> publication_state_from_wire(
+    std::string_view w) noexcept;
+
 // Output accounting and artifact publication progress of one stream.
 struct StreamProgress {
   core::StreamAccounting accounting;
   std::uint64_t published_bytes = 0;  // bytes of the spool published to the artifact store
-  bool publication_done = false;
+  bool publication_done = false;      // published, empty or lost: nothing left to do
+  PublicationState publication = PublicationState::pending;  // since v7
+  std::string artifact;           // since v7: "sha256:<hex>" of the published bytes
+  std::string publication_error;  // since v7: "<code>: <message>" of a failed or lost stream
 
   friend bool operator==(StreamProgress const&, StreamProgress const&) = default;
+};
+
+// One publication outcome of a stream, as Registry::record_publication takes it.
+struct StreamPublication {
+  PublicationState state = PublicationState::pending;
+  std::uint64_t bytes = 0;  // published: the artifact's size (= the stream's retained bytes)
+  std::string artifact;     // published: "sha256:<hex>"
+  std::string error;        // failed, lost: "<code>: <message>"
 };
 
 // The terminal record as stored: core canonical bytes + digest, and two denormalized columns
@@ -400,6 +425,14 @@ class Registry {
   [[nodiscard]] Result<void> record_publication(std::string_view execution_id, int stream_index,
                                                 std::uint64_t published_bytes, bool done,
                                                 WriteMode mode = WriteMode::now);
+  // The outcome of publishing one stream of a terminal execution (docs/durability.md, "Output"). A
+  // stream whose publication is done (published, empty, lost) keeps it: recording the same outcome
+  // again is accepted and changes nothing, any other is refused. published needs bytes equal to
+  // the stream's retained bytes and a digest; empty needs no retained byte; lost needs some.
+  // Errors: registry.illegal_phase (not terminal, or a done stream changing),
+  // accounting.invariant (an outcome the accounting contradicts), registry.not_found.
+  [[nodiscard]] Result<void> record_publication(std::string_view execution_id, int stream_index,
+                                                StreamPublication const& outcome);
   // The one terminal record; `via` is how it was reached (observed normally). Phase moves to
   // terminal with core::is_legal_progression(from, terminal, via). Always immediate: every write
   // deferred before it is committed in the same transaction, ahead of it, so when this returns
@@ -432,6 +465,10 @@ class Registry {
   [[nodiscard]] Result<std::vector<ExecutionRecord>> list(ListFilter const& filter = {});
   // Records that are not terminal and not quarantined (what recovery looks at).
   [[nodiscard]] Result<std::vector<ExecutionRecord>> non_terminal();
+  // Terminal records (not quarantined) with a stream whose publication is not done, oldest id
+  // first, at most `limit`, and only ids greater than `after_id`.
+  [[nodiscard]] Result<std::vector<ExecutionRecord>> unpublished(std::string_view after_id,
+                                                                 std::size_t limit);
   // How many records are terminal (quarantined ones included).
   [[nodiscard]] Result<std::size_t> count_terminal();
   [[nodiscard]] Result<std::vector<QuarantinedRecord>> quarantined();

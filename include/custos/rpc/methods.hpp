@@ -13,13 +13,16 @@
 
 namespace custos::supervisor {
 class ExecutionManager;
-}
+class OutputPublisher;
+struct CollectReport;
+}  // namespace custos::supervisor
 namespace custos::gateway {
 class ExecutionGateway;
 }
 namespace custos::registry {
 class Registry;
-}
+struct StoreFigures;
+}  // namespace custos::registry
 namespace custos::secrets {
 class SecretStore;
 }
@@ -45,6 +48,16 @@ void register_introspection(Dispatcher& d);
 // the manager no longer holds (a previous daemon's, or evicted from its terminal history).
 void register_exec_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
                            registry::Registry* registry = nullptr);
+
+// host.gc (admin): retries every unfinished publication and runs the retention sweep now
+// (supervisor/publisher.hpp); answers gc_json of what it did. `manager` (its loop answers) and
+// `publisher` must outlive the connections.
+void register_output_methods(Dispatcher& d, supervisor::ExecutionManager& manager,
+                             supervisor::OutputPublisher& publisher);
+// host.gc's result, and the `output` figure of host.info (store_json): bytes and counts of the
+// spools and artifacts under the state directory, and when they were measured.
+[[nodiscard]] boost::json::object gc_json(supervisor::CollectReport const& report);
+[[nodiscard]] boost::json::object store_json(registry::StoreFigures const& figures);
 
 // authority.grant/revoke/list, lease.acquire/release/list, holder.quiescence, and exec.start /
 // exec.input through the gateway (docs/authority.md). Call after register_exec_methods: it

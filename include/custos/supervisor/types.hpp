@@ -180,9 +180,15 @@ struct ManagerConfig {
   // (`<subtree>/<execution_id>`). Empty: no writable subtree, every execution uses the marker.
   std::string cgroup_subtree;
   BoundaryPreference boundary = BoundaryPreference::automatic;
-  // Root of spool files: `<state_dir>/spool/<execution_id>/{stdout,stderr}`.
+  // Root of spool files: `<state_dir>/spool/<execution_id>/{stdout,stderr}`
+  // (registry/artifacts.hpp). They outlive the execution's place in memory: retention removes
+  // them (docs/durability.md, "Output").
   std::filesystem::path state_dir;
   OwnershipSink* sink = nullptr;
+  // Called on the loop once an execution's terminal record is in the registry (after the sink
+  // confirmed it): the daemon's publisher takes its spools from there (supervisor/publisher.hpp).
+  // Empty: nothing is published.
+  std::function<void(std::string const& execution_id)> terminal_recorded;
   // True when the cgroup2 mount has nsdelegate: then a root execution cannot leave its cgroup.
   // The manager detects it from sys::find_cgroup2_mount() when `detect_nsdelegate` is true.
   bool detect_nsdelegate = true;

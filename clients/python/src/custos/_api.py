@@ -65,6 +65,10 @@ class _Api(Generic[_R]):
         """Daemon version, boot id, capabilities, default boundary, policies, recovery findings."""
         return self._request("host.info", {})
 
+    def host_gc(self) -> _R:
+        """Retry unfinished output publications, then apply the retention policy (admins)."""
+        return self._request("host.gc", {})
+
     # -- executions
     def exec_check(
         self,

@@ -14,6 +14,7 @@
 #include "custos/registry/registry.hpp"
 #include "custos/rpc/server.hpp"
 #include "custos/supervisor/manager.hpp"
+#include "custos/supervisor/publisher.hpp"
 
 namespace custos::daemon {
 
@@ -105,6 +106,20 @@ void render_registry(Exposition& e, registry::Registry const& registry) {
   e.sample("custos_registry_size_bytes", file_size(db) + file_size(db + "-wal"));
 }
 
+// The output store as the publisher last measured it (after its latest batch or sweep): the
+// same figure as host.info's `output`, never a walk per scrape.
+void render_store(Exposition& e, supervisor::OutputPublisher const& publisher) {
+  auto const f = publisher.figures();
+  e.family("custos_artifact_bytes", "gauge",
+           "Bytes of published output in the content-addressed artifact store.");
+  e.sample("custos_artifact_bytes", f.artifact_bytes);
+  e.family("custos_artifacts", "gauge", "Artifacts in the store.");
+  e.sample("custos_artifacts", f.artifacts);
+  e.family("custos_spool_retained_bytes", "gauge",
+           "Bytes of spool files kept under the state directory (live or not yet published).");
+  e.sample("custos_spool_retained_bytes", f.spool_bytes);
+}
+
 }  // namespace
 
 std::string render_metrics(MetricsSources const& sources) {
@@ -112,6 +127,7 @@ std::string render_metrics(MetricsSources const& sources) {
   if (sources.manager != nullptr) render_manager(e, *sources.manager);
   if (sources.server != nullptr) render_server(e, *sources.server);
   if (sources.registry != nullptr) render_registry(e, *sources.registry);
+  if (sources.publisher != nullptr) render_store(e, *sources.publisher);
   return e.take();
 }
 

@@ -13,6 +13,7 @@ class Server;
 }
 namespace custos::supervisor {
 class ExecutionManager;
+class OutputPublisher;
 }
 
 namespace custos::daemon {
@@ -22,6 +23,7 @@ struct MetricsSources {
   supervisor::ExecutionManager const* manager = nullptr;
   rpc::Server const* server = nullptr;
   registry::Registry const* registry = nullptr;
+  supervisor::OutputPublisher const* publisher = nullptr;  // the output store's figures
 };
 
 // The text exposition format 0.0.4: every family with its HELP and TYPE lines.

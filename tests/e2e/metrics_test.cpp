@@ -282,6 +282,28 @@ TEST(Metrics, UnixSocketCountsWhatTheDaemonDid) {
   EXPECT_EQ(e.buckets.back().second, e.at("custos_registry_commit_seconds_count"));
   EXPECT_GT(e.at("custos_registry_commit_seconds_sum"), 0);
 
+  // The output store: the 100,000 bytes of `head` are published as an artifact (after the
+  // terminal record, on the publisher's thread), and the gauges are host.info's figure.
+  e = scrape_until(s, [](Exposition const& now) { return now.at("custos_artifact_bytes") >= 1e5; });
+  EXPECT_GE(e.at("custos_artifact_bytes"), 100000);
+  EXPECT_GE(e.at("custos_artifacts"), 1);
+  // A later publication batch may move the figure between the two reads: read both again
+  // until they agree (they are one measurement, so they do once the publisher is idle).
+  bool agree = false;
+  std::string last;
+  for (int i = 0; i < 200 && !agree; ++i) {
+    if (i > 0) std::this_thread::sleep_for(50ms);
+    e = scrape(s);
+    auto info = c.call(900 + i, "host.info");
+    ASSERT_TRUE(info && info->contains("result"));
+    auto const& store = info->at("result").at("output").as_object();
+    last = json::serialize(store);
+    agree = e.at("custos_artifact_bytes") == store.at("artifact_bytes").to_number<double>() &&
+            e.at("custos_artifacts") == store.at("artifacts").to_number<double>() &&
+            e.at("custos_spool_retained_bytes") == store.at("spool_bytes").to_number<double>();
+  }
+  EXPECT_TRUE(agree) << "host.info output: " << last;
+
   // The registry's size is its file and WAL as they are now (re-read if a write came between).
   auto const on_disk = [&] {
     return static_cast<double>(size_of(d.state() / "registry.db") +

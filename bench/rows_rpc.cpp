@@ -262,8 +262,7 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
                        "raw Unix-socket line echo (same run)", floor_us, 2.0, Better::lower, "");
   Row seq = unmeasured("rpc: exec.start -> terminal of a static no-op, sequential (median)", "ms",
                        "clone3 launch floor + one SQLite FULL commit + one socket echo round trip",
-                       launch_floor_ms, 1.25,
-                       Better::lower, "");
+                       launch_floor_ms, 1.25, Better::lower, "");
   // For the record, beside the native row: its floor is the native row's value of this run.
   Row ref;
   ref.name =
@@ -341,8 +340,9 @@ std::vector<Row> rpc_rows(Env const& env, Floors const& f) {
   // enforces it (open_tree clone of the workspace, made read-only, attached in the child's new
   // namespace) is what this row adds to the writable one.
   Row ro;
-  ro.name = "rpc: the same with a read-only workspace (private mount namespace; median, for the "
-            "record)";
+  ro.name =
+      "rpc: the same with a read-only workspace (private mount namespace; median, for the "
+      "record)";
   ro.unit = "ms";
   ro.floor_name = "native exec.start -> terminal, sequential, writable workspace (same run)";
   ro.floor_value = seq.value;

@@ -515,9 +515,8 @@ class Daemon {
     }
     // Read on the loop at each scrape; the server comes up in the next step.
     metrics_.emplace(io_, [this] {
-      return render_metrics(
-          MetricsSources{manager_.get(), server_ ? &*server_ : nullptr, registry_.get(),
-                         publisher_.get()});
+      return render_metrics(MetricsSources{manager_.get(), server_ ? &*server_ : nullptr,
+                                           registry_.get(), publisher_.get()});
     });
     CUSTOS_TRYV(metrics_->listen(endpoint, config_.socket_mode));
     if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {

@@ -14,7 +14,7 @@ class Server;
 namespace custos::supervisor {
 class ExecutionManager;
 class OutputPublisher;
-}
+}  // namespace custos::supervisor
 
 namespace custos::daemon {
 

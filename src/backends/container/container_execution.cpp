@@ -479,12 +479,10 @@ void ContainerExecution::release(std::function<void(Step<std::monostate>)> done)
 
 // ------------------------------------------------------------------------------ ungated
 //
-// A plan with `gate: optional` whose container cannot run the gate (no /bin/sh): the exec is
-// created at acquire and started only at release, after the record (marker, the container's PID
-// namespace, ownership `marked`) is durable. Its process is then identified as the gate would be
-// — the marker in its environment, the container's PID namespace, read through a pidfd — minus
-// the stop, and taken over as the tree's root. A program that ends before it could be identified
-// leaves no root to hold: its status is the engine's and its tree is what carries the marker.
+// `gate: optional` and no /bin/sh in the container: the exec is created at acquire, started at
+// release once the record (marker, PID namespace, `marked`) is durable, then identified as a gate
+// would be (marker, namespace, through a pidfd) and taken over as the root. One that ends before
+// or while it is identified leaves no root: its status is the engine's, its tree the marker's.
 
 void ContainerExecution::answer_ungated_acquire() {
   Acquired a;
@@ -531,6 +529,8 @@ void ContainerExecution::on_ungated_inspected(Result<engine::ExecInspect> inspec
     }
     if (candidate_) {
       auto verdict = check_gate_identity(*candidate_, *marker_, pid_ns_, false);
+      // The engine's exec process ended while it was read: it ran, as one that ended unseen.
+      if (!verdict && verdict.error().sys_errno == ESRCH) return enter_ungated(std::nullopt);
       if (!verdict) return fail("identify", verdict.error());
       if (*verdict == GateCheck::gate) {
         auto root = std::move(candidate_);
@@ -557,8 +557,11 @@ void ContainerExecution::enter_ungated(std::optional<sys::Pidfd> root) {
   a.view = launching_->ctx.view;
   if (root) {
     auto identity = sys::read_identity(*root);
-    if (!identity) return fail("identify", identity.error());
-    a.identity = *identity;
+    if (!identity && identity.error().sys_errno != ESRCH) return fail("identify", identity.error());
+    if (!identity) root.reset();  // it ended while read: as one that ended before it was seen
+    if (identity) a.identity = *identity;
+  }
+  if (root) {
     a.root = std::move(*root);
   } else {
     a.root_exited = true;
@@ -584,12 +587,10 @@ void ContainerExecution::abort() {
 }
 
 Result<Acquired> ContainerExecution::adopt(AdoptContext ctx) {
-  // The container's namespace as recorded; else read through the recovered root (a live process
-  // holds its pid).
+  // The container's namespace as recorded; else read through the recovered root (live: its pid).
   if (!ctx.pid_ns_inode && ctx.root.valid()) {
-    if (auto ns = sys::pid_namespace_inode(std::to_string(ctx.root.pid())); ns) {
-      if (ctx.root.alive()) ctx.pid_ns_inode = *ns;
-    }
+    auto ns = sys::pid_namespace_inode(std::to_string(ctx.root.pid()));
+    if (ns && ctx.root.alive()) ctx.pid_ns_inode = *ns;
   }
   tree_ = host_->native().create(id_);
   return tree_->adopt(std::move(ctx));

@@ -215,17 +215,18 @@ void ContainerExecution::on_started(Result<std::shared_ptr<engine::ExecStream>> 
   io_state_.stream = std::move(*stream);
   io_state_.open = true;
   PlanView const& plan = *launching_->ctx.view;
-  if (plan.pty) {
-    // Engines below API 1.42 ignore the size given at create: set it while the gate holds, so
-    // the first program of the target sees it either way.
-    client_->resize_exec(exec_id_, plan.rows, plan.cols, host_->config().call_timeout,
-                         [self = shared_from_this()](Result<void> const&) {});
-  }
-  launching_->gate_deadline = Clock::now() + host_->config().call_timeout;
-  client_->inspect_exec(exec_id_, host_->config().call_timeout,
-                        [self = shared_from_this()](Result<engine::ExecInspect> r) {
-                          self->on_exec_inspected(std::move(r));
-                        });
+  auto inspect = [self = shared_from_this()] {
+    if (!self->launching_) return;
+    self->launching_->gate_deadline = Clock::now() + self->host_->config().call_timeout;
+    self->client_->inspect_exec(
+        self->exec_id_, self->host_->config().call_timeout,
+        [self](Result<engine::ExecInspect> r) { self->on_exec_inspected(std::move(r)); });
+  };
+  if (!plan.pty) return inspect();
+  // Docker may start the exec before it applies the size given at create (and below API 1.42
+  // ignores it): set it while the gate holds, and release nothing before the engine answered.
+  client_->resize_exec(exec_id_, plan.rows, plan.cols, host_->config().call_timeout,
+                       [inspect](Result<void> const&) { inspect(); });
 }
 
 void ContainerExecution::on_exec_inspected(Result<engine::ExecInspect> inspect) {
@@ -715,12 +716,12 @@ void ContainerExecution::await_input_writable() {
 void ContainerExecution::close_input(bool eof) {
   if (!io_state_.stream) return;
   if (io_state_.tty) {
-    // A terminal reads end-of-file from its EOF character, as a native PTY is given; shutting
-    // the connection's write half would be a hangup to some engines, not an EOF.
-    if (eof) {
-      std::uint8_t const veof = 0x04;
-      (void)io_state_.stream->try_write(std::span<std::uint8_t const>{&veof, 1});
-    }
+    // A terminal reads end-of-file from its EOF character (shutting the write half is a hangup
+    // to some engines). Closed for good (the teardown, its output over): a wait for a stalled
+    // terminal to take input would hold the close for ever, so the connection goes.
+    std::uint8_t const veof = 0x04;
+    if (eof) (void)io_state_.stream->try_write(std::span<std::uint8_t const>{&veof, 1});
+    if (!eof && io_state_.input_waiting) io_state_.stream->close();
     return;
   }
   (void)io_state_.stream->close_input();

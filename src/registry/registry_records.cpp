@@ -1,4 +1,5 @@
 // Registry: loading and storing records, creating them, reads and quarantine.
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -20,6 +21,30 @@ Result<bool> is_quarantined(sql::Db& db, std::string_view id, std::string* reaso
   if (row && reason != nullptr) *reason = s->text(0);
   return row;
 }
+
+// The records `where` selects (a condition on `executions e`, then its ORDER BY and LIMIT; `bind`
+// binds its parameters), quarantined ones left out. A row that fails validation here changed
+// after open's validation: it is skipped from listings (get() reports it) and quarantined at the
+// next revalidate().
+Result<std::vector<ExecutionRecord>> select_valid(
+    sql::Db& db, std::string_view where, std::function<Result<void>(sql::Stmt&)> const& bind) {
+  std::string sql = "SELECT ";
+  sql += detail::record_columns();
+  sql += " FROM executions e WHERE ";
+  sql += where;
+  sql::Stmt s = CUSTOS_TRY(db.prepare(sql));
+  if (bind) CUSTOS_TRYV(bind(s));
+  std::vector<ExecutionRecord> out;
+  while (CUSTOS_TRY(s.step())) {
+    auto rec = detail::decode_row(s);
+    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;
+    out.push_back(std::move(*rec));
+  }
+  return out;
+}
+
+constexpr std::string_view kNotQuarantined =
+    "NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.execution_id = e.execution_id)";
 
 Result<std::optional<ExecutionRecord>> select_record(sql::Db& db, std::string_view id) {
   std::string sql = "SELECT ";
@@ -211,70 +236,41 @@ Result<ExecutionRecord> Registry::get(std::string_view execution_id) {
 Result<std::vector<ExecutionRecord>> Registry::list(ListFilter const& filter) {
   CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
-  std::string sql = "SELECT ";
-  sql += detail::record_columns();
-  sql +=
-      " FROM executions e WHERE execution_id > ?1 AND (?2 IS NULL OR phase = ?2) AND "
-      "(?3 IS NULL OR session_id = ?3) AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE "
-      "q.execution_id = e.execution_id) ORDER BY execution_id LIMIT ?4";
-  sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
-  CUSTOS_TRYV(s.bind(1, std::string_view{filter.after_id}));
-  CUSTOS_TRYV(s.bind(2, filter.phase
-                            ? std::optional<std::string_view>{core::phase_wire(*filter.phase)}
-                            : std::nullopt));
-  CUSTOS_TRYV(s.bind(
-      3, filter.session_id ? std::optional<std::string_view>{*filter.session_id} : std::nullopt));
-  CUSTOS_TRYV(s.bind(4, static_cast<std::int64_t>(filter.limit)));
-  std::vector<ExecutionRecord> out;
-  while (CUSTOS_TRY(s.step())) {
-    // A row that fails here changed after open's validation; it is skipped from listings (get()
-    // reports it) and quarantined at the next revalidate().
-    auto rec = detail::decode_row(s);
-    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;
-    out.push_back(std::move(*rec));
-  }
-  return out;
+  std::string const where =
+      "execution_id > ?1 AND (?2 IS NULL OR phase = ?2) AND (?3 IS NULL OR session_id = ?3) "
+      "AND " +
+      std::string{kNotQuarantined} + " ORDER BY execution_id LIMIT ?4";
+  return select_valid(db_, where, [&filter](sql::Stmt& s) -> Result<void> {
+    CUSTOS_TRYV(s.bind(1, std::string_view{filter.after_id}));
+    CUSTOS_TRYV(s.bind(2, filter.phase
+                              ? std::optional<std::string_view>{core::phase_wire(*filter.phase)}
+                              : std::nullopt));
+    CUSTOS_TRYV(s.bind(
+        3, filter.session_id ? std::optional<std::string_view>{*filter.session_id} : std::nullopt));
+    return s.bind(4, static_cast<std::int64_t>(filter.limit));
+  });
 }
 
 Result<std::vector<ExecutionRecord>> Registry::non_terminal() {
   CUSTOS_TRYV(settle_deferred());
   // Selected by SQL, so a registry with many finished executions does not load them all.
   std::lock_guard<std::mutex> g(db_mu_);
-  std::string sql = "SELECT ";
-  sql += detail::record_columns();
-  sql +=
-      " FROM executions e WHERE phase <> 'terminal' AND NOT EXISTS (SELECT 1 FROM quarantine q "
-      "WHERE q.execution_id = e.execution_id) ORDER BY execution_id";
-  sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
-  std::vector<ExecutionRecord> out;
-  while (CUSTOS_TRY(s.step())) {
-    auto rec = detail::decode_row(s);
-    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;  // see list()
-    out.push_back(std::move(*rec));
-  }
-  return out;
+  return select_valid(
+      db_, "phase <> 'terminal' AND " + std::string{kNotQuarantined} + " ORDER BY execution_id",
+      nullptr);
 }
 
 Result<std::vector<ExecutionRecord>> Registry::unpublished(std::string_view after_id,
                                                            std::size_t limit) {
   CUSTOS_TRYV(settle_deferred());
   std::lock_guard<std::mutex> g(db_mu_);
-  std::string sql = "SELECT ";
-  sql += detail::record_columns();
-  sql +=
-      " FROM executions e WHERE phase = 'terminal' AND (out_pub_done = 0 OR err_pub_done = 0) "
-      "AND execution_id > ?1 AND NOT EXISTS (SELECT 1 FROM quarantine q "
-      "WHERE q.execution_id = e.execution_id) ORDER BY execution_id LIMIT ?2";
-  sql::Stmt s = CUSTOS_TRY(db_.prepare(sql));
-  CUSTOS_TRYV(s.bind(1, after_id));
-  CUSTOS_TRYV(s.bind(2, static_cast<std::int64_t>(limit)));
-  std::vector<ExecutionRecord> out;
-  while (CUSTOS_TRY(s.step())) {
-    auto rec = detail::decode_row(s);
-    if (!rec || !validate_record(*rec, /*deep=*/false)) continue;  // see list()
-    out.push_back(std::move(*rec));
-  }
-  return out;
+  std::string const where =
+      "phase = 'terminal' AND (out_pub_done = 0 OR err_pub_done = 0) AND execution_id > ?1 AND " +
+      std::string{kNotQuarantined} + " ORDER BY execution_id LIMIT ?2";
+  return select_valid(db_, where, [after_id, limit](sql::Stmt& s) -> Result<void> {
+    CUSTOS_TRYV(s.bind(1, after_id));
+    return s.bind(2, static_cast<std::int64_t>(limit));
+  });
 }
 
 Result<std::size_t> Registry::count_terminal() {

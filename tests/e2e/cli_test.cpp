@@ -250,6 +250,40 @@ TEST_F(Cli, SecondCtrlCKillsNow) {
   EXPECT_NE(r.out.find("\"forced\":true"), std::string::npos) << r.out;
 }
 
+// A tmux server of a test's own (`tmux -L session`), killed when this goes.
+class Tmux {
+ public:
+  explicit Tmux(std::string session) : session_(std::move(session)) {}
+  Tmux(Tmux const&) = delete;
+  Tmux& operator=(Tmux const&) = delete;
+  ~Tmux() { (void)run("kill-server"); }
+  int run(std::string const& args) const {
+    return ::system(("tmux -L " + session_ + " " + args + " >/dev/null 2>&1").c_str());
+  }
+  // The session's window as it shows now.
+  [[nodiscard]] std::string capture() const {
+    std::string out;
+    FILE* p = ::popen(("tmux -L " + session_ + " capture-pane -p -t " + session_).c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+  }
+  // Whether `needle` shows within `tries` looks 50 ms apart.
+  [[nodiscard]] bool wait_for(std::string const& needle, int tries) const {
+    for (int i = 0; i < tries; ++i) {
+      if (capture().find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+ private:
+  std::string session_;
+};
+
 // --pty through a real terminal (tmux): raw mode, window size, resize, exit code, restore.
 TEST_F(Cli, PtyThroughTmux) {
   if (::system("command -v tmux >/dev/null 2>&1") != 0) GTEST_SKIP() << "tmux not installed";
@@ -267,44 +301,20 @@ TEST_F(Cli, PtyThroughTmux) {
       << "sleep 30\n";
   }
   ::chmod(script.c_str(), 0755);
-  auto tmux = [&](std::string const& args) {
-    return ::system(("tmux -L " + session + " " + args + " >/dev/null 2>&1").c_str());
-  };
-  auto capture = [&] {
-    std::string cmd = "tmux -L " + session + " capture-pane -p -t " + session;
-    std::string out;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-  };
-  auto wait_for = [&](std::string const& needle) {
-    for (int i = 0; i < 200; ++i) {
-      if (capture().find(needle) != std::string::npos) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
-  };
-  ASSERT_EQ(tmux("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
-  struct Kill {
-    std::function<void()> f;
-    ~Kill() { f(); }
-  } kill_session{[&] { tmux("kill-server"); }};
-  tmux("send-keys -t " + session + " 'tty; stty size; echo mark-$((40+2))' Enter");
-  ASSERT_TRUE(wait_for("mark-42")) << capture();
-  std::string screen = capture();
+  Tmux tmux{session};
+  ASSERT_EQ(tmux.run("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
+  tmux.run("send-keys -t " + session + " 'tty; stty size; echo mark-$((40+2))' Enter");
+  ASSERT_TRUE(tmux.wait_for("mark-42", 200)) << tmux.capture();
+  std::string screen = tmux.capture();
   EXPECT_NE(screen.find("/dev/pts/"), std::string::npos) << screen;
   EXPECT_NE(screen.find("30 100"), std::string::npos) << screen;
   // SIGWINCH on our side becomes exec.resize.
-  tmux("resize-window -t " + session + " -x 120 -y 40");
+  tmux.run("resize-window -t " + session + " -x 120 -y 40");
   std::this_thread::sleep_for(500ms);
-  tmux("send-keys -t " + session + " 'stty size; echo mark-$((50+3))' Enter");
-  ASSERT_TRUE(wait_for("mark-53")) << capture();
-  EXPECT_NE(capture().find("40 120"), std::string::npos) << capture();
-  tmux("send-keys -t " + session + " 'exit 5' Enter");
+  tmux.run("send-keys -t " + session + " 'stty size; echo mark-$((50+3))' Enter");
+  ASSERT_TRUE(tmux.wait_for("mark-53", 200)) << tmux.capture();
+  EXPECT_NE(tmux.capture().find("40 120"), std::string::npos) << tmux.capture();
+  tmux.run("send-keys -t " + session + " 'exit 5' Enter");
   for (int i = 0; i < 200 && !fs::exists(stty_file); ++i) std::this_thread::sleep_for(50ms);
   std::this_thread::sleep_for(100ms);
   std::ifstream rc(rc_file);
@@ -334,39 +344,16 @@ TEST_F(Cli, ProgressLineOnATerminal) {
       << "sleep 30\n";
   }
   ::chmod(script.c_str(), 0755);
-  auto tmux = [&](std::string const& args) {
-    return ::system(("tmux -L " + session + " " + args + " >/dev/null 2>&1").c_str());
-  };
-  auto capture = [&] {
-    std::string out;
-    FILE* p = ::popen(("tmux -L " + session + " capture-pane -p -t " + session).c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ::pclose(p);
-    return out;
-  };
-  auto wait_for = [&](std::string const& needle, int tries) {
-    for (int i = 0; i < tries; ++i) {
-      if (capture().find(needle) != std::string::npos) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
-  };
-  ASSERT_EQ(tmux("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
-  struct Kill {
-    std::function<void()> f;
-    ~Kill() { f(); }
-  } kill_session{[&] { tmux("kill-server"); }};
-  ASSERT_TRUE(wait_for("first", 400)) << capture();
+  Tmux tmux{session};
+  ASSERT_EQ(tmux.run("new-session -d -x 100 -y 30 -s " + session + " " + script.native()), 0);
+  ASSERT_TRUE(tmux.wait_for("first", 400)) << tmux.capture();
   // The sampler's reading arrives within a second or two of the start.
-  ASSERT_TRUE(wait_for("processes 2", 80)) << capture();
-  std::string const live = capture();
+  ASSERT_TRUE(tmux.wait_for("processes 2", 80)) << tmux.capture();
+  std::string const live = tmux.capture();
   EXPECT_NE(live.find("[custos] "), std::string::npos) << live;
   EXPECT_NE(live.find("out 6 B"), std::string::npos) << live;  // "first\n"
-  ASSERT_TRUE(wait_for("rc=0", 400)) << capture();
-  std::string const done = capture();
+  ASSERT_TRUE(tmux.wait_for("rc=0", 400)) << tmux.capture();
+  std::string const done = tmux.capture();
   EXPECT_NE(done.find("second"), std::string::npos) << done;
   EXPECT_EQ(done.find("[custos]"), std::string::npos) << done;  // erased at the end
 }

@@ -461,18 +461,24 @@ class Daemon {
   }
 
   // host.info is static for the daemon's lifetime (capabilities are probed once at start-up)
-  // but for the output store's figure: the rest is built once and the figure added per call.
+  // but for the output store's figure: the rest is serialized once, and each call appends only
+  // the figure's member to that text (no copy of the object, no second serialization).
   Result<std::shared_ptr<std::string const>> describe_host() {
-    if (!host_info_) host_info_ = describe_static();
-    json::object out = *host_info_;
+    if (host_info_prefix_.empty()) {
+      host_info_prefix_ = json::serialize(describe_static());
+      host_info_prefix_.pop_back();  // the closing brace: the output member goes before it
+    }
     auto output = rpc::store_json(publisher_->figures());
     auto const& policy = publisher_->retention();
     output["retention"] = json::object{{"age_s", policy.age.count()}, {"bytes", policy.bytes}};
-    out["output"] = std::move(output);
-    return std::make_shared<std::string const>(json::serialize(out));
+    auto text = std::make_shared<std::string>(host_info_prefix_);
+    *text += R"(,"output":)";
+    *text += json::serialize(output);
+    *text += '}';
+    return std::shared_ptr<std::string const>(std::move(text));
   }
 
-  std::shared_ptr<json::object const> describe_static() const {
+  json::object describe_static() const {
     json::object out{{"version", kVersion},
                      {"boot_id", boot_id_},
                      {"default_boundary", subtree_ ? "cgroup" : "marker"},
@@ -490,7 +496,7 @@ class Daemon {
     for (auto const& d : manager_->backends()) backends.push_back(backend::to_json(d));
     out["backends"] = std::move(backends);
     out["engines"] = describe_engines();
-    return std::make_shared<json::object const>(std::move(out));
+    return out;
   }
 
   Result<void> register_methods() {
@@ -712,7 +718,8 @@ class Daemon {
   std::optional<sys::CgroupDir> subtree_;
   bool subtree_created_ = false;
   Result<sys::HostCapabilities> caps_{Error{Errc::internal, "not probed"}};
-  std::shared_ptr<json::object const> host_info_;  // host.info's static part, built at first use
+  // host.info's static part, serialized at first use without its closing brace.
+  std::string host_info_prefix_;
   json::object recovery_view_{{"quarantined", json::array{}},
                               {"orphan_claims", json::array{}},
                               {"adopted", json::array{}},

@@ -382,22 +382,30 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
   auto opt_int = [](bool present, std::int64_t v) {
     return present ? std::optional<std::int64_t>{v} : std::nullopt;
   };
-  CUSTOS_TRYV(s.bind(1, std::string_view{r.execution_id}));
-  CUSTOS_TRYV(s.bind(2, std::string_view{r.action_id}));
-  CUSTOS_TRYV(s.bind(3, std::string_view{r.process_id}));
-  CUSTOS_TRYV(s.bind(4, std::string_view{r.session_id}));
-  CUSTOS_TRYV(s.bind_blob(5, r.plan_canonical));
-  CUSTOS_TRYV(s.bind(6, std::string_view{r.plan_digest}));
-  CUSTOS_TRYV(s.bind(7, std::string_view{r.backend}));
-  CUSTOS_TRYV(s.bind(8, boundary_kind_wire(r.boundary.kind)));
-  CUSTOS_TRYV(s.bind(9, std::string_view{r.boundary.cgroup_path}));
-  CUSTOS_TRYV(s.bind(10, std::string_view{r.boundary.marker_hex}));
-  CUSTOS_TRYV(s.bind(11, core::phase_wire(r.phase)));
+  // Every text and blob is the record's own (or a static wire name), alive for the one run:
+  // borrowed, not copied (sqlite3 copies nothing; the lease's reset clears the bindings).
+  constexpr auto kBorrowed = sql::Stmt::Bytes::borrowed;
+  CUSTOS_TRYV(s.bind(1, std::string_view{r.execution_id}, kBorrowed));
+  if (insert) {
+    // The identity, the plan and the creation time never change: the UPDATE does not name them.
+    CUSTOS_TRYV(s.bind(2, std::string_view{r.action_id}, kBorrowed));
+    CUSTOS_TRYV(s.bind(3, std::string_view{r.process_id}, kBorrowed));
+    CUSTOS_TRYV(s.bind(4, std::string_view{r.session_id}, kBorrowed));
+    CUSTOS_TRYV(s.bind_blob(5, r.plan_canonical, kBorrowed));
+    CUSTOS_TRYV(s.bind(6, std::string_view{r.plan_digest}, kBorrowed));
+    CUSTOS_TRYV(s.bind(7, std::string_view{r.backend}, kBorrowed));
+    CUSTOS_TRYV(s.bind(28, r.created_ns));
+  }
+  CUSTOS_TRYV(s.bind(8, boundary_kind_wire(r.boundary.kind), kBorrowed));
+  CUSTOS_TRYV(s.bind(9, std::string_view{r.boundary.cgroup_path}, kBorrowed));
+  CUSTOS_TRYV(s.bind(10, std::string_view{r.boundary.marker_hex}, kBorrowed));
+  CUSTOS_TRYV(s.bind(11, core::phase_wire(r.phase), kBorrowed));
   CUSTOS_TRYV(s.bind(12, opt_int(assigned, o.pid)));
   bool const marked_since = o.state == OwnershipState::marked && o.start_time_ticks != 0;
   CUSTOS_TRYV(s.bind(13, opt_int(assigned || marked_since, to_i64(o.start_time_ticks))));
   CUSTOS_TRYV(
-      s.bind(14, opt_str(r.trigger.has_value(), r.trigger ? core::trigger_wire(*r.trigger) : "")));
+      s.bind(14, opt_str(r.trigger.has_value(), r.trigger ? core::trigger_wire(*r.trigger) : ""),
+             kBorrowed));
   auto bind_stream = [&](int base, int pub_base, int v7_base,
                          StreamProgress const& p) -> Result<void> {
     CUSTOS_TRYV(s.bind(base, to_i64(p.accounting.observed)));
@@ -407,26 +415,27 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
     CUSTOS_TRYV(s.bind(pub_base, to_i64(p.published_bytes)));
     CUSTOS_TRYV(s.bind(pub_base + 1, std::int64_t{p.publication_done ? 1 : 0}));
     CUSTOS_TRYV(s.bind(v7_base, opt_str(p.publication != PublicationState::pending,
-                                        publication_state_wire(p.publication))));
-    CUSTOS_TRYV(s.bind(v7_base + 1, opt_str(!p.artifact.empty(), p.artifact)));
-    CUSTOS_TRYV(s.bind(v7_base + 2, opt_str(!p.publication_error.empty(), p.publication_error)));
+                                        publication_state_wire(p.publication)),
+                       kBorrowed));
+    CUSTOS_TRYV(s.bind(v7_base + 1, opt_str(!p.artifact.empty(), p.artifact), kBorrowed));
+    CUSTOS_TRYV(s.bind(v7_base + 2, opt_str(!p.publication_error.empty(), p.publication_error),
+                       kBorrowed));
     return ok();
   };
   CUSTOS_TRYV(bind_stream(15, 35, 40, r.out));
   CUSTOS_TRYV(bind_stream(19, 37, 43, r.err));
   if (r.terminal) {
-    CUSTOS_TRYV(s.bind_blob(23, r.terminal->bytes));
-    CUSTOS_TRYV(s.bind(24, std::string_view{r.terminal->digest}));
-    CUSTOS_TRYV(s.bind(25, std::string_view{r.terminal->classification}));
-    CUSTOS_TRYV(s.bind(26, std::string_view{r.terminal->recovery}));
+    CUSTOS_TRYV(s.bind_blob(23, r.terminal->bytes, kBorrowed));
+    CUSTOS_TRYV(s.bind(24, std::string_view{r.terminal->digest}, kBorrowed));
+    CUSTOS_TRYV(s.bind(25, std::string_view{r.terminal->classification}, kBorrowed));
+    CUSTOS_TRYV(s.bind(26, std::string_view{r.terminal->recovery}, kBorrowed));
   } else {
     for (int i = 23; i <= 26; ++i) CUSTOS_TRYV(s.bind_null(i));
   }
-  CUSTOS_TRYV(s.bind(27, std::string_view{r.checksum}));
-  CUSTOS_TRYV(s.bind(28, r.created_ns));
+  CUSTOS_TRYV(s.bind(27, std::string_view{r.checksum}, kBorrowed));
   CUSTOS_TRYV(s.bind(29, r.updated_ns));
-  CUSTOS_TRYV(s.bind(30, ownership_state_wire(o.state)));
-  CUSTOS_TRYV(s.bind(31, opt_str(pidfs, o.boot_id)));
+  CUSTOS_TRYV(s.bind(30, ownership_state_wire(o.state), kBorrowed));
+  CUSTOS_TRYV(s.bind(31, opt_str(pidfs, o.boot_id), kBorrowed));
   CUSTOS_TRYV(s.bind(32, opt_int(pidfs, to_i64(o.pidfs_dev))));
   CUSTOS_TRYV(s.bind(33, opt_int(pidfs, to_i64(o.pidfs_ino))));
   CUSTOS_TRYV(s.bind(34, opt_int(pidfs && o.pid_ns_ino != 0, to_i64(o.pid_ns_ino))));

@@ -62,27 +62,33 @@ Result<void> Stmt::bind(int index, std::int64_t value) {
   return check_bind(sqlite3_bind_int64(stmt_, index, value), db_);
 }
 
-Result<void> Stmt::bind(int index, std::string_view text) {
+namespace {
+sqlite3_destructor_type lifetime(Stmt::Bytes how) noexcept {
+  return how == Stmt::Bytes::borrowed ? SQLITE_STATIC : SQLITE_TRANSIENT;
+}
+}  // namespace
+
+Result<void> Stmt::bind(int index, std::string_view text, Bytes how) {
   return check_bind(
-      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
+      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), lifetime(how), SQLITE_UTF8),
       db_);
 }
 
-Result<void> Stmt::bind_blob(int index, std::span<std::uint8_t const> bytes) {
+Result<void> Stmt::bind_blob(int index, std::span<std::uint8_t const> bytes, Bytes how) {
   // A zero-length blob must still be a blob, not NULL: sqlite3_bind_blob64 with a null pointer
   // binds NULL, so point at a static byte instead.
   static std::uint8_t const kEmpty = 0;
   void const* data = bytes.empty() ? &kEmpty : bytes.data();
-  return check_bind(sqlite3_bind_blob64(stmt_, index, data, bytes.size(), SQLITE_TRANSIENT), db_);
+  return check_bind(sqlite3_bind_blob64(stmt_, index, data, bytes.size(), lifetime(how)), db_);
 }
 
 Result<void> Stmt::bind_null(int index) {
   return check_bind(sqlite3_bind_null(stmt_, index), db_);
 }
 
-Result<void> Stmt::bind(int index, std::optional<std::string_view> text) {
+Result<void> Stmt::bind(int index, std::optional<std::string_view> text, Bytes how) {
   if (!text) return bind_null(index);
-  return bind(index, *text);
+  return bind(index, *text, how);
 }
 
 Result<void> Stmt::bind(int index, std::optional<std::int64_t> value) {

@@ -18,6 +18,10 @@ TEST(DurableOverhead, RowIsMeasuredAndCleanedUp) {
   EXPECT_GT(r->sequential_us, 0);
   EXPECT_GT(r->concurrent_us, 0);
   EXPECT_EQ(r->executions, 40u);
+  // The per-transaction figures and SQLite's own transaction beside them were measured.
+  EXPECT_GT(r->running_txn_cpu_us, 0);
+  EXPECT_GT(r->terminal_txn_cpu_us, 0);
+  EXPECT_GT(r->sqlite_txn_cpu_us, 0);
   // 10 writes per execution (claim+record is one); concurrent launches share transactions and
   // fsyncs.
   EXPECT_EQ(r->concurrent_writes, 40u * 10u);

@@ -39,13 +39,20 @@ class Stmt {
   Stmt& operator=(Stmt&& other) noexcept;
 
   // Parameters are 1-based, as in sqlite3_bind_*. Text and blobs are copied (SQLITE_TRANSIENT)
-  // so the caller's buffers need not outlive the statement.
+  // so the caller's buffers need not outlive the statement — unless `Bytes::borrowed` is
+  // passed: SQLite then reads the caller's bytes where they are (SQLITE_STATIC), so they must
+  // stay unchanged until the statement is reset (reset() also clears the bindings, so nothing
+  // borrowed is read by a later execution). For the registry's row writes, which bind a whole
+  // record they hold for the statement's one run.
+  enum class Bytes { copied, borrowed };
   [[nodiscard]] Result<void> bind(int index, std::int64_t value);
-  [[nodiscard]] Result<void> bind(int index, std::string_view text);
-  [[nodiscard]] Result<void> bind_blob(int index, std::span<std::uint8_t const> bytes);
+  [[nodiscard]] Result<void> bind(int index, std::string_view text, Bytes how = Bytes::copied);
+  [[nodiscard]] Result<void> bind_blob(int index, std::span<std::uint8_t const> bytes,
+                                       Bytes how = Bytes::copied);
   [[nodiscard]] Result<void> bind_null(int index);
   // Binds the value or NULL.
-  [[nodiscard]] Result<void> bind(int index, std::optional<std::string_view> text);
+  [[nodiscard]] Result<void> bind(int index, std::optional<std::string_view> text,
+                                  Bytes how = Bytes::copied);
   [[nodiscard]] Result<void> bind(int index, std::optional<std::int64_t> value);
 
   // One step: true when a row is available, false when done.

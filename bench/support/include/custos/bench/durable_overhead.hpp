@@ -35,6 +35,14 @@ struct DurableOverheadResult {
   std::uint64_t concurrent_full_commits = 0;  // of which synchronous=FULL (fsyncs)
   std::uint64_t concurrent_flushes = 0;       // the flusher's fdatasyncs (group durability)
   std::uint64_t concurrent_writes = 0;        // registry writes of the concurrent phase
+  // One waited NORMAL transaction that changes an existing record, on the writing thread's CPU
+  // clock (the sequential phase's `committed + running` and `exited ... terminal`), against
+  // what SQLite itself spends on the same kind of write: after the registry is closed, the
+  // same file, through the same WAL VFS and pragmas, `BEGIN IMMEDIATE` + an UPDATE of the
+  // same row's changing columns + `COMMIT` (docs/durability.md "Benchmark rows").
+  double running_txn_cpu_us = 0;   // median, committed + running
+  double terminal_txn_cpu_us = 0;  // median, exited + closed + 2 accountings + terminal
+  double sqlite_txn_cpu_us = 0;    // median, SQLite's own transaction (the floor)
 };
 
 // Runs the benchmark in a fresh subdirectory of `scratch_dir` (removed afterwards).

@@ -35,10 +35,13 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
 # Depends: the shared libraries the binary links (dpkg-shlibdeps), plus systemd for the units,
-# sysusers and tmpfiles.
+# sysusers and tmpfiles, and procps for /bin/kill (the unit's ExecReload; procps is only
+# "important", not essential: a minimal Debian has no /bin/kill and `systemctl reload custos`
+# failed there with status 203/EXEC, found by tests/systemd/run).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${CUSTOS_PKG_DIR}/postinst;${CUSTOS_PKG_DIR}/prerm")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, procps")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    "${CUSTOS_PKG_DIR}/postinst;${CUSTOS_PKG_DIR}/prerm;${CUSTOS_PKG_DIR}/postrm")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
 # /etc/custos/custos.toml is a conffile: an upgrade keeps the administrator's edits.
 file(WRITE "${CMAKE_BINARY_DIR}/conffiles" "/etc/custos/custos.toml\n")

@@ -1,6 +1,6 @@
 // `custos daemon`: the start-up reads as a list of named steps (load config → lock state dir →
 // open registry → recover → create subtree → listen → notify READY), then one io_context runs
-// everything until a signal asks for shutdown (daemon_loop.cpp).
+// everything until a signal asks for shutdown or a handover (daemon_loop.cpp).
 #include <boost/asio/post.hpp>
 #include <systemd/sd-daemon.h>
 
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "custos/daemon/version.hpp"
+#include "custos/registry/failpoint.hpp"
 #include "custos/rpc/methods.hpp"
 #include "custos/sys/identity.hpp"
 
@@ -39,6 +40,21 @@ void notify(std::string const& state) {
   (void)::sd_notify(0, state.c_str());
 }
 
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
 Result<void> Daemon::start() {
   CUSTOS_TRYV(step("load config", [&] { return load_config(); }));
   CUSTOS_TRYV(step("raise descriptor limit", [&] { return raise_fd_limit(); }));
@@ -54,6 +70,7 @@ Result<void> Daemon::start() {
   CUSTOS_TRYV(step("serve metrics", [&] { return serve_metrics(); }));
   CUSTOS_TRYV(step("listen", [&] { return listen(); }));
   CUSTOS_TRYV(step("handle signals", [&] { return handle_signals(); }));
+  handover_.inherited = nullptr;  // run() closes what it passed: second descriptors are held
   notify_ready();
   return ok();
 }
@@ -83,6 +100,15 @@ Result<void> Daemon::raise_fd_limit() {
 }
 
 Result<void> Daemon::lock_state() {
+  if (handover_.inherited != nullptr) {
+    auto const path = (config_.state_dir / "custos.lock").native();
+    if (auto held = handover::verified_lock(handover_.inherited->fds.state_lock, path)) {
+      state_lock_ = std::move(*held);
+      return ok();
+    } else {
+      spdlog::warn("handover: the state lock is taken again: {}", held.error().message());
+    }
+  }
   state_lock_ = CUSTOS_TRY(lock_state_dir(config_.state_dir));
   return ok();
 }
@@ -148,7 +174,9 @@ Result<void> Daemon::recover() {
 
 Result<void> Daemon::adopt_recovered() {
   if (!recovered_) return ok();
-  auto const policy = config_.restart_policy;
+  // A handover keeps its executions whatever restart-policy says: it is not a restart.
+  auto const policy =
+      handover_.inherited != nullptr ? supervisor::RestartPolicy::adopt : config_.restart_policy;
   auto const failed = supervisor::adopt_recovered(*manager_, *recovered_, policy);
   for (auto const& e : recovered_->executions) {
     if (!e.adopted) continue;
@@ -207,7 +235,10 @@ Result<sys::CgroupDir> Daemon::make_subtree() {
   auto parent = CUSTOS_TRY(sys::CgroupDir::open(path.parent_path().native()));
   if (config_.cgroup_subtree.empty() && under_systemd()) delegate_controllers(parent, wanted);
   std::error_code ec;
-  subtree_created_ = !fs::exists(path, ec);
+  // Created by this daemon, or by the image that handed over to it (removed at the last stop).
+  subtree_created_ = !fs::exists(path, ec) ||
+                     (handover_.inherited != nullptr && handover_.inherited->subtree_created &&
+                      handover_.inherited->subtree_path == path.native());
   return sys::ensure_subtree(parent, path.filename().native(), wanted);
 }
 
@@ -339,10 +370,18 @@ Result<void> Daemon::listen() {
   limits.idle_timeout = config_.idle_timeout;
   dispatcher_->set_max_batch_entries(config_.max_batch_entries);
   server_.emplace(io_, *dispatcher_, limits);
+  if (registry::failpoint_set("handover_start_fails") && handover_.inherited != nullptr &&
+      !handover_.inherited->origin.fallback) {
+    return Error{Errc::daemon_handover_failed, "failpoint handover_start_fails"};
+  }
+  if (handover_.inherited != nullptr && handover_.inherited->fds.listener.valid()) {
+    if (auto r = listen_inherited(); r || handover_.inherited->fds.listener_from_systemd) return r;
+  }
   if (config_.socket_activation) {
     int const n = ::sd_listen_fds(1);
     if (n > 0 && ::sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, nullptr, 0) > 0) {
       CUSTOS_TRYV(server_->adopt(SD_LISTEN_FDS_START));
+      handover_.listener_from_systemd = true;
       spdlog::info("listening on the socket passed by systemd (socket activation)");
       return ok();
     }
@@ -351,6 +390,28 @@ Result<void> Daemon::listen() {
   CUSTOS_TRYV(server_->listen(config_.socket_path.native(), config_.socket_mode));
   bound_socket_ = true;
   spdlog::info("listening on {} (mode {:o})", config_.socket_path.native(), config_.socket_mode);
+  return ok();
+}
+
+Result<void> Daemon::listen_inherited() {
+  auto const& path = config_.socket_path.native();
+  auto listener = handover::verified_listener(*handover_.inherited, path);
+  if (!listener) {
+    spdlog::warn("handover: the listening socket is not used: {}", listener.error().message());
+    return listener.error();
+  }
+  if (!handover_.inherited->fds.listener_from_systemd) {
+    auto lock = handover::verified_lock(handover_.inherited->fds.socket_lock, path + ".lock");
+    if (!lock) {
+      spdlog::warn("handover: the listening socket is not used: {}", lock.error().message());
+      return lock.error();
+    }
+    socket_lock_ = std::move(*lock);
+    bound_socket_ = true;
+  }
+  handover_.listener_from_systemd = handover_.inherited->fds.listener_from_systemd;
+  CUSTOS_TRYV(server_->adopt(listener->release()));
+  spdlog::info("listening on the socket the previous image handed over ({})", path);
   return ok();
 }
 

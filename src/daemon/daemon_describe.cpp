@@ -75,6 +75,8 @@ Result<std::shared_ptr<std::string const>> Daemon::describe_host() {
   auto text = std::make_shared<std::string>(host_info_prefix_);
   *text += R"(,"output":)";
   *text += json::serialize(output);
+  *text += R"(,"handover_refused":)";
+  *text += json::serialize(handover_.refused);
   *text += '}';
   return std::shared_ptr<std::string const>(std::move(text));
 }
@@ -83,7 +85,18 @@ json::object Daemon::describe_static() const {
   json::object out{{"version", kVersion},
                    {"boot_id", boot_id_},
                    {"default_boundary", subtree_ ? "cgroup" : "marker"},
-                   {"pid", ::getpid()}};
+                   {"pid", ::getpid()},
+                   {"started_ns", handover_.started_ns}};
+  if (handover_.from) {
+    auto const& o = *handover_.from;
+    out["handover"] = json::object{{"count", o.count},
+                                   {"from_version", o.version},
+                                   {"from_started_ns", o.started_ns},
+                                   {"fallback", o.fallback},
+                                   {"reason", o.reason}};
+  } else {
+    out["handover"] = nullptr;
+  }
   if (caps_) {
     out["capabilities"] = sys::to_json(*caps_);
   } else {

@@ -1,6 +1,6 @@
 // The daemon behind `custos daemon` (private to src/daemon/). Its start-up steps are in
 // daemon.cpp, what host.info describes in daemon_describe.cpp, and the loop, the signals, the
-// shutdown in daemon_loop.cpp (with run()).
+// shutdown and the handover in daemon_loop.cpp (with run() and check()).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -32,6 +32,7 @@
 #include "custos/sys/probes.hpp"
 #include "custos/sys/unique_fd.hpp"
 
+#include "handover.hpp"
 #include "metrics_server.hpp"
 
 namespace custos::daemon {
@@ -45,10 +46,26 @@ namespace fs = std::filesystem;
 [[nodiscard]] Result<std::optional<std::uint32_t>> resolve_group(std::string const& name);
 // sd_notify, when systemd listens (nothing otherwise).
 void notify(std::string const& state);
+[[nodiscard]] std::int64_t now_ns();
+// The signals that stop or hand over the daemon. A handover blocks them on the loop's thread
+// before the execve (the mask and anything pending survive it) and the next image unblocks them
+// once its handlers are installed: none of them can meet a default disposition meanwhile.
+[[nodiscard]] sigset_t stop_signals();
+// How long the new image's configuration check may take before a handover is refused.
+inline constexpr std::chrono::milliseconds kHandoverCheckBound{10000};
 
 class Daemon {
  public:
-  explicit Daemon(DaemonConfig config) : config_(std::move(config)) {}
+  // `inherited`: what a handing-over image passed (null for an ordinary start); it outlives the
+  // start, and the daemon uses second descriptors of what it verified there.
+  Daemon(DaemonConfig config, handover::Inherited const* inherited, std::int64_t started_ns,
+         Result<handover::Image> image)
+      : config_(std::move(config)) {
+    handover_.inherited = inherited;
+    if (inherited != nullptr) handover_.from = inherited->origin;
+    handover_.started_ns = started_ns;
+    handover_.image = std::move(image);
+  }
   // Whatever way start() or serve() ended: the sink's probe asks the manager, which the members'
   // destruction removes before the sink (finish() does the same on the orderly path).
   ~Daemon() {
@@ -60,6 +77,11 @@ class Daemon {
   Result<void> start();
 
   int serve();
+
+  // After serve(): what a handover passes on to the next image (nullopt after a shutdown).
+  std::optional<handover::Outgoing> take_handover() { return std::move(handover_.outgoing); }
+  // A SIGTERM or SIGINT that came during the handover, for the next image (0: none).
+  [[nodiscard]] int pending_stop_signal() const noexcept { return handover_.pending_signal; }
 
  private:
   template <class F>
@@ -149,6 +171,12 @@ class Daemon {
 
   Result<void> listen();
 
+  // The listening socket the previous image kept open across the execve: connects made during
+  // the handover waited in its backlog and are accepted now. Its path stays bound (and locked)
+  // throughout. Errors: daemon.handover_failed when it fails verification (the caller then
+  // claims the path afresh, unless systemd owns it).
+  Result<void> listen_inherited();
+
   Result<void> handle_signals();
 
   void wait_signal();
@@ -166,6 +194,17 @@ class Daemon {
 
   void begin_shutdown(int sig);
 
+  // SIGHUP (`custos daemon --reexec`, `systemctl reload`): hand over to a new image of the
+  // binary this daemon was started from. The new image must pass its configuration check first;
+  // a refused check changes nothing (the daemon keeps serving). Then, as for shutdown = detach:
+  // no new connection is accepted (connects wait in the listening socket's backlog, which is
+  // kept, not closed), authorizations in flight finish, and every execution is detached at a
+  // consistent point; once the loop ends, run() replaces the image (handover.hpp).
+  void begin_handover();
+
+  // Nothing changed: the daemon keeps serving; host.info says why (`custos daemon --reexec`).
+  void refuse_handover(std::string reason);
+
   void stop_loop();
 
   void unlink_socket();
@@ -173,6 +212,20 @@ class Daemon {
   void finish();
 
   DaemonConfig config_;
+  // This image's place in the chain of handovers (handover.hpp).
+  struct HandoverState {
+    // What the previous image passed: set only during start() (null for an ordinary start).
+    handover::Inherited const* inherited = nullptr;
+    std::optional<handover::Origin> from;  // which image handed over to this one
+    std::int64_t started_ns = 0;           // when this image started
+    // What a handover starts again, as this image was started.
+    Result<handover::Image> image{Error{Errc::internal, "not read"}};
+    std::optional<handover::Outgoing> outgoing;  // set once a handover began
+    int pending_signal = 0;                      // a SIGTERM/SIGINT that came meanwhile
+    bool listener_from_systemd = false;          // the listening socket is systemd's
+    json::value refused;                         // the last refused handover {at_ns, reason}
+  };
+  HandoverState handover_;
   asio::io_context io_;
   asio::signal_set signals_{io_};
   rpc::AuthPolicy auth_;

@@ -1,4 +1,5 @@
-// The daemon's loop: serving until a signal, the shutdown policies, and run().
+// The daemon's loop: serving until a signal, the shutdown policies, the handover to a new
+// image (handover.hpp), and run(), which starts, serves and replaces the image.
 #include <boost/asio/post.hpp>
 #include <systemd/sd-daemon.h>
 
@@ -51,9 +52,14 @@ Result<void> Daemon::handle_signals() {
   signals_.add(SIGTERM);
   signals_.add(SIGINT);
   signals_.add(SIGHUP);
+  signals_.add(SIGUSR1);
   signals_.add(SIGCHLD);
   // A client that disappears mid-write must not kill the daemon.
   (void)std::signal(SIGPIPE, SIG_IGN);
+  // Blocked by a handing-over image (stop_signals()); whatever arrived meanwhile is delivered
+  // to the handlers now.
+  sigset_t const set = stop_signals();
+  (void)::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   wait_signal();
   return ok();
 }
@@ -63,12 +69,19 @@ void Daemon::wait_signal() {
     if (ec) return;
     if (sig == SIGCHLD) {
       schedule_orphan_reap();
-    } else if (sig == SIGHUP) {
+    } else if (sig == SIGUSR1) {
       auto r = reopen_logs(config_);
       if (!r)
-        spdlog::error("SIGHUP: reopening logs failed: {}", r.error().message());
+        spdlog::error("SIGUSR1: reopening logs failed: {}", r.error().message());
       else
-        spdlog::info("SIGHUP: logs reopened");
+        spdlog::info("SIGUSR1: logs reopened");
+    } else if (sig == SIGHUP) {
+      begin_handover();
+    } else if (handover_.outgoing) {
+      // Meant for the image being handed over to: raised again once this one is gone (the
+      // signal then waits, blocked, across the execve).
+      spdlog::info("signal {} during the handover: passed on to the next image", sig);
+      handover_.pending_signal = sig;
     } else {
       begin_shutdown(sig);
     }
@@ -132,6 +145,61 @@ void Daemon::begin_shutdown(int sig) {
   settle();
 }
 
+void Daemon::begin_handover() {
+  if (shutting_down_) {
+    spdlog::warn("SIGHUP during {}: ignored", handover_.outgoing ? "a handover" : "shutdown");
+    return;
+  }
+  if (!handover_.image) return refuse_handover(handover_.image.error().message());
+  spdlog::info("SIGHUP: handing over to {} (its configuration check first)", handover_.image->path);
+  auto checked = handover::check_image(*handover_.image, kHandoverCheckBound);
+  if (!checked) return refuse_handover(checked.error().message());
+  // The running image, to fall back to should the new one fail to start.
+  sys::UniqueFd old_image{::open("/proc/self/exe", O_RDONLY | O_CLOEXEC)};
+  if (!old_image.valid()) {
+    return refuse_handover("/proc/self/exe cannot be opened (errno " + std::to_string(errno) + ")");
+  }
+  auto listener = server_->release_listener();
+  if (!listener) {
+    // Nothing listens any more (cannot happen while serving): stop as for SIGTERM.
+    spdlog::error("handover: {}", listener.error().message());
+    return begin_shutdown(SIGTERM);
+  }
+  sigset_t const set = stop_signals();
+  (void)::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  shutting_down_ = true;
+  handover_.outgoing.emplace();
+  auto& out = *handover_.outgoing;
+  out.origin.version = std::string{kVersion};
+  out.origin.started_ns = handover_.started_ns;
+  out.origin.count = (handover_.from ? handover_.from->count : 0) + 1;
+  out.state_dir = config_.state_dir.native();
+  out.socket_path = config_.socket_path.native();
+  out.fds.listener = std::move(*listener);
+  out.fds.listener_from_systemd = handover_.listener_from_systemd;
+  out.fds.old_image = std::move(old_image);
+  out.image = *handover_.image;
+  out.new_image = std::move(*checked);
+  notify("RELOADING=1\nSTATUS=handing over to a new image");
+  stop_metrics();
+  spdlog::info("handover: {} live execution(s) detached for the next image",
+               manager_->live_count());
+  auto settle = [this] {
+    manager_->shutdown(supervisor::ShutdownPolicy::detach, config_.shutdown_timeout, [this] {
+      spdlog::info("handover: executions detached");
+      stop_loop();
+    });
+  };
+  if (gateway_) return gateway_->drain(config_.shutdown_timeout, std::move(settle));
+  settle();
+}
+
+void Daemon::refuse_handover(std::string reason) {
+  spdlog::error("handover refused, still serving: {}", reason);
+  notify("STATUS=handover refused: " + reason);
+  handover_.refused = json::object{{"at_ns", now_ns()}, {"reason", std::move(reason)}};
+}
+
 void Daemon::stop_loop() {
   if (server_) server_->close_all();
   signals_.cancel();
@@ -146,6 +214,14 @@ void Daemon::unlink_socket() {
 }
 
 void Daemon::finish() {
+  if (handover_.outgoing) {
+    // The socket's path stays bound and both locks stay held: they go to the next image.
+    handover_.outgoing->fds.socket_lock = std::move(socket_lock_);
+    handover_.outgoing->fds.state_lock = std::move(state_lock_);
+    handover_.outgoing->subtree_created = subtree_ && subtree_created_;
+    if (subtree_) handover_.outgoing->subtree_path = subtree_->path();
+    bound_socket_ = false;
+  }
   unlink_socket();
   stop_metrics();
   if (server_) server_->close_all();
@@ -153,15 +229,39 @@ void Daemon::finish() {
   // releases its handles (supervisor-api.md), it never signals.
   if (sink_) sink_->set_solo_probe(nullptr);  // it asks the manager
   manager_.reset();
-  if (subtree_ && subtree_created_) {
+  if (subtree_ && subtree_created_ && !handover_.outgoing) {
     // Only an empty subtree can be removed; with the detach policy it keeps its executions.
     auto r = subtree_->remove();
     if (!r) spdlog::info("cgroup subtree {} kept: {}", subtree_->path(), r.error().message());
   }
-  spdlog::info("stopped");
+  spdlog::info(handover_.outgoing ? "handing over" : "stopped");
 }
 
+int check(DaemonConfig const& config) {
+  auto resolved = resolve(config, ::geteuid(), fs::current_path());
+  Result<void> r = ok();
+  if (!resolved) {
+    r = resolved.error();
+  } else if (auto group = resolve_group(resolved->admin_group); !group) {
+    r = group.error();
+  } else if (!resolved->metrics_listen.empty()) {
+    if (auto m = parse_metrics_listen(resolved->metrics_listen); !m) r = m.error();
+  }
+  if (!r) {
+    (void)std::fprintf(stderr, "custos %s: configuration refused: %s\n", kVersion.data(),
+                       r.error().message().c_str());
+    return 1;
+  }
+  (void)std::printf("custos %s: configuration ok (state %s, socket %s)\n", kVersion.data(),
+                    resolved->state_dir.c_str(), resolved->socket_path.c_str());
+  return 0;
+}
+
+// Start, serve, and — after a handover — replace the image (handover.hpp). The loop turns again
+// only when neither the new image nor the old one could be executed: the daemon then starts
+// afresh in this process from what it was about to hand over.
 int run(DaemonConfig const& config) {
+  auto started_ns = now_ns();
   auto resolved = resolve(config, ::geteuid(), fs::current_path());
   if (!resolved) {
     spdlog::critical("configuration: {}", resolved.error().message());
@@ -172,12 +272,46 @@ int run(DaemonConfig const& config) {
     return 1;
   }
   ::umask(0077);
-  Daemon daemon{std::move(*resolved)};
-  if (auto r = daemon.start(); !r) {
-    notify("STATUS=start-up failed: " + r.error().message());
+  auto taken = handover::take_inherited();
+  if (!taken) {
+    // Written by the previous image and sealed: only a bug gets here. Nothing it names is
+    // trusted; the executions stay for the next start's recovery.
+    spdlog::critical("handover: {}", taken.error().message());
+    notify("STATUS=handover failed: " + taken.error().message());
     return 1;
   }
-  return daemon.serve();
+  std::optional<handover::Inherited> inherited = std::move(*taken);
+  auto const image = handover::own_image();
+  for (;;) {
+    if (inherited) {
+      spdlog::info("handover #{} from custos {}{}", inherited->origin.count,
+                   inherited->origin.version,
+                   inherited->origin.fallback ? " (fallback: " + inherited->origin.reason + ")"
+                                              : std::string{});
+    }
+    auto daemon =
+        std::make_unique<Daemon>(*resolved, inherited ? &*inherited : nullptr, started_ns, image);
+    if (auto r = daemon->start(); !r) {
+      daemon.reset();  // releases what it adopted; nothing is signalled
+      notify("STATUS=start-up failed: " + r.error().message());
+      if (!inherited) return 1;
+      auto const e = handover::fall_back(std::move(*inherited), r.error().message(),
+                                         image ? image->argv : std::vector<std::string>{});
+      spdlog::critical("handover: {}; the executions stay for the next start's recovery",
+                       e.message());
+      return 1;
+    }
+    inherited.reset();  // the daemon holds second descriptors of what it verified
+    int const rc = daemon->serve();
+    auto out = daemon->take_handover();
+    int const pending = daemon->pending_stop_signal();
+    daemon.reset();
+    if (!out) return rc;
+    // Blocked since the handover began: it waits across the execve for the next image.
+    if (pending != 0) (void)::raise(pending);
+    inherited = handover::replace_image(std::move(*out));
+    started_ns = now_ns();
+  }
 }
 
 }  // namespace custos::daemon

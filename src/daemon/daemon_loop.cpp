@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include "custos/daemon/daemon.hpp"
 #include "custos/daemon/version.hpp"
+#include "custos/registry/failpoint.hpp"
 
 #include "daemon_impl.hpp"
 #include "logging.hpp"
@@ -309,6 +311,9 @@ int run(DaemonConfig const& config) {
     if (!out) return rc;
     // Blocked since the handover began: it waits across the execve for the next image.
     if (pending != 0) (void)::raise(pending);
+    // Failpoint builds: a handover that takes long (tests of executions ending meanwhile).
+    if (registry::failpoint_set("handover_slow"))
+      std::this_thread::sleep_for(std::chrono::seconds{2});
     inherited = handover::replace_image(std::move(*out));
     started_ns = now_ns();
   }

@@ -212,6 +212,38 @@ TEST(Handover, ReexecKeepsTheSocketAndTheExecutions) {
   EXPECT_FALSE(control.failures().empty()) << "a stopped daemon refuses connects";
 }
 
+// Failpoint builds: the handover takes 2 s (between the old image's end and the execve), and an
+// execution's root ends in that window, while no image supervises it. It is still the process's
+// unreaped child: the new image adopts it and records its own exit status (never the
+// absent_without_terminal of a root whose end nobody can read).
+TEST(Handover, ARootThatEndsDuringTheHandoverKeepsItsExitStatus) {
+  DaemonOptions o;
+  o.env = {"CUSTOS_FAILPOINT=handover_slow"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  auto ender = start_execution(c, {"/bin/sh", "-c", "sleep 1; exit 9"}, true);
+  ASSERT_GE(ender.pidfd, 0);
+  auto const before = host_view(d);
+  auto const signalled = std::chrono::steady_clock::now();
+  ASSERT_TRUE(d.signal(SIGHUP));
+  auto const after = await_new_image(d, before.started_ns);
+  ASSERT_TRUE(after.handover.is_object()) << d.log();
+  pollfd p{ender.pidfd, POLLIN, 0};
+  bool const ended = ::poll(&p, 1, 0) == 1;
+  ::close(ender.pidfd);
+  if (std::chrono::steady_clock::now() - signalled < 2s) {
+    GTEST_SKIP() << "not a failpoint build: the handover did not wait";
+  }
+  ASSERT_TRUE(ended) << "the root ended during the handover";
+  auto c2 = d.client();
+  auto const t = wait_terminal(c2, ender.id);
+  EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t) << d.log();
+  EXPECT_EQ(t.at("exit").at("code").as_int64(), 9) << json::serialize(t);
+  EXPECT_EQ(t.at("recovery").as_string(), "live_owned") << json::serialize(t);
+  expect_one_terminal_each(c2, {ender.id});
+}
+
 // The daemon runs from a private copy of the binary; the file at that path is then replaced by
 // one that fails the configuration check. The handover is refused, nothing changes, and the
 // reason is in host.info; once the path holds a good binary again, the handover goes through.

@@ -1,5 +1,8 @@
 // custos daemon: flags and config file keys (docs/configuration.md) → daemon::run.
+#include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <unistd.h>
 
 #include "custos/daemon/daemon.hpp"
 
@@ -20,9 +23,12 @@ struct DaemonFlags {
   std::string log_target = "auto";
   std::uint64_t shutdown_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 60000;
-  std::uint64_t spool_retention_age_s = 7 * 24 * 3600;
+  std::uint64_t spool_retention_age_s = std::uint64_t{7} * 24 * 3600;
   std::uint64_t spool_sweep_interval_s = 600;
   bool no_socket_activation = false;
+  bool check_config = false;
+  bool reexec = false;
+  std::uint64_t reexec_timeout_s = 120;
 };
 
 // The flags, checked, as the daemon's configuration. Throws CLI::ValidationError.
@@ -57,8 +63,29 @@ daemon::DaemonConfig config_of(DaemonFlags const& flags) {
   return cfg;
 }
 
+// What `custos daemon` does with its flags: check the configuration, ask the running daemon for
+// a handover, or run the daemon. Returns the exit code.
+int daemon_command(DaemonFlags const& flags) {
+  auto const cfg = config_of(flags);
+  if (flags.check_config) return daemon::check(cfg) == 0 ? kExitOk : kExitDaemonFailed;
+  if (flags.reexec) {
+    // The socket this configuration's daemon serves, resolved as the daemon resolves it.
+    auto resolved = daemon::resolve(cfg, ::geteuid(), std::filesystem::current_path());
+    if (!resolved) {
+      (void)std::fprintf(stderr, "custos daemon --reexec: %s\n",
+                         resolved.error().message().c_str());
+      return kExitUsage;
+    }
+    return reexec_daemon(resolved->socket_path.native(),
+                         std::chrono::seconds{flags.reexec_timeout_s});
+  }
+  return daemon::run(cfg) == 0 ? kExitOk : kExitDaemonFailed;
+}
+
 }  // namespace
 
+// One registration per daemon option, in the order of docs/configuration.md.
+// NOLINTNEXTLINE(readability-function-size): a flat list of option registrations
 void add_daemon(CLI::App& app, Globals& g) {
   auto flags = std::make_shared<DaemonFlags>();
   auto& c = flags->config;
@@ -109,7 +136,7 @@ void add_daemon(CLI::App& app, Globals& g) {
                   "systemd, else the console (stderr)")
       ->check(one_of({"auto", "journal", "console", "file"}))
       ->capture_default_str();
-  sub->add_option("--log-file", flags->log_file, "Log file (reopened on SIGHUP)");
+  sub->add_option("--log-file", flags->log_file, "Log file (reopened on SIGUSR1)");
   sub->add_flag("--no-socket-activation", flags->no_socket_activation,
                 "Ignore sockets passed by systemd");
   sub->add_option("--max-line-bytes", c.max_line_bytes, "Longest accepted JSON-RPC line")
@@ -145,9 +172,20 @@ void add_daemon(CLI::App& app, Globals& g) {
                   "Run the retention sweep this often (seconds; 0: only on `custos gc`)")
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{365} * 24 * 3600));
-  sub->callback([flags, &g] {
-    g.exit_code = daemon::run(config_of(*flags)) == 0 ? kExitOk : kExitDaemonFailed;
-  });
+  sub->add_flag("--check-config", flags->check_config,
+                "Check the configuration (flags and --config) as the daemon would resolve it, "
+                "then exit: 0 when accepted; nothing is started, created or locked")
+      ->configurable(false);
+  sub->add_flag("--reexec", flags->reexec,
+                "Do not start a daemon: make the one serving this configuration's socket hand "
+                "over to a new image of its binary (SIGHUP), and wait until that serves")
+      ->configurable(false);
+  sub->add_option("--reexec-timeout-s", flags->reexec_timeout_s,
+                  "How long --reexec waits for the new image to serve")
+      ->configurable(false)
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{3600}));
+  sub->callback([flags, &g] { g.exit_code = daemon_command(*flags); });
 }
 
 }  // namespace custos::cli

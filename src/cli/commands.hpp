@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ void add_gc(CLI::App& app, Globals& g);          // host.gc
 // Hidden: `completion bash|zsh|fish` and `manpage custos|custos-daemon|custos.toml`, generated
 // from `app` as it stands when they run (every other subcommand registered).
 void add_generators(CLI::App& app, Globals& g);
+
+// `custos daemon --reexec` (daemon_reexec.cpp): SIGHUP to the daemon serving `socket`, then
+// waits up to `timeout` for a new image to serve it. Returns the exit code.
+[[nodiscard]] int reexec_daemon(std::string const& socket, std::chrono::milliseconds timeout);
 
 // A check admitting exactly `names`, plus `aliases` (accepted, never offered). CLI11 shows the
 // names as the option's type, "{a,b}": that is where the completions and man pages read an

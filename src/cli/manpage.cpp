@@ -349,7 +349,7 @@ std::string manpage_toml(CommandDoc const& root) {
   out += ".fi\n.RE\n";
   out += section("KEYS");
   for (auto const& o : d.options) {
-    if (o.longs.empty() || o.name() == "--help") continue;
+    if (o.longs.empty() || o.name() == "--help" || !o.configurable) continue;
     std::string type = "string";
     if (o.flag()) {
       type = "boolean";

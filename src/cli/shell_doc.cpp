@@ -35,6 +35,7 @@ OptionDoc option_doc(CLI::Option const& o) {
   d.help = o.get_description();
   d.env = o.get_envname();
   d.required = o.get_required();
+  d.configurable = o.get_configurable();
   d.default_value = o.get_default_str();
   if (o.get_items_expected_max() > 0) {  // a flag expects no value
     // "TEXT:{auto,cgroup,marker}": the type, then one part per check that describes itself.

@@ -19,6 +19,7 @@ struct OptionDoc {
   std::string env;                   // environment variable read when the option is absent
   bool repeatable = false;
   bool required = false;
+  bool configurable = true;  // also a key of the configuration file (custos.toml)
 
   [[nodiscard]] bool flag() const { return value.empty(); }
   // The first long name ("--follow"), else the first short one.

@@ -102,6 +102,7 @@ constexpr ErrorRow kErrorTable[] = {
     {Errc::rpc_not_implemented, "rpc.not_implemented", Recovery::terminal},
     {Errc::daemon_config_invalid, "daemon.config_invalid", Recovery::caller_correction},
     {Errc::daemon_shutting_down, "daemon.shutting_down", Recovery::preparation_retry},
+    {Errc::daemon_handover_failed, "daemon.handover_failed", Recovery::caller_correction},
     {Errc::auth_denied, "auth.denied", Recovery::caller_correction},
     {Errc::auth_unknown_grant, "auth.unknown_grant", Recovery::reauthorize},
     {Errc::auth_stale_revision, "auth.stale_revision", Recovery::reauthorize},

@@ -550,6 +550,16 @@ void Server::stop_accepting() {
   impl_->acceptor.close(ec);
 }
 
+Result<sys::UniqueFd> Server::release_listener() {
+  impl_->accepting = false;
+  if (!impl_->acceptor.is_open()) return Error{Errc::rpc_unavailable, "no listening socket"};
+  // The pending accept completes with operation_aborted and is not re-armed (accepting false).
+  boost::system::error_code ec;
+  int const fd = impl_->acceptor.release(ec);
+  if (ec) return Error{Errc::rpc_unavailable, "release the listening socket", ec.value()};
+  return sys::UniqueFd{fd};
+}
+
 void Server::close_all() {
   // Drop the server's references now: after close_all the loop may never run again, and a
   // deferred erase would then leave Connection <-> Impl reference cycles behind.

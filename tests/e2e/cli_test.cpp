@@ -94,7 +94,7 @@ TEST_F(Cli, StdinIsForwardedWithEof) {
 
 TEST_F(Cli, EnvCwdAndWorkspace) {
   // The daemon of this test runs with its own value of the inherited name.
-  Daemon d{DaemonOptions{{}, true, {"CUSTOS_TEST_INHERIT=from-daemon"}, {}}};
+  Daemon d{DaemonOptions{{}, true, {"CUSTOS_TEST_INHERIT=from-daemon"}, {}, {}}};
   ASSERT_TRUE(d.ready()) << d.log();
   fs::path const ws = d.tmp() / "ws";
   fs::create_directories(ws / "sub");

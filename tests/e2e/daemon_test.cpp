@@ -171,18 +171,22 @@ TEST(DaemonSignals, SigtermStopsCleanlyAndRemovesOwnSubtree) {
   }
 }
 
-TEST(DaemonSignals, SighupKeepsServingAndReopensTheLog) {
+// SIGUSR1 reopens the log (logrotate's postrotate); SIGHUP is the handover (handover_test.cpp).
+TEST(DaemonSignals, Sigusr1KeepsServingAndReopensTheLog) {
   Daemon d;
   ASSERT_TRUE(d.ready()) << d.log();
+  auto const started = [&] {
+    auto c = d.client();
+    auto r = c.call(1, "host.info");
+    return r && r->contains("result") ? r->at("result").at("started_ns").as_int64() : 0;
+  };
+  auto const before = started();
   fs::path const log = d.tmp() / "daemon.log";
   fs::rename(log, d.tmp() / "daemon.log.1");  // what logrotate does
-  ASSERT_TRUE(d.signal(SIGHUP));
+  ASSERT_TRUE(d.signal(SIGUSR1));
   for (int i = 0; i < 100 && !fs::exists(log); ++i) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(fs::exists(log)) << "SIGHUP reopened the log file at its configured path";
-  auto c = d.client();
-  auto r = c.call(1, "host.info");
-  ASSERT_TRUE(r);
-  EXPECT_TRUE(r->contains("result"));
+  EXPECT_TRUE(fs::exists(log)) << "SIGUSR1 reopened the log file at its configured path";
+  EXPECT_EQ(started(), before) << "the same image serves on: no handover";
 }
 
 TEST(DaemonConfig, ConfigFileKeysApply) {

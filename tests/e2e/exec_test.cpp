@@ -14,7 +14,7 @@ class Executions : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(daemon_.ready()) << daemon_.log(); }
   // Under ASan freed memory sits in a 256 MiB quarantine by default, which would show up as RSS
   // growth that has nothing to do with what the daemon holds; a release build ignores this.
-  Daemon daemon_{DaemonOptions{{}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}}};
+  Daemon daemon_{DaemonOptions{{}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}, {}}};
 };
 
 std::string start(LineClient& c, std::int64_t id, json::object params) {

@@ -37,8 +37,8 @@ class Gateway : public ::testing::Test {
     return params;
   }
 
-  Daemon daemon_{
-      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}}};
+  Daemon daemon_{DaemonOptions{
+      {"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}, {}}};
   std::int64_t next_id_ = 1;
 };
 

@@ -316,6 +316,8 @@ struct DaemonOptions {
   // A command the daemon is started through (absolute path first), e.g. setpriv with a reduced
   // capability bounding set.
   std::vector<std::string> wrapper;
+  // The executable started as the daemon; empty: binary() (a private copy of the build's).
+  std::string binary;
 };
 
 // One `custos daemon` child with its own state dir and socket. The state dir is outside /tmp and
@@ -353,7 +355,8 @@ class Daemon {
 
   void start() {
     std::vector<std::string> args = opts_.wrapper;
-    args.insert(args.end(), {binary(), "daemon", "--state-dir", state_.native(), "--log-file",
+    args.insert(args.end(), {opts_.binary.empty() ? binary() : opts_.binary, "daemon",
+                             "--state-dir", state_.native(), "--log-file",
                              (dir_.path() / "daemon.log").native(), "--no-socket-activation"});
     if (!cgroup_.empty()) {
       args.push_back("--cgroup-subtree");

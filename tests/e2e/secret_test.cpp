@@ -40,7 +40,7 @@ class DaemonSecrets : public ::testing::Test {
   void start(std::vector<std::string> env = {}) {
     env.emplace_back("ASAN_OPTIONS=quarantine_size_mb=8");
     daemon_ = std::make_unique<Daemon>(
-        DaemonOptions{{"--socket-mode", "0666"}, true, std::move(env), {}});
+        DaemonOptions{{"--socket-mode", "0666"}, true, std::move(env), {}, {}});
     ASSERT_TRUE(daemon_->ready()) << daemon_->log();
     // A non-admin must reach the socket (the state dir is 0700 by default).
     ::chmod(daemon_->tmp().c_str(), 0755);

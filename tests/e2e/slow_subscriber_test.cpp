@@ -56,7 +56,7 @@ TEST(SlowSubscriber, HalfClosedSubscriberIsClosedAfterItsTerminalEvent) {
   // A client that subscribes and then shuts down its sending side still gets every event; once
   // the subscription has ended with the terminal event and nothing is left to send, the daemon
   // closes the connection (it does not linger until the idle timeout).
-  Daemon d{DaemonOptions{{"--idle-timeout-ms", "30000"}, true, {}, {}}};
+  Daemon d{DaemonOptions{{"--idle-timeout-ms", "30000"}, true, {}, {}, {}}};
   ASSERT_TRUE(d.ready()) << d.log();
   auto c = d.client();
   auto r = c.call(1, "exec.start", start_params({"/bin/sh", "-c", "echo hi; sleep 0.3"}));

@@ -116,8 +116,11 @@ TEST(Packaging, UnitsVerify) {
     std::stringstream ss;
     ss << in.rdbuf();
     std::string text = ss.str();
-    auto const at = text.find("/usr/bin/custos");
-    if (at != std::string::npos) text.replace(at, 15, binary());
+    // Every command line names the binary (ExecStart=, ExecReload=).
+    for (auto at = text.find("/usr/bin/custos"); at != std::string::npos;
+         at = text.find("/usr/bin/custos", at + binary().size())) {
+      text.replace(at, 15, binary());
+    }
     std::ofstream out(dir.path() / unit);
     out << text;
   }

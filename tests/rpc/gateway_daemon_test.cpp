@@ -36,8 +36,8 @@ class DaemonGateway : public ::testing::Test {
     return r->contains("result") ? r->at("result").as_object() : json::object{};
   }
 
-  Daemon daemon_{
-      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}}};
+  Daemon daemon_{DaemonOptions{
+      {"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}, {}}};
   std::int64_t next_id_ = 1;
 };
 

@@ -55,8 +55,8 @@ class DaemonSandbox : public ::testing::Test {
     return l.contains("executions") ? l.at("executions").as_array().size() : 0;
   }
 
-  Daemon daemon_{
-      DaemonOptions{{"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}}};
+  Daemon daemon_{DaemonOptions{
+      {"--socket-mode", "0666"}, true, {"ASAN_OPTIONS=quarantine_size_mb=8"}, {}, {}}};
   std::int64_t next_id_ = 1;
 };
 

@@ -219,6 +219,7 @@ export interface HostInfo extends Open {
   boot_id: string;
   default_boundary: "cgroup" | "marker";
   pid: number;
+  started_ns: number;
   capabilities: Open;
   cgroup_subtree?: string;
   shutdown_policy: string;
@@ -226,6 +227,8 @@ export interface HostInfo extends Open {
   registry: Open;
   backends: Open[];
   engines: Open[];
+  handover: (Open & { count: number; fallback: boolean; reason: string }) | null;
+  handover_refused: (Open & { at_ns: number; reason: string }) | null;
 }
 
 export interface ExecCheckResult extends Open {

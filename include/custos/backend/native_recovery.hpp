@@ -18,7 +18,9 @@
 //      terminal (the pid now names another process, so ours has ended).
 //   3. start time (when stored) must agree; a contradiction              -> indeterminate.
 //      A process that has already exited                                 -> absent_without_
-//      terminal.
+//      terminal — unless it is the caller's own unreaped child (a handover: the same process)
+//      whose status waitid(WNOWAIT) still reads                         -> live_owned (adopted,
+//      its end observed exactly).
 //   4. otherwise                                                         -> live_owned, and that
 //      same pidfd is kept for every later action (handed to adoption; never a numeric pid).
 //   5. absent_without_terminal on the same boot: the tree is cleaned with exact ownership only —

@@ -117,6 +117,7 @@ enum class Errc : std::uint16_t {
   rpc_not_implemented = 5009,
   daemon_config_invalid = 5010,
   daemon_shutting_down = 5011,
+  daemon_handover_failed = 5012,  // a handover (re-exec) was refused or its new image failed
 
   // 6xxx — gateway and authority
   auth_denied = 6000,

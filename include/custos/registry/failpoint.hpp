@@ -24,6 +24,8 @@
 //                        transaction (read when the gateway is made; tests of starts in flight)
 //   wal_write_fails      the WAL VFS's write of held frames fails with SQLITE_IOERR_WRITE (read
 //                        at each such write; wal_vfs.hpp)
+//   handover_start_fails a handed-over image (not a fallback) fails its start at the listen step
+//   handover_slow        a handover waits 2 s between the old image's end and the execve
 #pragma once
 
 #include <string_view>

@@ -17,6 +17,7 @@
 
 #include "custos/core/result.hpp"
 #include "custos/rpc/dispatcher.hpp"
+#include "custos/sys/unique_fd.hpp"
 
 namespace custos::rpc {
 
@@ -57,6 +58,10 @@ class Server {
   [[nodiscard]] Result<void> adopt(int fd);
   // Stops accepting new connections; existing ones keep being served.
   void stop_accepting();
+  // Stops accepting and hands the listening socket over instead of closing it (the daemon's
+  // handover keeps it open across execve): connects meanwhile wait in its backlog, never
+  // refused. The descriptor keeps O_CLOEXEC. Errors: rpc.unavailable when nothing listens.
+  [[nodiscard]] Result<sys::UniqueFd> release_listener();
   // Closes every connection (subscriptions are removed, pending replies discarded).
   void close_all();
 

@@ -199,8 +199,18 @@ Reacquired reacquire_root(RecordedRoot const& o, HostIdentity const& host) {
     }
   }
   if (!pidfd->alive()) {
-    out.path = RP::absent_without_terminal;
-    out.detail = "the owned process has exited; its end was not observed";
+    // Exited. Only if it is this process's own unreaped child (a handover: the same process,
+    // whose root ended while no image supervised it) is its end still observable, exactly, by
+    // whoever adopts it; otherwise nobody can read it any more.
+    auto unreaped = pidfd->peek_exit();
+    if (!unreaped || !*unreaped) {
+      out.path = RP::absent_without_terminal;
+      out.detail = "the owned process has exited; its end was not observed";
+      return out;
+    }
+    out.path = RP::live_owned;
+    out.detail = "re-acquired by pidfs identity, exited and not yet reaped (its status is read)";
+    out.pidfd = std::move(*pidfd);
     return out;
   }
   // 4. Ours, alive: the same pidfd goes on to adoption.

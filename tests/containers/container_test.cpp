@@ -236,7 +236,7 @@ TEST_P(Containers, EscapeesAreGoneWhenTheRootExits) {
 
 TEST_P(Containers, TheMarkerBoundaryEndsTheTreeWithoutACgroup) {
   // No cgroup at all: the exec's tree is found by its marker in the container's PID namespace.
-  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}}};
+  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}, {}}};
   ASSERT_TRUE(marker.ready()) << marker.log();
   auto c = marker.client();
   std::string const n = unique_sleep();
@@ -384,7 +384,7 @@ TEST_P(Containers, AnUnreadableProcessNeverGivesAConfirmedCleanup) {
       {"--boundary", "marker"},
       false,
       {},
-      {"/usr/bin/setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"}}};
+      {"/usr/bin/setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"}, {}}};
   ASSERT_TRUE(restricted.ready()) << restricted.log();
   auto c = restricted.client();
   std::string const root = unique_sleep();
@@ -589,7 +589,7 @@ TEST_P(Containers, AStalledTerminalInputNeverHoldsTheTeardown) {
 }
 
 TEST_P(Containers, AGrantNamesItsContainersAndARevokeFencesTheExec) {
-  Daemon d{DaemonOptions{{"--socket-mode", "0666"}, true, {}, {}}};
+  Daemon d{DaemonOptions{{"--socket-mode", "0666"}, true, {}, {}, {}}};
   ASSERT_TRUE(d.ready()) << d.log();
   ::chmod(d.state().c_str(), 0711);  // the socket's directory, for the runner's uid
   auto admin = d.client();
@@ -711,7 +711,7 @@ TEST_P(Containers, ADaemonKilledMidExecRecoversAndEndsTheExec) {
 TEST_P(Containers, AGoneMarkerExecIsSweptInTheContainersNamespaceAfterACrash) {
   // Under the marker boundary the exec's leftovers live in the container's PID namespace, which
   // the record keeps: recovery sweeps there, not in the daemon's own namespace.
-  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}}};
+  Daemon marker{DaemonOptions{{"--boundary", "marker"}, false, {}, {}, {}}};
   ASSERT_TRUE(marker.ready()) << marker.log();
   auto c = marker.client();
   std::string const root = unique_sleep();

@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <grp.h>
@@ -177,6 +178,7 @@ Result<void> Daemon::adopt_recovered() {
   // A handover keeps its executions whatever restart-policy says: it is not a restart.
   auto const policy =
       handover_.inherited != nullptr ? supervisor::RestartPolicy::adopt : config_.restart_policy;
+  if (handover_.inherited != nullptr) attach_carried(handover_.inherited->executions);
   auto const failed = supervisor::adopt_recovered(*manager_, *recovered_, policy);
   for (auto const& e : recovered_->executions) {
     if (!e.adopted) continue;
@@ -198,6 +200,21 @@ Result<void> Daemon::adopt_recovered() {
   recovery_view_ = recovery_json(*recovered_);
   recovered_.reset();
   return ok();
+}
+
+void Daemon::attach_carried(std::vector<supervisor::Carried>& carried) {
+  for (auto& c : carried) {
+    auto it = std::find_if(recovered_->executions.begin(), recovered_->executions.end(),
+                           [&c](auto const& e) { return e.execution_id == c.execution_id; });
+    if (it == recovered_->executions.end() || !it->adopt) {
+      // Recovery did not find it live by pidfs identity: nothing it carried is trusted.
+      spdlog::warn("handover: {} was carried but is not live by its identity; its stdio is closed",
+                   c.execution_id);
+      continue;
+    }
+    it->adopt->carried = std::make_shared<supervisor::Carried>(std::move(c));
+  }
+  carried.clear();  // what was not attached closes here
 }
 
 Result<void> Daemon::create_subtree() {

@@ -57,8 +57,9 @@ inline constexpr std::chrono::milliseconds kHandoverCheckBound{10000};
 class Daemon {
  public:
   // `inherited`: what a handing-over image passed (null for an ordinary start); it outlives the
-  // start, and the daemon uses second descriptors of what it verified there.
-  Daemon(DaemonConfig config, handover::Inherited const* inherited, std::int64_t started_ns,
+  // start, and the daemon uses second descriptors of what it verified there. Its executions'
+  // carried state is moved out to the adoptions.
+  Daemon(DaemonConfig config, handover::Inherited* inherited, std::int64_t started_ns,
          Result<handover::Image> image)
       : config_(std::move(config)) {
     handover_.inherited = inherited;
@@ -121,6 +122,8 @@ class Daemon {
   // any other (cancellable, deadline-bound, one terminal record with recovery live_owned), or,
   // with restart-policy cancel, adopted and cancelled at once through the same teardown.
   Result<void> adopt_recovered();
+  // A handover's carried executions go with the recovered ones of the same id (handover.hpp).
+  void attach_carried(std::vector<supervisor::Carried>& carried);
 
   Result<void> create_subtree();
 
@@ -215,7 +218,7 @@ class Daemon {
   // This image's place in the chain of handovers (handover.hpp).
   struct HandoverState {
     // What the previous image passed: set only during start() (null for an ordinary start).
-    handover::Inherited const* inherited = nullptr;
+    handover::Inherited* inherited = nullptr;
     std::optional<handover::Origin> from;  // which image handed over to this one
     std::int64_t started_ns = 0;           // when this image started
     // What a handover starts again, as this image was started.

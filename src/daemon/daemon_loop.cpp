@@ -186,10 +186,19 @@ void Daemon::begin_handover() {
   stop_metrics();
   spdlog::info("handover: {} live execution(s) detached for the next image",
                manager_->live_count());
+  // The consistent point: no root exit is collected any more (each stays for the next image),
+  // and those already collected get their terminal records. Then each live execution gives up
+  // its stdio (every byte read was delivered) with where its streams, input and events stand,
+  // and supervision detaches.
   auto settle = [this] {
-    manager_->shutdown(supervisor::ShutdownPolicy::detach, config_.shutdown_timeout, [this] {
-      spdlog::info("handover: executions detached");
-      stop_loop();
+    manager_->prepare_handover(config_.shutdown_timeout, [this] {
+      handover_.outgoing->executions = manager_->hand_over();
+      spdlog::info("handover: {} execution(s) carry their stdio to the next image",
+                   handover_.outgoing->executions.size());
+      manager_->shutdown(supervisor::ShutdownPolicy::detach, config_.shutdown_timeout, [this] {
+        spdlog::info("handover: executions detached");
+        stop_loop();
+      });
     });
   };
   if (gateway_) return gateway_->drain(config_.shutdown_timeout, std::move(settle));

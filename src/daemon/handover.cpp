@@ -24,6 +24,8 @@
 
 #include "custos/sys/pidfd.hpp"
 
+#include "handover_carried.hpp"
+
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX, not in a header
 
 namespace custos::daemon::handover {
@@ -76,6 +78,8 @@ json::object manifest_of(Outgoing const& out, bool pass_old_image) {
       {"socket_lock", fd_json(out.fds.socket_lock)},
       {"state_lock", fd_json(out.fds.state_lock)},
       {"old_image", pass_old_image ? fd_json(out.fds.old_image) : json::value(nullptr)}};
+  json::array executions;
+  for (auto const& c : out.executions) executions.push_back(carried_json(c));
   return json::object{
       {"format", kFormat},
       {"version", kManifestVersion},
@@ -84,7 +88,7 @@ json::object manifest_of(Outgoing const& out, bool pass_old_image) {
       {"socket_path", out.socket_path},
       {"subtree", json::object{{"path", out.subtree_path}, {"created", out.subtree_created}}},
       {"descriptors", std::move(fds)},
-      {"executions", json::array{}}};
+      {"executions", std::move(executions)}};
 }
 
 // The manifest in a sealed memfd (O_CLOEXEC: the exec clears it on this one only).
@@ -148,11 +152,17 @@ Error exec_once(Outgoing const& out, sys::UniqueFd const& image, bool pass_old_i
                                            &out.fds.state_lock, manifest.operator->()};
   for (auto const* fd : kept) set_cloexec(*fd, false);
   if (pass_old_image) set_cloexec(out.fds.old_image, false);
+  std::vector<int> carried;
+  for (auto const& c : out.executions) {
+    for (int fd : carried_fds(c)) carried.push_back(fd);
+  }
+  for (int fd : carried) (void)::fcntl(fd, F_SETFD, 0);
   spdlog::default_logger()->flush();
   ::fexecve(image.get(), args.data(), envp.data());
   int const err = errno;
   for (auto const* fd : kept) set_cloexec(*fd, true);
   set_cloexec(out.fds.old_image, true);
+  for (int fd : carried) (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
   return failed("fexecve", err);
 }
 
@@ -208,7 +218,8 @@ Result<std::optional<Inherited>> take_inherited() {
   auto doc = json::parse(bytes, ec);
   if (ec || !doc.is_object()) return failed("the manifest is not a JSON object");
   auto const& m = doc.get_object();
-  if (string_of(m, "format") != kFormat || int_of(m, "version") != kManifestVersion) {
+  auto const version = int_of(m, "version");
+  if (string_of(m, "format") != kFormat || version < 1 || version > kManifestVersion) {
     return failed("the manifest's format or version is not " + std::string{kFormat} + " " +
                   std::to_string(kManifestVersion));
   }
@@ -239,6 +250,17 @@ Result<std::optional<Inherited>> take_inherited() {
   in.fds.socket_lock = take_fd(d.if_contains("socket_lock"));
   in.fds.state_lock = take_fd(d.if_contains("state_lock"));
   in.fds.old_image = take_fd(d.if_contains("old_image"));
+  if (auto const* ex = m.if_contains("executions"); ex != nullptr && ex->is_array()) {
+    for (auto const& entry : ex->get_array()) {
+      auto c = carried_from_json(entry);
+      if (!c) {
+        spdlog::warn("handover: {}; that execution is adopted without its output",
+                     c.error().message());
+        continue;
+      }
+      in.executions.push_back(std::move(*c));
+    }
+  }
   return std::optional<Inherited>{std::move(in)};
 }
 
@@ -381,6 +403,7 @@ Inherited replace_image(Outgoing out) {
   in.subtree_path = std::move(out.subtree_path);
   in.subtree_created = out.subtree_created;
   in.fds = std::move(out.fds);
+  in.executions = std::move(out.executions);
   return in;
 }
 
@@ -400,6 +423,7 @@ Error fall_back(Inherited in, std::string const& reason, std::vector<std::string
   out.image.argv = argv;
   sys::UniqueFd image = std::move(in.fds.old_image);
   out.fds = std::move(in.fds);
+  out.executions = std::move(in.executions);
   return exec_once(out, image, false);
 }
 

@@ -20,14 +20,19 @@
 #include <vector>
 
 #include "custos/core/result.hpp"
+#include "custos/supervisor/types.hpp"
 #include "custos/sys/unique_fd.hpp"
 
 namespace custos::daemon::handover {
 
 // The environment variable that names the manifest's descriptor in the new image.
 inline constexpr char const* kManifestEnv = "CUSTOS_HANDOVER_FD";
-inline constexpr std::uint32_t kManifestVersion = 1;
-inline constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
+// Version 2 added `executions` (what each live execution carries); a version 1 manifest (an
+// older image handing over) is still read, with none.
+inline constexpr std::uint32_t kManifestVersion = 2;
+// The retained events of every live execution travel in it (output in base64): bounded by the
+// executions' own retention (output.retained_bytes each), and by this.
+inline constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 30;
 
 // Which image handed over, as the next one reports it (host.info `handover`).
 struct Origin {
@@ -58,6 +63,9 @@ struct Inherited {
   std::string subtree_path;
   bool subtree_created = false;
   Descriptors fds;
+  // What each live execution carried (its stdio verified, handover_carried.hpp); an entry that
+  // failed verification is absent, and that execution is adopted without its output.
+  std::vector<supervisor::Carried> executions;
 };
 
 // This process's image as it was started: the executable's path (read once at start, before a
@@ -101,6 +109,7 @@ struct Outgoing {
   std::string subtree_path;
   bool subtree_created = false;
   Descriptors fds;
+  std::vector<supervisor::Carried> executions;  // ExecutionManager::hand_over()
   Image image;              // the argv to start with (and the path, for logs)
   sys::UniqueFd new_image;  // what check_image() checked
 };

@@ -2,9 +2,11 @@
 // pidfd startup recovery re-acquired its root with (supervisor/recovery.hpp). It enters the
 // lifecycle with `adopted` in the phase its record is in, and from then on it is this
 // supervisor's like any other: the same cancellation, deadline, sampler, teardown, final scan
-// and terminal record (recovery live_owned), written through the same sink. What it lacks is its
-// output: the previous daemon's pipes died with it, so every stream is accounted incomplete
-// and the backend observes `output=not_kept`.
+// and terminal record (recovery live_owned), written through the same sink. After a crash or a
+// plain restart it lacks its output: the previous daemon's pipes died with it, so every stream
+// is accounted incomplete and the backend observes `output=not_kept`. After a handover the
+// previous image carried its stdio, streams, input and events (hand_over(), Carried): they go
+// on, and `adopted` says `output: kept`.
 //
 // Its record is continued, never re-created: no claim, no `authorized`, no staged write. How it
 // goes on depends on what the record says:
@@ -29,6 +31,8 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   ctx.execution_id = id_;
   ctx.plan = &request_.plan;
   ctx.view = &plan_;
+  std::shared_ptr<Carried> const carried = std::move(request.carried);
+  if (carried) ctx.stdio = std::move(carried->stdio);
   acquired_ = CUSTOS_TRY(backend_->adopt(std::move(ctx)));
   adopted_ = true;
   claim_durable_ = true;  // the previous daemon's launch awaited it
@@ -44,7 +48,14 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
     // again); a later exec.cancel is then not accepted, as for any execution.
     (void)cancel_.offer(*request.trigger);
   }
-  pumps_.adopt_streams(plan_.pty, request.out, request.err);
+  if (carried) {
+    // A handover: the events, the streams and the input go on where the previous image left
+    // them; `adopted` is the next seq.
+    events_.resume(carried->next_seq, std::move(carried->events));
+    pumps_.resume(plan_.pty, *carried);
+  } else {
+    pumps_.adopt_streams(plan_.pty, request.out, request.err);
+  }
 
   boost::json::object f;
   f["pid"] = acquired_.pid;
@@ -55,7 +66,7 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   f["started_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                            watch_.started_wall().time_since_epoch())
                            .count();
-  f["output"] = "not_kept";
+  f["output"] = carried ? "kept" : "not_kept";
   if (request.trigger) f["trigger"] = core::trigger_wire(*request.trigger);
   emit("adopted", std::move(f));
 
@@ -68,7 +79,12 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
     advance(core::event::Spawned{});  // records `running`, the write the crash lost
   }
   backend_->start(*this);
-  pumps_.close_input("none");  // no input channel survived the restart
+  if (!carried) {
+    pumps_.close_input("none");  // no input channel survived the restart
+  } else {
+    pumps_.drain_input();  // what callers gave before the handover, then their eof
+    if (pumps_.all_ended()) teardown_.streams_ended();
+  }
   watch_.start();
 
   if (!request.launch_committed) {
@@ -81,6 +97,26 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
     teardown_.stop_requested();
   }
   return ok();
+}
+
+bool Supervisor::hold_exit() {
+  if (terminal_ || detached_) return false;
+  backend_->hold_exit();
+  return exit_.has_value();
+}
+
+std::optional<Carried> Supervisor::hand_over() {
+  // Ended, detached, or launched but not answered yet: recovery's to adopt, without its output.
+  if (terminal_ || detached_ || pending_start_ || spawn_failure_) return std::nullopt;
+  auto stdio = backend_->hand_over_stdio();
+  if (!stdio) return std::nullopt;
+  Carried c;
+  c.execution_id = id_;
+  c.stdio = std::move(*stdio);
+  pumps_.carry(c);
+  c.next_seq = events_.next_seq();
+  c.events.assign(events_.retained().begin(), events_.retained().end());
+  return c;
 }
 
 void Supervisor::unreleased_root_exited(std::optional<core::ExitStatus> status) {

@@ -75,6 +75,20 @@ EventLog::Subscribed EventLog::subscribe(std::optional<std::uint64_t> from_seq, 
   return out;
 }
 
+void EventLog::resume(std::uint64_t next_seq, std::vector<Event> events) {
+  if (next_seq_ != 1 || next_seq < 1) return;
+  next_seq_ = next_seq;
+  for (auto& ev : events) {
+    if (ev.seq >= next_seq_ || (!retained_.empty() && ev.seq <= retained_.back().seq)) continue;
+    ev.execution_id = execution_id_;
+    ev.plan_digest = plan_digest_;
+    ev.sandbox_digest = sandbox_digest_;
+    retained_bytes_ += ev.data.size();
+    retained_.push_back(std::move(ev));
+  }
+  evict();
+}
+
 bool EventLog::unsubscribe(std::uint64_t id) {
   return subscribers_.erase(id) > 0;
 }

@@ -551,6 +551,44 @@ void ExecutionManager::reap_orphans_now() {
   }
 }
 
+std::size_t ExecutionManager::closing_count() const {
+  std::size_t n = 0;
+  for (auto const& [id, sup] : executions_) {
+    if (sup->closing()) ++n;
+  }
+  return n;
+}
+
+void ExecutionManager::prepare_handover(std::chrono::milliseconds bound,
+                                        std::function<void()> done) {
+  for (auto& [id, sup] : executions_) (void)sup->hold_exit();
+  poll_closing(std::chrono::steady_clock::now() + bound, std::move(done));
+}
+
+void ExecutionManager::poll_closing(std::chrono::steady_clock::time_point deadline,
+                                    std::function<void()> done) {
+  if (closing_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
+    boost::asio::post(io_, std::move(done));
+    return;
+  }
+  shutdown_timer_.expires_after(kShutdownPoll);
+  shutdown_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this, deadline,
+                              done = std::move(done)](boost::system::error_code ec) mutable {
+    auto a = weak.lock();
+    if (ec || !a || !*a) return;
+    poll_closing(deadline, std::move(done));
+  });
+}
+
+std::vector<Carried> ExecutionManager::hand_over() {
+  std::vector<Carried> out;
+  for (auto& [id, sup] : executions_) {
+    if (sup->terminal()) continue;
+    if (auto c = sup->hand_over()) out.push_back(std::move(*c));
+  }
+  return out;
+}
+
 void ExecutionManager::shutdown(ShutdownPolicy policy, std::chrono::milliseconds bound,
                                 std::function<void()> done) {
   shutting_down_ = true;

@@ -54,6 +54,70 @@ void OutputPumps::adopt_streams(bool pty, core::StreamAccounting out, core::Stre
   }
 }
 
+void OutputPumps::carry(Carried& out) const {
+  for (auto const& st : streams_) {
+    out.streams.push_back(
+        Carried::Stream{st.stream, st.ended, st.limit_reported, st.acc, st.spool_size});
+  }
+  out.output_allowed = total_allowed_;
+  out.output_events = output_events_;
+  out.max_events_reported = max_events_reported_;
+  for (std::size_t i = 0; i < writer_.queue.size(); ++i) {
+    auto const& chunk = writer_.queue[i];
+    std::size_t const skip = i == 0 ? writer_.front_offset : 0;
+    out.input_queued.insert(out.input_queued.end(),
+                            chunk.begin() + static_cast<std::ptrdiff_t>(skip), chunk.end());
+  }
+  out.input_accepted = writer_.accepted;
+  out.input_eof_requested = writer_.eof_requested;
+  out.input_closed = writer_.closed;
+}
+
+void OutputPumps::resume(bool pty, Carried& in) {
+  open_streams(pty);
+  for (auto& st : streams_) {
+    auto const it = std::find_if(in.streams.begin(), in.streams.end(),
+                                 [&st](Carried::Stream const& c) { return c.stream == st.stream; });
+    if (it == in.streams.end()) {
+      // Not carried: nothing of it can be vouched for.
+      st.acc.complete = false;
+      end(st);
+      continue;
+    }
+    st.acc = it->acc;
+    st.limit_reported = it->limit_reported;
+    st.spool_size = it->spool_size;
+    if (it->ended) {
+      end(st);
+      continue;
+    }
+    if (st.spool_size > 0) {
+      // The spool goes on at the size the previous image recorded: anything past it (a write
+      // that image did not count) is cut, so the file is exactly the accounted prefix.
+      sys::UniqueFd fd(::open(spool_path(st.stream).c_str(), O_WRONLY | O_CLOEXEC | O_APPEND));
+      if (fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(st.spool_size)) == 0) {
+        st.spool = std::move(fd);
+      } else {
+        // The spool cannot be continued: the stream is still read and counted, nothing more of
+        // it is retained, and it is incomplete.
+        st.spool_lost = true;
+        if (auto inc = core::account_mark_incomplete(st.acc)) st.acc = *inc;
+      }
+    }
+  }
+  total_allowed_ = in.output_allowed;
+  output_events_ = in.output_events;
+  max_events_reported_ = in.max_events_reported;
+  writer_ = Writer{};
+  writer_.accepted = in.input_accepted;
+  writer_.eof_requested = in.input_eof_requested;
+  writer_.closed = in.input_closed;
+  if (!in.input_queued.empty() && !writer_.closed) {
+    writer_.queued = in.input_queued.size();
+    writer_.queue.push_back(std::move(in.input_queued));
+  }
+}
+
 OutputPumps::StreamState* OutputPumps::find(core::Stream s) noexcept {
   for (auto& st : streams_) {
     if (st.stream == s) return &st;
@@ -89,7 +153,7 @@ void OutputPumps::on_chunk(core::Stream stream, std::span<std::uint8_t const> by
 
   // Write what is kept to the spool first; the accounting then says exactly what is there.
   if (keep > 0) {
-    if (!r.spool.valid()) {
+    if (!r.spool.valid() && !r.spool_lost) {
       std::error_code ec;
       std::filesystem::create_directories(spool_path(r.stream).parent_path(), ec);
       int const fd = ::open(spool_path(r.stream).c_str(),

@@ -29,6 +29,10 @@ class OutputPumps {
   // the restart, so each starts from what was recorded (`out`: stdout or the PTY stream), is
   // marked incomplete, and has already ended here.
   void adopt_streams(bool pty, core::StreamAccounting out, core::StreamAccounting err);
+  // A handover: where every stream and the input stood (carry), and the next image going on
+  // from there (resume): accounting, limits, spools at their recorded size, the input queue.
+  void carry(Carried& out) const;
+  void resume(bool pty, Carried& in);
   // A chunk of `stream`: counted, spooled within output.spool_bytes, sent as an output event
   // within limits.output_bytes and output.max_events; a limit reached is reported once per
   // stream (and cancels when the plan says so).
@@ -60,6 +64,7 @@ class OutputPumps {
     core::StreamAccounting acc;
     sys::UniqueFd spool;
     std::uint64_t spool_size = 0;
+    bool spool_lost = false;  // a handed-over spool could not be reopened: retain no more
   };
   struct Writer {
     std::deque<std::vector<std::uint8_t>> queue;

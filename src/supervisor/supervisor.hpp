@@ -90,6 +90,17 @@ class Supervisor final : public backend::ExecutionPort,
                                            std::uint64_t max_bytes) const;
   // Stops observing without signalling anything: every descriptor and timer is released.
   void detach();
+  // A handover, just before detach(): what the next image needs to go on with this execution
+  // (its stdio descriptors, given up open; where its streams and input stand; its events).
+  // nullopt when it cannot be carried (ended, a launch not answered yet, a backend that keeps no
+  // stdio): recovery then adopts it without its output.
+  [[nodiscard]] std::optional<Carried> hand_over();
+  // Before hand_over(): the root's exit is left for the next image (the backend stops reaping
+  // it). True when this execution's root already exited and it is closing: the handover waits
+  // for its terminal record rather than carry it half-closed.
+  bool hold_exit();
+  // Its root's exit was collected and it is not terminal yet.
+  [[nodiscard]] bool closing() const noexcept { return exit_.has_value() && !terminal_; }
   void count_orphan() noexcept { ++orphans_reaped_; }
 
   // backend::ExecutionPort

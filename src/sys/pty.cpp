@@ -57,6 +57,14 @@ Result<Pty> Pty::open(std::uint16_t rows, std::uint16_t cols) {
   return Pty(std::move(master), std::move(slave));
 }
 
+Result<Pty> Pty::from_master(UniqueFd master) {
+  unsigned int n = 0;
+  // TIOCGPTN answers only on a master (the slave and any other file refuse it).
+  if (!master.valid() || ::ioctl(master.get(), TIOCGPTN, &n) != 0)
+    return Error(Errc::pty_failed, "not a terminal master", master.valid() ? errno : EBADF);
+  return Pty(std::move(master), UniqueFd{});
+}
+
 Result<void> Pty::resize(std::uint16_t rows, std::uint16_t cols) {
   if (!master_.valid())
     return Error(Errc::pty_failed, "resize: the pty master was handed over", EBADF);

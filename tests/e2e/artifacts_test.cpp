@@ -75,33 +75,6 @@ std::optional<json::object> publication_settled(LineClient& c, std::string const
   return rec->at("publication").as_object();
 }
 
-// Every byte of a stream through exec.output; `complete` is the last slice's.
-std::string output_of(LineClient& c, std::string const& id, std::string const& stream,
-                      bool* complete = nullptr, std::string* error = nullptr) {
-  static std::int64_t rid = 3000;
-  std::string out;
-  for (int i = 0; i < 1000; ++i) {
-    auto r = c.call(
-        rid++, "exec.output",
-        {{"execution_id", id}, {"stream", stream}, {"offset", out.size()}, {"max_bytes", 1 << 20}});
-    if (!r || !r->contains("result")) {
-      if (error != nullptr && r) *error = error_code_of(*r);
-      return out;
-    }
-    auto const& o = r->at("result").as_object();
-    auto data = core::base64_decode(o.at("data_b64").as_string());
-    if (!data) {
-      ADD_FAILURE() << "data_b64 is not base64";
-      return out;
-    }
-    out.append(data->begin(), data->end());
-    if (complete != nullptr) *complete = o.at("complete").as_bool();
-    if (o.at("eof").as_bool() || data->empty()) return out;  // the end, or all there is now
-  }
-  ADD_FAILURE() << "exec.output never reached eof";
-  return out;
-}
-
 TEST(Artifacts, CompletedStreamsArePublishedAndServedAfterARestart) {
   Daemon d;
   ASSERT_TRUE(d.ready()) << d.log();

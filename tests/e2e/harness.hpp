@@ -31,6 +31,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "custos/core/base64.hpp"
+
 namespace custos::e2e {
 
 namespace fs = std::filesystem;
@@ -620,6 +622,33 @@ inline Started start_execution(LineClient& c, std::vector<std::string> const& ar
         c, s.id, [](json::object const& x) { return x.at("phase").as_string() == "running"; }));
   }
   return s;
+}
+
+// Every byte of a stream through exec.output; `complete` is the last slice's.
+inline std::string output_of(LineClient& c, std::string const& id, std::string const& stream,
+                      bool* complete = nullptr, std::string* error = nullptr) {
+  static std::atomic<std::int64_t> rid{3000};
+  std::string out;
+  for (int i = 0; i < 1000; ++i) {
+    auto r = c.call(
+        rid++, "exec.output",
+        {{"execution_id", id}, {"stream", stream}, {"offset", out.size()}, {"max_bytes", 1 << 20}});
+    if (!r || !r->contains("result")) {
+      if (error != nullptr && r) *error = error_code_of(*r);
+      return out;
+    }
+    auto const& o = r->at("result").as_object();
+    auto data = core::base64_decode(o.at("data_b64").as_string());
+    if (!data) {
+      ADD_FAILURE() << "data_b64 is not base64";
+      return out;
+    }
+    out.append(data->begin(), data->end());
+    if (complete != nullptr) *complete = o.at("complete").as_bool();
+    if (o.at("eof").as_bool() || data->empty()) return out;  // the end, or all there is now
+  }
+  ADD_FAILURE() << "exec.output never reached eof";
+  return out;
 }
 
 inline bool pid_alive(int pidfd) {

@@ -52,6 +52,7 @@
 #include "custos/sandbox/admission.hpp"
 #include "custos/sandbox/types.hpp"
 #include "custos/sys/identity.hpp"
+#include "custos/sys/unique_fd.hpp"
 
 namespace custos::backend {
 
@@ -123,6 +124,16 @@ struct Acquired {
 // (custos/backend/native_recovery.hpp): what adopt() takes over. Its output could not be kept:
 // the pipes (or the terminal) of the previous daemon are gone with it, so an adopted execution
 // has no stdio here.
+// The stdio of a live execution as one daemon image hands it to the next (a handover,
+// docs/supervisor.md): this side's ends, kept open across the execve, so the program never sees
+// its output or input break. Every one is verified by the next image before it is used.
+struct CarriedStdio {
+  bool pty = false;
+  sys::UniqueFd out;  // stdout's read end, or the terminal's master (pty); none: already ended
+  sys::UniqueFd err;  // stderr's read end (pipe mode); none: already ended
+  sys::UniqueFd in;   // stdin's write end (a descriptor of the master with a pty); none: closed
+};
+
 struct AdoptContext {
   std::string execution_id;
   core::ExecutionPlan const* plan = nullptr;  // decoded from the stored record
@@ -141,6 +152,9 @@ struct AdoptContext {
   // finished before its process was identified): `root` is empty, and the tree is what carries
   // the marker. identity.start_time_ticks then bounds the marker sweep (the exec's start).
   bool root_exited = false;
+  // A handover's kept stdio (hand_over_stdio() of the previous image): output and input continue
+  // through it. Empty after a crash or a plain restart: the output was not kept.
+  std::optional<CarriedStdio> stdio;
 };
 
 // The result of a step that may fail before the target program runs: the failure names its
@@ -283,6 +297,13 @@ class BackendExecution {
   virtual void close() = 0;
   // Stops observing without acting on anything; no callback follows.
   virtual void detach() = 0;
+  // A handover, just before detach(): gives up this side's stdio descriptors without closing
+  // them, at a point where every byte read so far was delivered to the port. nullopt: this
+  // backend cannot carry its stdio (its output is then not kept across the handover).
+  [[nodiscard]] virtual std::optional<CarriedStdio> hand_over_stdio() { return std::nullopt; }
+  // A handover is coming: the root's exit is no longer collected here (no wait reaps it), so an
+  // exit from now on stays for the next image to read. No callback about the exit follows.
+  virtual void hold_exit() {}
 
   // Facts the backend observed, bound into the terminal record ("backend observations").
   [[nodiscard]] virtual core::Observations observations() const = 0;

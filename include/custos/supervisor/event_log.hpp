@@ -42,6 +42,14 @@ class EventLog {
   // sink for live events.
   Subscribed subscribe(std::optional<std::uint64_t> from_seq, Sink sink);
   bool unsubscribe(std::uint64_t id);
+  // A handover: the next seq and the retained events, oldest first (what resume() takes in the
+  // next image).
+  [[nodiscard]] std::uint64_t next_seq() const noexcept { return next_seq_; }
+  [[nodiscard]] std::deque<Event> const& retained() const noexcept { return retained_; }
+  // Continues the log a previous image kept: numbering goes on from `next_seq`, and `events`
+  // (each below it, oldest first) are retained as if appended here. Only before the first
+  // append; events at or past next_seq are ignored.
+  void resume(std::uint64_t next_seq, std::vector<Event> events);
   void clear_subscribers() { subscribers_.clear(); }
 
   [[nodiscard]] std::uint64_t last_seq() const noexcept { return next_seq_ - 1; }

@@ -163,6 +163,14 @@ class ExecutionManager {
   // registry keeps ownership for recovery at the next start); `done` runs once every async task
   // was released. After shutdown, start() refuses.
   void shutdown(ShutdownPolicy policy, std::chrono::milliseconds bound, std::function<void()> done);
+  // A handover, right before shutdown(detach): what each live execution carries to the next
+  // image (Supervisor::hand_over), in id order. One that cannot be carried is absent: recovery
+  // adopts it without its output.
+  [[nodiscard]] std::vector<Carried> hand_over();
+  // The consistent point of a handover, before hand_over(): no root exit is collected from here
+  // on (each stays for the next image), and `done` runs once every execution whose root had
+  // already exited has its terminal record, or `bound` passed (those left are then recovery's).
+  void prepare_handover(std::chrono::milliseconds bound, std::function<void()> done);
 
   // Reaps orphans reparented to this process (subreaper) now; the manager also does it every
   // config.reap_interval. The daemon may call it on SIGCHLD.
@@ -174,6 +182,8 @@ class ExecutionManager {
   [[nodiscard]] boost::asio::io_context& io() const noexcept { return io_; }
   // Number of executions not yet terminal.
   [[nodiscard]] std::size_t live_count() const noexcept;
+  // Executions whose root exited and which are not terminal yet (prepare_handover()).
+  [[nodiscard]] std::size_t closing_count() const;
   // Executions not yet terminal, by phase (index: core::Phase; the terminal entry stays 0).
   // Scans the executions held (live ones and the bounded terminal history).
   [[nodiscard]] std::array<std::size_t, core::kPhaseCount> live_by_phase() const;
@@ -195,6 +205,7 @@ class ExecutionManager {
   void answer_all_waits(Error const& error);
   void schedule_reap();
   void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
+  void poll_closing(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   // Orphan reaping must leave a live root to its execution.
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;

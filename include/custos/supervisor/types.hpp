@@ -49,6 +49,8 @@ struct LaunchRequest {
   // Authority to inherit a name therefore cannot be used to inject a caller-chosen value.
 };
 
+struct Carried;
+
 // A live execution a previous daemon launched, which startup recovery re-acquired by exact pidfs
 // identity (supervisor/recovery.hpp): what ExecutionManager::adopt takes over. Everything but
 // the pidfd comes from its stored record.
@@ -70,6 +72,9 @@ struct AdoptRequest {
   // The execution id, the recovered pidfd, the recorded identity and boundary; the manager
   // fills in the plan pointers.
   backend::AdoptContext root;
+  // A handover's: what the previous image carried for it (its stdio, where each stream stood,
+  // its events). Null after a crash or a plain restart: the output was not kept.
+  std::shared_ptr<Carried> carried;
 };
 
 // Which ownership boundary an execution got (part of its record): core's enum.
@@ -106,6 +111,31 @@ struct Event {
   // The `exec.event` params minus `subscription`: execution_id, seq, plan_digest,
   // sandbox_digest, kind, the fields, and `data_b64` for output events.
   [[nodiscard]] boost::json::object to_json() const;
+};
+
+// What one daemon image hands the next for a live execution (a handover, docs/supervisor.md
+// "Handover"): this side's stdio, where each stream stood, the input still queued, and the
+// retained events, so that output, input and seq go on with nothing lost or repeated.
+struct Carried {
+  struct Stream {
+    core::Stream stream = core::Stream::stdout_stream;
+    bool ended = false;
+    bool limit_reported = false;
+    core::StreamAccounting acc;
+    std::uint64_t spool_size = 0;  // bytes in its spool file
+  };
+  std::string execution_id;
+  backend::CarriedStdio stdio;
+  std::vector<Stream> streams;
+  std::uint64_t output_allowed = 0;  // bytes within limits.output_bytes so far, every stream
+  std::uint64_t output_events = 0;   // output events sent (output.max_events)
+  bool max_events_reported = false;
+  std::vector<std::uint8_t> input_queued;  // accepted from callers, not yet written
+  std::uint64_t input_accepted = 0;
+  bool input_eof_requested = false;
+  bool input_closed = false;
+  std::uint64_t next_seq = 1;
+  std::vector<Event> events;  // retained, oldest first
 };
 
 struct StartResult {

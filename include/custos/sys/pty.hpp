@@ -28,6 +28,9 @@ class Pty {
   // falls back to ptsname_r + open on kernels without it), window size set before anyone reads.
   // Errors: pty.failed (EINVAL for a zero dimension; ENOENT/EAGAIN/ENOSPC when no pty is free).
   [[nodiscard]] static Result<Pty> open(std::uint16_t rows, std::uint16_t cols);
+  // A terminal whose master another image of the daemon opened (a handover): only the master,
+  // the slave is the program's. Errors: pty.failed (ENOTTY: `master` is not a terminal master).
+  [[nodiscard]] static Result<Pty> from_master(UniqueFd master);
 
   // TIOCSWINSZ on the master; the kernel sends SIGWINCH to the terminal's foreground group.
   // Errors: pty.failed (EINVAL for a zero dimension, EBADF after the master was taken).

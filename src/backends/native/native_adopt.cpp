@@ -69,6 +69,24 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
     root_ = std::move(ctx.root);
   }
 
+  if (ctx.stdio) {
+    // A handover's stdio: the previous image read every byte it delivered, the rest waits in
+    // the pipes (or the terminal) for the readers armed at start().
+    CarriedStdio& io = *ctx.stdio;
+    if (io.pty) {
+      auto const& master = io.out.valid() ? io.out : io.in;
+      if (master.valid()) {
+        auto kept = master.dup();
+        if (!kept) return kept.error();
+        auto pty = sys::Pty::from_master(std::move(*kept));
+        if (!pty) return pty.error();
+        io_state_.pty = std::move(*pty);
+      }
+    }
+    attach_stdio(std::move(io.out), std::move(io.err), std::move(io.in));
+    adoption_->stdio_kept = true;
+  }
+
   Acquired acq;
   acq.pid = root_pid_;
   acq.identity = ctx.identity;
@@ -82,6 +100,35 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
   if (root_pid_ != 0) host_->note_root(root_pid_, this);
   if (!cgroup_rel_.empty()) host_->note_cgroup(cgroup_rel_, id_);
   return acq;
+}
+
+std::optional<CarriedStdio> NativeExecution::hand_over_stdio() {
+  // A launch still at its barrier is abandoned by detach(): it has no stdio to carry.
+  if (launching_ || detached_) return std::nullopt;
+  CarriedStdio io;
+  io.pty = io_state_.pty_mode;
+  // release() ends a pending wait (its handler finds the execution detached) and gives the
+  // descriptor back open. Every read so far was delivered: reads happen only in on_readable,
+  // which hands each chunk to the port before the next.
+  for (auto& r : io_state_.readers) {
+    if (!r.sd) continue;  // ended: the pumps' state says so
+    sys::UniqueFd fd{r.sd->release()};
+    r.sd.reset();
+    (r.stream == core::Stream::stderr_stream ? io.err : io.out) = std::move(fd);
+  }
+  if (io_state_.input) {
+    io.in = sys::UniqueFd{io_state_.input->release()};
+    io_state_.input.reset();
+  }
+  return io;
+}
+
+void NativeExecution::hold_exit() {
+  exit_held_ = true;
+  // A wait in flight ends (its handler sees exit_held_): the root, exited or not, stays
+  // unreaped for the next image.
+  if (exit_sd_) exit_sd_->cancel();
+  exit_retry_timer_.cancel();
 }
 
 bool NativeExecution::await_adopted_status() {

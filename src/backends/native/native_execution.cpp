@@ -366,19 +366,23 @@ void NativeExecution::finish_release(sys::SpawnResult<sys::RunningChild> running
     io_state_.pty = std::move(io.pty);
     io_state_.pty->close_slave();
   }
-  if (our_out.valid()) {
+  attach_stdio(std::move(our_out), std::move(our_err), std::move(our_in));
+  done(std::monostate{});
+}
+
+void NativeExecution::attach_stdio(sys::UniqueFd out, sys::UniqueFd err, sys::UniqueFd in) {
+  if (out.valid()) {
     io_state_.readers.push_back(Reader{});
     io_state_.readers.back().stream =
         io_state_.pty_mode ? core::Stream::pty : core::Stream::stdout_stream;
-    set_nonblocking(io_state_.readers.back().sd.emplace(io_, our_out.release()));
+    set_nonblocking(io_state_.readers.back().sd.emplace(io_, out.release()));
   }
-  if (our_err.valid()) {
+  if (err.valid()) {
     io_state_.readers.push_back(Reader{});
     io_state_.readers.back().stream = core::Stream::stderr_stream;
-    set_nonblocking(io_state_.readers.back().sd.emplace(io_, our_err.release()));
+    set_nonblocking(io_state_.readers.back().sd.emplace(io_, err.release()));
   }
-  if (our_in.valid()) set_nonblocking(io_state_.input.emplace(io_, our_in.release()));
-  done(std::monostate{});
+  if (in.valid()) set_nonblocking(io_state_.input.emplace(io_, in.release()));
 }
 
 void NativeExecution::abort() {
@@ -526,7 +530,7 @@ Result<> NativeExecution::resize(std::uint16_t rows, std::uint16_t cols) {
 // ------------------------------------------------------------------------------ exit
 
 void NativeExecution::arm_exit_observer() {
-  if (!exit_sd_ || !live()) return;
+  if (!exit_sd_ || !live() || exit_held_) return;
   port_->task_begun();
   exit_sd_->async_wait(asio::posix::descriptor_base::wait_read,
                        [self = shared_from_this()](boost::system::error_code ec) {
@@ -537,7 +541,7 @@ void NativeExecution::arm_exit_observer() {
 }
 
 void NativeExecution::on_exit_ready() {
-  if (root_reaped_ || !root_) return;
+  if (root_reaped_ || !root_ || exit_held_) return;
   auto st = root_->try_wait();
   std::optional<core::ExitStatus> status;
   if (st && *st) {
@@ -625,7 +629,11 @@ core::Observations NativeExecution::observations() const {
   o["launch"] = "clone3";
   if (!cgroup_rel_.empty()) o["cgroup"] = cgroup_rel_;
   if (final_signalled_ > 0) o["final_sweep_killed"] = std::to_string(final_signalled_);
-  if (adoption_ && adoption_->after_restart) {
+  if (adoption_ && adoption_->stdio_kept) {
+    // Handed over by the previous image with its stdio: output and input went on.
+    o["root"] = "handed_over";
+    o["output"] = "kept";
+  } else if (adoption_ && adoption_->after_restart) {
     // Taken over after a restart: the previous daemon's pipes died with it.
     o["root"] = "adopted";
     o["output"] = "not_kept";

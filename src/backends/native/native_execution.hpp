@@ -41,6 +41,7 @@ struct NativeAdoption {
   std::string unconfirmed;              // a reason the final scan cannot confirm (cgroup unusable)
   bool after_restart = true;            // AdoptContext::after_restart
   std::optional<std::uint64_t> pid_ns;  // the marker sweep's PID namespace, if limited
+  bool stdio_kept = false;              // a handover carried its stdio (AdoptContext::stdio)
 };
 
 class NativeExecution final : public BackendExecution,
@@ -78,6 +79,8 @@ class NativeExecution final : public BackendExecution,
   [[nodiscard]] std::vector<core::Stream> close_streams() override;
   void close() override;
   void detach() override;
+  [[nodiscard]] std::optional<CarriedStdio> hand_over_stdio() override;
+  void hold_exit() override;
   [[nodiscard]] core::Observations observations() const override;
 
   // The backend's indexes: true while `pid` is this execution's unreaped root (the orphan
@@ -112,6 +115,8 @@ class NativeExecution final : public BackendExecution,
   void await_verdict();
   void on_verdict();
   void finish_release(sys::SpawnResult<sys::RunningChild> running);
+  // This side's stdio ends become the readers and the input (a launch, or a handover's).
+  void attach_stdio(sys::UniqueFd out, sys::UniqueFd err, sys::UniqueFd in);
   void arm_reader(std::size_t index);
   void on_readable(std::size_t index);
   void end_reader(std::size_t index, bool complete);
@@ -140,6 +145,7 @@ class NativeExecution final : public BackendExecution,
   std::string id_;
   ExecutionPort* port_ = nullptr;
   bool detached_ = false;
+  bool exit_held_ = false;  // hold_exit(): a handover reads the root's exit, not this image
 
   core::Boundary boundary_ = core::Boundary::marker;
   bool kernel_enforced_ = false;

@@ -527,15 +527,16 @@ std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
           std::nullopt,
           Better::lower,
           ""};
-  Row txn{"registry: CPU of one waited NORMAL transaction changing a record (committed + "
-          "running), against SQLite's own UPDATE + COMMIT of the same row",
-          "us",
-          std::nullopt,
-          "the same file, VFS and pragmas, BEGIN IMMEDIATE + UPDATE + COMMIT of the row (same run)",
-          std::nullopt,
-          1.5,
-          Better::lower,
-          ""};
+  Row txn{
+      "registry: CPU of one waited NORMAL transaction changing a record (committed + "
+      "running), against SQLite's own UPDATE + COMMIT of the same row",
+      "us",
+      std::nullopt,
+      "the same file, VFS and pragmas, BEGIN IMMEDIATE + UPDATE + COMMIT of the row (same run)",
+      std::nullopt,
+      1.5,
+      Better::lower,
+      ""};
   if (!r) {
     seq.note = par.note = txn.note = r.error().message();
   } else {
@@ -559,7 +560,11 @@ std::vector<Row> registry_rows(Env const& env, Floors const& /*f*/) {
                "(exited, closed, two accountings and the terminal record, one transaction): " +
                terminal + " us";
   }
-  return {seq, par, txn, sequential_launch_row(env), concurrent_launch_row(env),
+  return {seq,
+          par,
+          txn,
+          sequential_launch_row(env),
+          concurrent_launch_row(env),
           handoff_launch_row(env)};
 }
 

@@ -110,8 +110,8 @@ struct Outgoing {
   bool subtree_created = false;
   Descriptors fds;
   std::vector<supervisor::Carried> executions;  // ExecutionManager::hand_over()
-  Image image;              // the argv to start with (and the path, for logs)
-  sys::UniqueFd new_image;  // what check_image() checked
+  Image image;                                  // the argv to start with (and the path, for logs)
+  sys::UniqueFd new_image;                      // what check_image() checked
 };
 
 // Replaces the process with the new image; if that execve fails, with the old one again

@@ -90,22 +90,21 @@ json::object carried_json(supervisor::Carried const& c) {
     if (!ev.data.empty()) e["data_b64"] = core::base64_encode(ev.data);
     events.push_back(std::move(e));
   }
-  return json::object{
-      {"id", c.execution_id},
-      {"stdio", json::object{{"pty", c.stdio.pty},
-                             {"out", fd_entry(c.stdio.out)},
-                             {"err", fd_entry(c.stdio.err)},
-                             {"in", fd_entry(c.stdio.in)}}},
-      {"streams", std::move(streams)},
-      {"output_allowed", c.output_allowed},
-      {"output_events", c.output_events},
-      {"max_events_reported", c.max_events_reported},
-      {"input", json::object{{"queued_b64", core::base64_encode(c.input_queued)},
-                             {"accepted", c.input_accepted},
-                             {"eof_requested", c.input_eof_requested},
-                             {"closed", c.input_closed}}},
-      {"next_seq", c.next_seq},
-      {"events", std::move(events)}};
+  return json::object{{"id", c.execution_id},
+                      {"stdio", json::object{{"pty", c.stdio.pty},
+                                             {"out", fd_entry(c.stdio.out)},
+                                             {"err", fd_entry(c.stdio.err)},
+                                             {"in", fd_entry(c.stdio.in)}}},
+                      {"streams", std::move(streams)},
+                      {"output_allowed", c.output_allowed},
+                      {"output_events", c.output_events},
+                      {"max_events_reported", c.max_events_reported},
+                      {"input", json::object{{"queued_b64", core::base64_encode(c.input_queued)},
+                                             {"accepted", c.input_accepted},
+                                             {"eof_requested", c.input_eof_requested},
+                                             {"closed", c.input_closed}}},
+                      {"next_seq", c.next_seq},
+                      {"events", std::move(events)}};
 }
 
 std::vector<int> carried_fds(supervisor::Carried const& c) {

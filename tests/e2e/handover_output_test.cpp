@@ -49,8 +49,7 @@ bool await_handover(Daemon const& d, std::int64_t before_ns) {
   while (std::chrono::steady_clock::now() < deadline) {
     auto c = d.client();
     auto r = c.call(1, "host.info", {}, 2000ms);
-    if (r && r->contains("result") &&
-        r->at("result").at("started_ns").as_int64() != before_ns) {
+    if (r && r->contains("result") && r->at("result").at("started_ns").as_int64() != before_ns) {
       return true;
     }
     std::this_thread::sleep_for(20ms);
@@ -106,7 +105,8 @@ TEST(HandoverOutput, StreamsInputAndEventsGoOnWithNothingLost) {
   auto c = d.client();
   constexpr int kBatches = 30;
   constexpr int kLines = 2000;
-  auto const writer = started_id(c.call(1, "exec.start", start_params(batch_writer(kBatches, kLines, "0.1"))));
+  auto const writer =
+      started_id(c.call(1, "exec.start", start_params(batch_writer(kBatches, kLines, "0.1"))));
   // Input given before the handover and after it: `cat` echoes both, in order.
   auto const echo = started_id(c.call(2, "exec.start", start_params({"/bin/cat"})));
   // A terminal: its master goes across too.
@@ -160,10 +160,9 @@ TEST(HandoverOutput, StreamsInputAndEventsGoOnWithNothingLost) {
       << "the events carry every byte once";
 
   auto c2 = d.client();
-  auto in2 = c2.call(7, "exec.input",
-                     {{"execution_id", echo},
-                      {"data_b64", core::base64_encode("after\n")},
-                      {"eof", true}});
+  auto in2 = c2.call(
+      7, "exec.input",
+      {{"execution_id", echo}, {"data_b64", core::base64_encode("after\n")}, {"eof", true}});
   ASSERT_TRUE(in2 && in2->contains("result")) << (in2 ? json::serialize(*in2) : "") << d.log();
 
   for (auto const& id : {writer, echo, tty}) {
@@ -213,8 +212,9 @@ TEST(HandoverOutput, TwoHundredWritersLoseNoByte) {
   std::map<std::string, bool> ids;  // id -> on a terminal
   for (int i = 0; i < kExecutions; ++i) {
     bool const pty = i % 4 == 3;
-    auto params = start_params(writer_until(stop, kLines), {},
-                               pty ? json::object{{"mode", "pty"}} : json::object{{"mode", "pipes"}});
+    auto params =
+        start_params(writer_until(stop, kLines), {},
+                     pty ? json::object{{"mode", "pty"}} : json::object{{"mode", "pipes"}});
     auto const id = started_id(c.call(100 + i, "exec.start", std::move(params), 30s));
     ASSERT_FALSE(id.empty()) << d.log();
     ids.emplace(id, pty);

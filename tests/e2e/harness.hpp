@@ -626,7 +626,7 @@ inline Started start_execution(LineClient& c, std::vector<std::string> const& ar
 
 // Every byte of a stream through exec.output; `complete` is the last slice's.
 inline std::string output_of(LineClient& c, std::string const& id, std::string const& stream,
-                      bool* complete = nullptr, std::string* error = nullptr) {
+                             bool* complete = nullptr, std::string* error = nullptr) {
   static std::atomic<std::int64_t> rid{3000};
   std::string out;
   for (int i = 0; i < 1000; ++i) {

@@ -25,6 +25,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kChunk = std::size_t{1} << 20;
+// The unit of a publication's pipeline (copy, write-back started, read back and hashed).
+constexpr std::uint64_t kSlice = std::uint64_t{16} << 20;
 
 // ENOSPC and EDQUOT are the store's file system being full; everything else is an I/O failure.
 Error io_error(int err, std::string what) {
@@ -52,65 +54,71 @@ std::string random_name() {
   return core::to_hex(b);
 }
 
-// Copies `bytes` bytes of `in` (from offset 0) to `out`: in the kernel where it can
-// (copy_file_range: no user-space copy, a reflink on file systems that share extents), else
-// through a buffer.
-Result<void> copy_prefix(int in, int out, std::uint64_t bytes, fs::path const& tmp) {
-  loff_t in_off = 0;
-  loff_t out_off = 0;
-  std::uint64_t done = 0;
-  bool kernel_copy = true;
-  std::vector<std::uint8_t> buf;
-  while (done < bytes) {
-    std::size_t const want =
-        static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, 1U << 30));
-    if (kernel_copy) {
-      ssize_t const n = ::copy_file_range(in, &in_off, out, &out_off, want, 0);
-      if (n > 0) {
-        done += static_cast<std::uint64_t>(n);
-        continue;
-      }
-      if (n == 0) return Error{Errc::artifact_spool_missing, "spool shorter than its record says"};
-      if (errno == EINTR) continue;
-      if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
-        return io_error(errno, "copy to " + tmp.string());
-      kernel_copy = false;  // fall back from wherever the kernel copy stopped
-      buf.resize(kChunk);
-    }
-    std::size_t const piece = std::min(want, kChunk);
-    ssize_t const r = ::pread(in, buf.data(), piece, in_off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return io_error(errno, "read the spool");
-    if (r == 0) return Error{Errc::artifact_spool_missing, "spool shorter than its record says"};
-    std::size_t w = 0;
-    while (w < static_cast<std::size_t>(r)) {
-      ssize_t const k = ::pwrite(out, buf.data() + w, static_cast<std::size_t>(r) - w, out_off);
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) return io_error(errno, "write " + tmp.string());
-      w += static_cast<std::size_t>(k);
-      out_off += k;
-    }
-    in_off += r;
-    done += static_cast<std::uint64_t>(r);
-  }
-  return ok();
-}
+// The copy of a spool into its artifact: in the kernel where it can (copy_file_range: no
+// user-space copy, a reflink on file systems that share extents), else through a buffer, from
+// wherever the kernel copy stopped.
+class SliceCopier {
+ public:
+  SliceCopier(int in, int out, fs::path const& tmp) : in_(in), out_(out), tmp_(tmp) {}
 
-// The SHA-256 of the first `bytes` bytes of `fd`, read back from the file itself, so the name
-// is the digest of what the artifact holds.
-Result<core::Digest> hash_file(int fd, std::uint64_t bytes) {
-  core::Sha256Stream h;
-  std::vector<std::uint8_t> buf(kChunk);
-  std::uint64_t off = 0;
-  while (off < bytes) {
-    std::size_t const want = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - off, kChunk));
+  // Copies bytes [off, off + len) of `in` to the same offsets of `out`.
+  Result<void> copy(std::uint64_t off, std::uint64_t len) {
+    auto in_off = static_cast<loff_t>(off);
+    auto out_off = static_cast<loff_t>(off);
+    std::uint64_t const end = off + len;
+    while (static_cast<std::uint64_t>(in_off) < end) {
+      std::size_t const want = static_cast<std::size_t>(end - static_cast<std::uint64_t>(in_off));
+      if (kernel_copy_) {
+        ssize_t const n = ::copy_file_range(in_, &in_off, out_, &out_off, want, 0);
+        if (n > 0) continue;
+        if (n == 0)
+          return Error{Errc::artifact_spool_missing, "spool shorter than its record says"};
+        if (errno == EINTR) continue;
+        if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+          return io_error(errno, "copy to " + tmp_.string());
+        kernel_copy_ = false;
+        buf_.resize(kChunk);
+      }
+      std::size_t const piece = std::min(want, kChunk);
+      ssize_t const r = ::pread(in_, buf_.data(), piece, in_off);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return io_error(errno, "read the spool");
+      if (r == 0) return Error{Errc::artifact_spool_missing, "spool shorter than its record says"};
+      std::size_t w = 0;
+      while (w < static_cast<std::size_t>(r)) {
+        ssize_t const k = ::pwrite(out_, buf_.data() + w, static_cast<std::size_t>(r) - w, out_off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return io_error(errno, "write " + tmp_.string());
+        w += static_cast<std::size_t>(k);
+        out_off += k;
+      }
+      in_off += r;
+    }
+    return ok();
+  }
+
+ private:
+  int in_;
+  int out_;
+  fs::path const& tmp_;
+  bool kernel_copy_ = true;
+  std::vector<std::uint8_t> buf_;
+};
+
+// Feeds bytes [off, off + len) of `fd` to `h`, read back from the file itself, so the name is
+// the digest of what the artifact holds.
+Result<void> hash_back(int fd, std::uint64_t off, std::uint64_t len, core::Sha256Stream& h,
+                       std::vector<std::uint8_t>& buf) {
+  std::uint64_t const end = off + len;
+  while (off < end) {
+    std::size_t const want = static_cast<std::size_t>(std::min<std::uint64_t>(end - off, kChunk));
     ssize_t const n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return io_error(n < 0 ? errno : EIO, "read back the artifact");
     CUSTOS_TRYV(h.update(std::span<std::uint8_t const>(buf.data(), static_cast<std::size_t>(n))));
     off += static_cast<std::uint64_t>(n);
   }
-  return h.finish();
+  return ok();
 }
 
 }  // namespace
@@ -161,10 +169,22 @@ Result<Artifact> ArtifactStore::publish(fs::path const& source, std::uint64_t by
     (void)::unlink(tmp.c_str());
     return e;
   };
-  if (auto r = copy_prefix(in.get(), out.get(), bytes, tmp); !r) return fail(r.error());
-  // Start the write-back now, so the disk writes while the bytes are hashed.
-  (void)::sync_file_range(out.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
-  auto digest = hash_file(out.get(), bytes);
+  // Slice by slice: copied, its write-back started, then read back and hashed while the disk
+  // writes it. The whole file copied first and hashed after would leave the disk idle during
+  // the copy and the CPU idle while the write-back was being queued (docs/benchmarks.md, the
+  // artifact row); this way the copy and the hash overlap the disk's writing.
+  SliceCopier copier(in.get(), out.get(), tmp);
+  core::Sha256Stream h;
+  std::vector<std::uint8_t> buf(kChunk);
+  for (std::uint64_t off = 0; off < bytes;) {
+    std::uint64_t const len = std::min<std::uint64_t>(bytes - off, kSlice);
+    if (auto r = copier.copy(off, len); !r) return fail(r.error());
+    (void)::sync_file_range(out.get(), static_cast<off64_t>(off), static_cast<off64_t>(len),
+                            SYNC_FILE_RANGE_WRITE);
+    if (auto r = hash_back(out.get(), off, len, h, buf); !r) return fail(r.error());
+    off += len;
+  }
+  auto digest = h.finish();
   if (!digest) return fail(digest.error());
   if (::fdatasync(out.get()) != 0) return fail(io_error(errno, "fdatasync " + tmp.string()));
   out.reset();

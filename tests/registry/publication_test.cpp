@@ -188,6 +188,29 @@ TEST(ArtifactStore, TheNameIsTheDigestOfTheBytesAndTheSameBytesAreNotRewritten) 
   EXPECT_EQ(gone.error().code, Errc::output_removed);
 }
 
+// publish copies, starts the write-back of and hashes a spool in 16 MiB slices: a spool over
+// several slices, whose every 4 KiB block is different, must come out whole and in order, with
+// the digest of exactly the retained prefix (which ends inside the last slice).
+TEST(ArtifactStore, ASpoolOverSeveralSlicesIsCopiedAndHashedWhole) {
+  TempDir t;
+  ArtifactStore store{t.state()};
+  std::size_t const retained = (std::size_t{33} << 20) + 4097;
+  std::string bytes(retained, '\0');
+  for (std::size_t i = 0; i < retained; ++i) {
+    bytes[i] = static_cast<char>((i / 4096) * 31 + i % 251);
+  }
+  auto const spool = spool_path(t.state(), "ex-big", "stdout");
+  write_file(spool, bytes + "tail beyond the retained bytes");
+  auto a = store.publish(spool, retained);
+  ASSERT_TRUE(a) << a.error().message();
+  EXPECT_EQ(a->digest, digest_of(bytes));
+  EXPECT_EQ(a->bytes, retained);
+  EXPECT_FALSE(a->existed);
+  EXPECT_TRUE(read_file(store.path_of(a->digest)) == bytes)
+      << "the artifact holds exactly the retained prefix, in order";
+  EXPECT_TRUE(fs::is_empty(t.state() / "artifacts" / "tmp"));
+}
+
 TEST(ArtifactStore, StoredOutputComesFromTheSpoolElseTheArtifact) {
   TempDir t;
   auto reg = open_ok(t);

@@ -76,7 +76,8 @@ class ArtifactStore {
   [[nodiscard]] std::filesystem::path path_of(std::string_view digest) const;
 
   // Publishes the first `bytes` bytes of `source` (bytes > 0): copied to a temporary file in
-  // the store, read back and hashed, fdatasync'ed, renamed to its digest's name without
+  // the store slice by slice, each slice's write-back started and the slice read back from the
+  // temporary file and hashed, fdatasync'ed, renamed to its digest's name without
   // replacing an existing artifact (an existing one is kept as is and its modification time
   // refreshed, for retention), then the directory fsync'ed. When this returns ok, the artifact
   // is on stable storage under its name.

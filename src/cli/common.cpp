@@ -34,6 +34,11 @@ Result<RpcClient> connect_daemon(Globals const& g) {
   return RpcClient::connect(g.socket.empty() ? default_socket() : g.socket);
 }
 
+Result<RpcClient> reconnect_daemon(Globals const& g) {
+  return RpcClient::connect_retrying(g.socket.empty() ? default_socket() : g.socket,
+                                     kReconnectBudget);
+}
+
 int exit_code_for(json::value const& terminal) {
   if (!terminal.is_object()) return kExitInternal;
   auto const& t = terminal.get_object();

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <thread>
 #include <unistd.h>
 
 #include "custos/rpc/protocol.hpp"

@@ -206,7 +206,7 @@ class LogReader {
   Globals const& g_;
   RpcClient client_;
   std::string id_;
-  std::uint64_t last_seq_ = 0;  // the highest event seq handled
+  std::uint64_t last_seq_ = 0;                    // the highest event seq handled
   std::map<std::string, std::uint64_t> written_;  // bytes printed per stream
 };
 
@@ -219,6 +219,7 @@ void add_logs(CLI::App& app, Globals& g) {
   sub->add_option("id", *id, "Execution id")->required();
   sub->add_flag("-f,--follow", *follow,
                 "Follow the execution's output events until it is terminal");
+  sub->footer(reconnect_help());
   sub->callback([&g, id, follow] {
     auto client = connect_daemon(g);
     if (!client) {

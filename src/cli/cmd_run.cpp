@@ -529,7 +529,7 @@ class Runner {
   SignalFd signals_;
   std::map<std::string, std::uint64_t> written_;  // bytes written per stream
   ProgressLine progress_;
-  int cancels_ = 0;  // exec.cancel requests sent: the second one forces
+  int cancels_ = 0;                     // exec.cancel requests sent: the second one forces
   std::optional<json::object> cancel_;  // the last exec.cancel sent
   InputState input_;
   std::uint64_t last_seq_ = 0;  // the highest event seq handled
@@ -602,6 +602,7 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_flag("--check", flags->check,
                 "Start nothing: print what the daemon decides for this plan (exec.check: "
                 "digests, the checked sandbox, admission); exit 0 when admitted");
+  sub->footer(reconnect_help());
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

@@ -17,6 +17,7 @@ void add_wait(CLI::App& app, Globals& g) {
   auto timeout = std::make_shared<double>(0.0);
   sub->add_option("id", *id, "Execution id")->required();
   sub->add_option("--timeout", *timeout, "Give up after this many seconds (exec.wait_timeout)");
+  sub->footer(reconnect_help());
   sub->callback([&g, id, timeout] {
     auto client = connect_daemon(g);
     if (!client) {
@@ -30,9 +31,10 @@ void add_wait(CLI::App& app, Globals& g) {
       for (;;) {
         boost::json::object params{{"execution_id", *id}};
         if (*timeout > 0) {
-          auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(
-              deadline - Clock::now());
-          params["timeout_ms"] = static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 1));
+          auto const left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          params["timeout_ms"] =
+              static_cast<std::uint64_t>(std::max<std::int64_t>(left.count(), 1));
         }
         auto w = client->call("exec.wait", std::move(params));
         if (w || !connection_lost(w.error())) return w;

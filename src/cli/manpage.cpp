@@ -11,6 +11,7 @@
 
 #include "custos/daemon/version.hpp"
 
+#include "common.hpp"
 #include "exit_codes.hpp"
 #include "shell_doc.hpp"
 
@@ -136,11 +137,14 @@ std::vector<std::string> prose_of(std::string const& path) {
         "Ctrl-C is a byte for the child's terminal. With --json the terminal result is printed "
         "as JSON after the output.",
         "Without --grant the run uses the admin's implicit authority (admins only). The exit "
-        "code is the child's (EXIT STATUS)."}},
+        "code is the child's (EXIT STATUS).",
+        reconnect_help()}},
       {"logs",
        {"Without -f the output comes from the spool files. -f subscribes to the execution's "
         "events and prints its output as it is produced, returning at the terminal event; "
-        "every byte is printed once, in order."}},
+        "every byte is printed once, in order.",
+        reconnect_help()}},
+      {"wait", {reconnect_help()}},
       {"doctor",
        {"From the daemon's host.info, or, when no daemon answers, probed locally by this "
         "process, and it says which. With a daemon it also prints the registry findings of its "

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <boost/json.hpp>
-#include <sys/ioctl.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <sys/ioctl.h>
 #include <vector>
 
 #include "custos/core/result.hpp"

@@ -188,19 +188,7 @@ class Runner {
           break;
         }
       }
-      // Send stdin that is ready, one exec.input in flight at a time (the daemon may accept
-      // fewer bytes than offered; the rest is offered again).
-      if (!input.inflight && (!input.pending.empty() || input.eof_pending)) {
-        json::object p{{"execution_id", id_}};
-        if (!input.pending.empty()) p["data_b64"] = core::base64_encode(input.pending);
-        if (input.eof_pending) p["eof"] = true;
-        auto sent = client_->send("exec.input", std::move(p));
-        if (!sent && !connection_lost(sent.error())) return finish_error(sent.error());
-        // A lost connection shows at the next read of the socket, below; then it is offered again.
-        if (sent) input.inflight = *sent;
-        inflight_len_ = input.pending.size();
-        inflight_eof_ = input.eof_pending;
-      }
+      if (auto sent = send_input(); !sent) return finish_error(sent.error());
 
       pollfd fds[3] = {
           {client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
@@ -243,22 +231,9 @@ class Runner {
           continue;
         }
         if (!*msg) continue;
-        auto& m = **msg;
-        if (auto const* method = m.if_contains("method"); method != nullptr) {
-          auto* params = m.if_contains("params");
-          if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
-              params->is_object()) {
-            auto ended = on_sequenced_event(params->get_object(), terminal);
-            if (!ended) return finish_error(ended.error());
-            if (*ended) break;
-          }
-          continue;
-        }
-        auto const* idv = m.if_contains("id");
-        std::uint64_t rid = 0;
-        if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
-        if (input.inflight && rid == *input.inflight) on_input_answer(m, input);
-        (void)progress_.on_answer(rid, m);
+        auto ended = on_message(**msg, terminal);
+        if (!ended) return finish_error(ended.error());
+        if (*ended) break;
       }
     }
     progress_.hide();
@@ -266,6 +241,42 @@ class Runner {
     if (!terminal) return finish_error(Error{Errc::internal, "no terminal result"});
     if (g_.json) fmt::print("{}\n", json::serialize(*terminal));
     return exit_code_for(*terminal);
+  }
+
+  // Sends stdin that is ready, one exec.input in flight at a time (the daemon may accept fewer
+  // bytes than offered; the rest is offered again).
+  Result<void> send_input() {
+    auto& input = input_;
+    if (input.inflight || (input.pending.empty() && !input.eof_pending)) return ok();
+    json::object p{{"execution_id", id_}};
+    if (!input.pending.empty()) p["data_b64"] = core::base64_encode(input.pending);
+    if (input.eof_pending) p["eof"] = true;
+    auto sent = client_->send("exec.input", std::move(p));
+    // A lost connection shows at the next read of the socket; then it is offered again.
+    if (!sent && !connection_lost(sent.error())) return sent.error();
+    if (sent) input.inflight = *sent;
+    inflight_len_ = input.pending.size();
+    inflight_eof_ = input.eof_pending;
+    return ok();
+  }
+
+  // One message from the daemon: an event of the execution, or the answer to exec.input or to
+  // the progress line's exec.get. True when the run has its terminal result.
+  Result<bool> on_message(json::object const& m, std::optional<json::value>& terminal) {
+    if (auto const* method = m.if_contains("method"); method != nullptr) {
+      auto const* params = m.if_contains("params");
+      if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
+          params->is_object()) {
+        return on_sequenced_event(params->get_object(), terminal);
+      }
+      return false;
+    }
+    auto const* idv = m.if_contains("id");
+    std::uint64_t rid = 0;
+    if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
+    if (input_.inflight && rid == *input_.inflight) on_input_answer(m, input_);
+    (void)progress_.on_answer(rid, m);
+    return false;
   }
 
   // A signal to the CLI: SIGWINCH resizes the pty; any other asks for a cancel, and a second one

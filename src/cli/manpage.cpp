@@ -137,14 +137,11 @@ std::vector<std::string> prose_of(std::string const& path) {
         "Ctrl-C is a byte for the child's terminal. With --json the terminal result is printed "
         "as JSON after the output.",
         "Without --grant the run uses the admin's implicit authority (admins only). The exit "
-        "code is the child's (EXIT STATUS).",
-        reconnect_help()}},
+        "code is the child's (EXIT STATUS)."}},
       {"logs",
        {"Without -f the output comes from the spool files. -f subscribes to the execution's "
         "events and prints its output as it is produced, returning at the terminal event; "
-        "every byte is printed once, in order.",
-        reconnect_help()}},
-      {"wait", {reconnect_help()}},
+        "every byte is printed once, in order."}},
       {"doctor",
        {"From the daemon's host.info, or, when no daemon answers, probed locally by this "
         "process, and it says which. With a daemon it also prints the registry findings of its "
@@ -159,10 +156,13 @@ std::vector<std::string> prose_of(std::string const& path) {
       {"secret list",
        {"Names, source (store or credentials) and when each was set; never a value."}},
   };
+  std::vector<std::string> out;
   for (auto const& [p, text] : kProse) {
-    if (p == path) return text;
+    if (p == path) out = text;
   }
-  return {};
+  // The commands that ride out a daemon handover (docs/cli.md, "Reconnecting").
+  if (path == "run" || path == "logs" || path == "wait") out.push_back(reconnect_help());
+  return out;
 }
 
 std::string exit_status() {

@@ -97,11 +97,12 @@ json::array plan_env(RunFlags const& f, std::optional<json::object> const& sandb
       if (std::getenv(name) != nullptr && !literal_named(name) && defaulted(name)) inherit(name);
     }
   }
-  for (auto const& [k, v] : extra) {
+  for (auto const& kv : extra) {
+    std::string const& k = kv.first;
     bool const given = std::any_of(f.env.begin(), f.env.end(), [&](std::string const& e) {
       return e == k || e.starts_with(k + "=");
     });
-    if (!given && defaulted(k)) literals.emplace_back(k, v);
+    if (!given && defaulted(k)) literals.emplace_back(k, kv.second);
   }
   for (auto const& e : f.env) {
     if (e.find('=') == std::string::npos) inherit(e);

@@ -1,6 +1,7 @@
 // Blocking line-framed JSON-RPC client over a Unix stream socket.
 #include "custos/cli/client.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <thread>
 #include <unistd.h>
 
 #include "custos/rpc/protocol.hpp"
@@ -42,6 +44,32 @@ Result<RpcClient> RpcClient::connect(std::string const& path) {
                  "no custos daemon at " + path + " (" + std::strerror(err) + ")", err};
   }
   return RpcClient{std::move(fd)};
+}
+
+bool connection_lost(Error const& e) noexcept {
+  return e.code == Errc::rpc_unavailable || e.code == Errc::daemon_shutting_down;
+}
+
+Result<RpcClient> RpcClient::connect_retrying(std::string const& path,
+                                              std::chrono::milliseconds budget) {
+  using Clock = std::chrono::steady_clock;
+  auto const deadline = Clock::now() + budget;
+  std::chrono::milliseconds pause{50};
+  for (;;) {
+    auto c = connect(path);
+    if (c || Clock::now() + pause > deadline) return c;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds{1000});
+  }
+}
+
+void RpcClient::take_notifications(RpcClient& old) {
+  std::deque<json::object> kept;
+  for (auto& m : old.queue_) {
+    if (!m.contains("id")) kept.push_back(std::move(m));
+  }
+  old.queue_.clear();
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) queue_.push_front(std::move(*it));
 }
 
 Result<void> RpcClient::write_all(std::string const& line) {
@@ -130,7 +158,13 @@ Result<json::value> RpcClient::call(std::string_view method, json::object params
   auto const id = CUSTOS_TRY(send(method, std::move(params)));
   std::deque<json::object> held;
   for (;;) {
-    while (queue_.empty()) (void)CUSTOS_TRY(read_some(-1));
+    while (queue_.empty()) {
+      if (auto got = read_some(-1); !got) {
+        // Keep what arrived meanwhile for next() (or a reconnect's take_notifications()).
+        for (auto it = held.rbegin(); it != held.rend(); ++it) queue_.push_front(std::move(*it));
+        return got.error();
+      }
+    }
     json::object msg = std::move(queue_.front());
     queue_.pop_front();
     auto const* mid = msg.if_contains("id");

@@ -7,8 +7,16 @@
 // and the bytes after the last event are read from the spool at the end: every byte is printed
 // once, in order. An exec.wait sent alongside ends the follow even if the terminal event itself
 // was dropped (replies are never dropped).
+//
+// When the daemon closes the connection (a handover), the follow goes on over a new one
+// (connects retried for up to kReconnectBudget): exec.subscribe from the seq after the last one
+// handled, events up to it skipped if they come again, a `replay_from` past it said on stderr as
+// a gap, and exec.wait sent again — it answers at once when the execution ended meanwhile, also
+// when the new image numbers its events from 1 again. Output is printed by stream offset, so
+// nothing is printed twice and what no event brought is read from the spool.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <unistd.h>
@@ -41,7 +49,8 @@ int fd_for(std::string_view stream) {
 
 class LogReader {
  public:
-  LogReader(RpcClient& client, std::string id) : client_(client), id_(std::move(id)) {}
+  LogReader(Globals const& g, RpcClient client, std::string id)
+      : g_(g), client_(std::move(client)), id_(std::move(id)) {}
 
   // Prints `stream` from what was printed so far up to `upto` (to the spool's current end when
   // nullopt). Returns false when the stream is not there (exec.output refused it: a stream this
@@ -92,9 +101,51 @@ class LogReader {
     return ok();
   }
 
-  // -f: subscribe, print output events live, stop at the terminal event (or exec.wait's reply).
+  // -f: subscribe, print output events live, stop at the terminal event (or exec.wait's reply);
+  // over a new connection when the daemon closed ours.
   Result<void> follow() {
-    CUSTOS_TRY(client_.call("exec.subscribe", {{"execution_id", id_}, {"from_seq", 1}}));
+    for (;;) {
+      auto done = follow_once();
+      if (!done && connection_lost(done.error())) {
+        auto fresh = CUSTOS_TRY(reconnect_daemon(g_));
+        fresh.take_notifications(client_);
+        client_ = std::move(fresh);
+        continue;
+      }
+      CUSTOS_TRYV(done);
+      // Whatever came after the last delivered event (or was never sent as one) is in the
+      // spools.
+      for (char const* s : {"stdout", "stderr", "pty"}) {
+        std::optional<Error> e;
+        if (!fill_from_spool(s, std::nullopt, e) && e && connection_lost(*e)) {
+          auto fresh = CUSTOS_TRY(reconnect_daemon(g_));
+          client_ = std::move(fresh);
+          (void)fill_from_spool(s, std::nullopt, e);
+        }
+      }
+      return ok();
+    }
+  }
+
+ private:
+  // One connection's part of the follow: the subscription from the seq after the last one
+  // handled (seq 1 at first), and exec.wait alongside. Errors: connection_lost() ones mean go on
+  // over a new connection.
+  Result<void> follow_once() {
+    std::uint64_t const from = last_seq_ + 1;
+    auto sub = client_.call("exec.subscribe", {{"execution_id", id_}, {"from_seq", from}});
+    // After a reconnect the new daemon may know the execution only from its registry (it ended
+    // before): exec.wait below answers with its stored result.
+    if (!sub && (from == 1 || sub.error().code != Errc::exec_not_found)) return sub.error();
+    if (sub && from > 1 && sub->is_object()) {
+      if (auto const* rf = sub->get_object().if_contains("replay_from");
+          rf != nullptr && rf->is_number() && rf->to_number<std::uint64_t>() > from) {
+        fmt::print(stderr,
+                   "custos: reconnected; events {}..{} of {} were not kept by the daemon (a "
+                   "gap; output is read back from the spool)\n",
+                   from, rf->to_number<std::uint64_t>() - 1, id_);
+      }
+    }
     auto const wait_id = CUSTOS_TRY(client_.send("exec.wait", {{"execution_id", id_}}));
     for (;;) {
       auto msg = CUSTOS_TRY(client_.next(-1));
@@ -103,8 +154,18 @@ class LogReader {
       if (auto const* method = m.if_contains("method"); method != nullptr) {
         auto const* params = m.if_contains("params");
         if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
-            params->is_object() && on_event(params->get_object()))
-          break;
+            params->is_object()) {
+          auto const& ev = params->get_object();
+          std::uint64_t seq = 0;
+          if (auto const* s = ev.if_contains("seq"); s != nullptr && s->is_number())
+            seq = s->to_number<std::uint64_t>();
+          // Seen before the reconnect, or an event log that started again (a terminal event of
+          // it is followed by exec.wait's answer).
+          if (seq != 0 && seq <= last_seq_) continue;
+          bool const terminal = CUSTOS_TRY(on_event(ev));
+          last_seq_ = std::max(last_seq_, seq);
+          if (terminal) return ok();
+        }
         continue;
       }
       auto const* idv = m.if_contains("id");
@@ -113,18 +174,13 @@ class LogReader {
       if (!is_wait) continue;
       if (auto const* err = m.if_contains("error"); err != nullptr && err->is_object())
         return rpc::error_from_object(err->get_object());
-      break;
+      return ok();
     }
-    // Whatever came after the last delivered event (or was never sent as one) is in the spools.
-    std::optional<Error> ignored;
-    for (char const* s : {"stdout", "stderr", "pty"})
-      (void)fill_from_spool(s, std::nullopt, ignored);
-    return ok();
   }
 
- private:
-  // True at the terminal event.
-  bool on_event(json::object const& ev) {
+  // True at the terminal event. Errors: a lost connection while reading a gap from the spool
+  // (the event is then handled again over the next one).
+  Result<bool> on_event(json::object const& ev) {
     std::string const kind = str_field(ev, "kind");
     if (kind == "terminal") return true;
     if (kind != "output") return false;
@@ -137,8 +193,8 @@ class LogReader {
       offset = o->to_number<std::uint64_t>();
     if (offset > done) {
       // Events before this one were dropped or have left the event log: the spool has them.
-      std::optional<Error> ignored;
-      (void)fill_from_spool(stream, offset, ignored);
+      std::optional<Error> e;
+      if (!fill_from_spool(stream, offset, e) && e && connection_lost(*e)) return *e;
     }
     if (offset + data->size() <= done) return false;  // already printed (replay overlap)
     auto const skip = done > offset ? done - offset : 0;
@@ -147,8 +203,10 @@ class LogReader {
     return false;
   }
 
-  RpcClient& client_;
+  Globals const& g_;
+  RpcClient client_;
   std::string id_;
+  std::uint64_t last_seq_ = 0;                    // the highest event seq handled
   std::map<std::string, std::uint64_t> written_;  // bytes printed per stream
 };
 
@@ -161,13 +219,14 @@ void add_logs(CLI::App& app, Globals& g) {
   sub->add_option("id", *id, "Execution id")->required();
   sub->add_flag("-f,--follow", *follow,
                 "Follow the execution's output events until it is terminal");
+  sub->footer(reconnect_help());
   sub->callback([&g, id, follow] {
     auto client = connect_daemon(g);
     if (!client) {
       g.exit_code = report(client.error());
       return;
     }
-    LogReader reader{*client, *id};
+    LogReader reader{g, std::move(*client), *id};
     auto r = *follow ? reader.follow() : reader.print_spools();
     g.exit_code = r ? kExitOk : report(r.error());
   });

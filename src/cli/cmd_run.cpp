@@ -7,6 +7,15 @@
 // to exec.input (EOF included), SIGWINCH becomes exec.resize (--pty), SIGINT/SIGTERM/SIGHUP
 // become exec.cancel (in --pty mode Ctrl-C is a byte for the child's terminal instead, as it
 // would be in any terminal). The exit code is the child's (docs/cli.md).
+//
+// When the daemon closes the connection (a handover closes every one, docs/api.md "After a
+// restart") the run goes on: we connect again (retried for up to kReconnectBudget), subscribe
+// from the seq after the last one seen (events up to it are skipped if they come again; a
+// `replay_from` past that seq is a gap and is said on stderr) and ask exec.get whether the
+// execution is already terminal, in which case exec.wait gives the result. A terminal event
+// whose seq we had already passed belongs to an event log that started again (a new image that
+// does not continue the numbering): its result is also taken from exec.wait. Output is written
+// by stream offset, so no byte is written twice and what no event brought is read from the spool.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -16,16 +25,13 @@
 #include <cstdlib>
 #include <deque>
 #include <fcntl.h>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <poll.h>
-#include <random>
 #include <signal.h>
 #include <span>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -35,239 +41,14 @@
 
 #include "common.hpp"
 #include "exit_codes.hpp"
+#include "run_plan.hpp"
 #include "run_progress.hpp"
-#include "run_sandbox.hpp"
-
-extern char** environ;
 
 namespace custos::cli {
 
 namespace json = boost::json;
-namespace fs = std::filesystem;
 
 namespace {
-
-struct RunFlags {
-  std::vector<std::string> command;
-  std::string cwd;
-  std::string workspace;
-  std::vector<std::string> env;
-  double timeout_s = 0;
-  std::optional<double> grace_s;  // --grace: escalation.grace_ms (the plan's default otherwise)
-  bool pty = false;
-  bool progress = false;  // --progress: a live status line on a terminal
-  bool clean_env = false;
-  bool read_only = false;
-  // Authority and identity (docs/authority.md). Defaults suit one user on one machine: no grant
-  // (the admin's implicit authority), no lease, session cli-<uid>, ids "cli".
-  std::string grant;
-  std::string lease;
-  std::string session;
-  std::string project_id = "cli";
-  std::string workspace_id = "cli";
-  std::string resource_id = "cli";
-  std::string environment_id = "cli";
-  std::uint64_t generation = 0;
-  // Inside a container (docs/containers.md): the engine and the container's name or id, and the
-  // engine socket when not the daemon's configured one.
-  std::string docker;
-  std::string podman;
-  std::string docker_socket;
-  std::string podman_socket;
-  bool ungated = false;  // --ungated: the plan's gate is optional
-  SandboxFlags sandbox;  // --sandbox FILE.json, --sandbox-profile NAME
-  bool check = false;    // --check: exec.check instead of exec.start
-  [[nodiscard]] bool in_container() const { return !docker.empty() || !podman.empty(); }
-};
-
-// Names inherited by default so ordinary programs find their tools and locale.
-constexpr char const* kDefaultInherit[] = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TERM"};
-
-bool is_executable_file(fs::path const& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
-}
-
-// A bare name is looked up in the caller's PATH like execvp would; a name with '/' is taken
-// relative to the current directory. argv[0] stays what the user typed.
-Result<std::string> resolve_executable(std::string const& name) {
-  if (name.empty()) return Error{Errc::plan_invalid_executable, "empty command"};
-  if (name.find('/') != std::string::npos) {
-    fs::path p = fs::absolute(name).lexically_normal();
-    if (!is_executable_file(p)) {
-      return Error{Errc::plan_invalid_executable, p.native() + " is not an executable file"};
-    }
-    return p.native();
-  }
-  char const* path_env = std::getenv("PATH");
-  std::string const path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    auto const end = path.find(':', start);
-    std::string dir =
-        path.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (dir.empty()) dir = ".";
-    fs::path candidate = fs::absolute(fs::path{dir} / name).lexically_normal();
-    if (is_executable_file(candidate)) return candidate.native();
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return Error{Errc::plan_invalid_executable, name + ": not found in PATH"};
-}
-
-std::string random_hex(std::size_t n) {
-  std::random_device rd;
-  std::string out;
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (std::size_t i = 0; i < n; ++i) out.push_back(kHex[rd() & 15U]);
-  return out;
-}
-
-// The plan's environment: the default names inherited (unless --clean-env), the names --env
-// gave without a value inherited, and --env NAME=VALUE literals. A literal wins over a default
-// inheritance of the same name; the daemon supplies inherited values, none travels from here.
-// Under a sandbox the defaults are only those its environment.allow names, and `extra` (the
-// profile's TMPDIR) is added unless --env gave the name.
-json::array plan_env(RunFlags const& f, std::optional<json::object> const& sandbox,
-                     std::vector<std::pair<std::string, std::string>> const& extra) {
-  json::array env;
-  std::map<std::string, bool> seen;
-  auto inherit = [&](std::string const& name) {
-    if (seen.count(name) != 0) return;
-    seen[name] = true;
-    // The daemon supplies the value from its own environment; no value travels from here.
-    env.push_back(json::object{{"name", name}, {"inherit", true}});
-  };
-  std::vector<std::pair<std::string, std::string>> literals;
-  for (auto const& e : f.env) {
-    auto const eq = e.find('=');
-    if (eq == std::string::npos) continue;
-    literals.emplace_back(e.substr(0, eq), e.substr(eq + 1));
-  }
-  auto literal_named = [&](std::string const& n) {
-    for (auto const& [k, v] : literals)
-      if (k == n) return true;
-    return false;
-  };
-  // A container has its own environment (the engine applies it): nothing is inherited from the
-  // daemon's unless named.
-  std::vector<std::string> const allowed =
-      sandbox ? sandbox_env_allow(*sandbox) : std::vector<std::string>{};
-  auto defaulted = [&](std::string const& name) {
-    return !sandbox || std::find(allowed.begin(), allowed.end(), name) != allowed.end();
-  };
-  if (!f.clean_env && !f.in_container()) {
-    for (char const* name : kDefaultInherit) {
-      if (std::getenv(name) != nullptr && !literal_named(name) && defaulted(name)) inherit(name);
-    }
-  }
-  for (auto const& [k, v] : extra) {
-    bool const given = std::any_of(f.env.begin(), f.env.end(), [&](std::string const& e) {
-      return e == k || e.starts_with(k + "=");
-    });
-    if (!given && defaulted(k)) literals.emplace_back(k, v);
-  }
-  for (auto const& e : f.env) {
-    if (e.find('=') == std::string::npos) inherit(e);
-  }
-  for (auto const& [k, v] : literals) {
-    if (seen.count(k) != 0) continue;
-    seen[k] = true;
-    env.push_back(json::object{{"name", k}, {"value", v}});
-  }
-  return env;
-}
-
-// Where and what a container run executes: paths are the container's, so nothing is resolved
-// against this host (the executable must be absolute; the workspace defaults to "/").
-Result<std::string> container_executable(std::string const& name) {
-  if (!name.starts_with('/')) {
-    return Error{
-        Errc::plan_invalid_executable,
-        name + ": inside a container give the executable's absolute path (e.g. /bin/" + name + ")"};
-  }
-  return name;
-}
-
-Result<json::object> build_params(RunFlags const& f, std::optional<winsize> ws) {
-  json::object params;
-  bool const contained = f.in_container();
-  if (f.ungated && !contained) {
-    return Error{Errc::plan_invalid_backend, "--ungated applies to --docker and --podman only"};
-  }
-  auto const exe = CUSTOS_TRY(contained ? container_executable(f.command.front())
-                                        : resolve_executable(f.command.front()));
-  fs::path const here = contained ? fs::path{"/"} : fs::current_path();
-  fs::path const workspace =
-      (f.workspace.empty() ? here : fs::absolute(f.workspace)).lexically_normal();
-  fs::path cwd = f.cwd.empty() ? workspace : fs::absolute(f.cwd).lexically_normal();
-  if (!contained && f.cwd.empty()) cwd = here;
-  std::string rel = cwd.lexically_relative(workspace).native();
-  if (rel.empty()) rel = ".";
-  std::string ws_root = workspace.native();
-  if (ws_root.size() > 1 && ws_root.back() == '/') ws_root.pop_back();
-
-  std::string const run = "run-" + random_hex(16);
-  json::object identity{
-      {"project_id", f.project_id},
-      {"session_id", f.session.empty() ? "cli-" + std::to_string(::getuid()) : f.session},
-      {"run_id", run},
-      {"attempt_id", "a1"},
-      {"turn_id", "t1"},
-      {"action_id", "act-" + random_hex(16)},
-      {"process_id", "proc-1"},
-      {"workspace_id", f.workspace_id},
-      {"resource_id", f.resource_id},
-      {"environment_id", f.environment_id},
-      {"generation", f.generation},
-      {"revision", 0}};
-
-  json::array argv;
-  for (auto const& a : f.command) argv.emplace_back(a);
-  auto sandbox = CUSTOS_TRY(build_sandbox(f.sandbox, ws_root, f.read_only));
-  // The build profile's temporary files go to the workspace, the one place it may write.
-  std::vector<std::pair<std::string, std::string>> extra;
-  if (!f.sandbox.profile.empty()) extra.emplace_back("TMPDIR", ws_root);
-  json::array env = plan_env(f, sandbox, extra);
-
-  json::object io{{"mode", f.pty ? "pty" : "pipes"}};
-  if (f.pty) {
-    io["rows"] = ws && ws->ws_row > 0 ? ws->ws_row : 24;
-    io["cols"] = ws && ws->ws_col > 0 ? ws->ws_col : 80;
-    io["resize"] = true;
-  }
-  json::object plan{{"command", json::object{{"executable", exe}, {"argv", std::move(argv)}}},
-                    {"workspace", json::object{{"root", ws_root},
-                                               {"access", f.read_only ? "read_only" : "writable"}}},
-                    {"cwd", rel},
-                    {"env", std::move(env)},
-                    {"io", std::move(io)}};
-  if (contained) {
-    bool const docker = !f.docker.empty();
-    json::object backend{{"kind", docker ? "docker" : "podman"},
-                         {"container", docker ? f.docker : f.podman}};
-    std::string const& socket = docker ? f.docker_socket : f.podman_socket;
-    if (!socket.empty()) backend["socket"] = fs::absolute(socket).lexically_normal().native();
-    if (f.ungated) backend["gate"] = "optional";
-    plan["backend"] = std::move(backend);
-  }
-  if (sandbox) plan["sandbox"] = std::move(*sandbox);
-  if (f.grace_s) {
-    plan["escalation"] =
-        json::object{{"grace_ms", static_cast<std::uint64_t>(std::max(0.0, *f.grace_s) * 1000.0)}};
-  }
-  if (f.timeout_s > 0) {
-    auto const ms = static_cast<std::uint64_t>(f.timeout_s * 1000.0);
-    plan["limits"] = json::object{{"wall_ms", ms == 0 ? 1 : ms}};
-  }
-  params["identity"] = std::move(identity);
-  params["plan"] = std::move(plan);
-  params["authority"] =
-      json::object{{"epoch", 0},
-                   {"grant_id", f.grant.empty() ? json::value(nullptr) : json::value(f.grant)},
-                   {"lease_id", f.lease.empty() ? json::value(nullptr) : json::value(f.lease)}};
-  return params;
-}
 
 // Puts the terminal in raw mode and restores it on every way out of run (destructor).
 class RawTerminal {
@@ -394,22 +175,20 @@ class Runner {
   };
 
   int loop() {
-    InputState input;
+    InputState& input = input_;
     std::optional<json::value> terminal;
 
     for (;;) {
-      // Send stdin that is ready, one exec.input in flight at a time (the daemon may accept
-      // fewer bytes than offered; the rest is offered again).
-      if (!input.inflight && (!input.pending.empty() || input.eof_pending)) {
-        json::object p{{"execution_id", id_}};
-        if (!input.pending.empty()) p["data_b64"] = core::base64_encode(input.pending);
-        if (input.eof_pending) p["eof"] = true;
-        auto sent = client_->send("exec.input", std::move(p));
-        if (!sent) return finish_error(sent.error());
-        input.inflight = *sent;
-        inflight_len_ = input.pending.size();
-        inflight_eof_ = input.eof_pending;
+      if (resubscribe_) {
+        auto ended = resubscribe();
+        if (!ended) return finish_error(ended.error());
+        if (*ended) {
+          terminal = std::move(**ended);
+          drain_spools(*terminal);
+          break;
+        }
       }
+      if (auto sent = send_input(); !sent) return finish_error(sent.error());
 
       pollfd fds[3] = {
           {client_->fd(), POLLIN, 0}, {signals_.fd(), POLLIN, 0}, {STDIN_FILENO, 0, 0}};
@@ -447,23 +226,14 @@ class Runner {
         auto msg = client_->next(0);
         if (!msg) {
           if (terminal) break;
-          return finish_error(msg.error());
-        }
-        if (!*msg) continue;
-        auto& m = **msg;
-        if (auto const* method = m.if_contains("method"); method != nullptr) {
-          auto* params = m.if_contains("params");
-          if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
-              params->is_object()) {
-            if (on_event(params->get_object(), terminal)) break;
-          }
+          if (!connection_lost(msg.error())) return finish_error(msg.error());
+          if (auto again = reconnect(); !again) return finish_error(again.error());
           continue;
         }
-        auto const* idv = m.if_contains("id");
-        std::uint64_t rid = 0;
-        if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
-        if (input.inflight && rid == *input.inflight) on_input_answer(m, input);
-        (void)progress_.on_answer(rid, m);
+        if (!*msg) continue;
+        auto ended = on_message(**msg, terminal);
+        if (!ended) return finish_error(ended.error());
+        if (*ended) break;
       }
     }
     progress_.hide();
@@ -471,6 +241,42 @@ class Runner {
     if (!terminal) return finish_error(Error{Errc::internal, "no terminal result"});
     if (g_.json) fmt::print("{}\n", json::serialize(*terminal));
     return exit_code_for(*terminal);
+  }
+
+  // Sends stdin that is ready, one exec.input in flight at a time (the daemon may accept fewer
+  // bytes than offered; the rest is offered again).
+  Result<void> send_input() {
+    auto& input = input_;
+    if (input.inflight || (input.pending.empty() && !input.eof_pending)) return ok();
+    json::object p{{"execution_id", id_}};
+    if (!input.pending.empty()) p["data_b64"] = core::base64_encode(input.pending);
+    if (input.eof_pending) p["eof"] = true;
+    auto sent = client_->send("exec.input", std::move(p));
+    // A lost connection shows at the next read of the socket; then it is offered again.
+    if (!sent && !connection_lost(sent.error())) return sent.error();
+    if (sent) input.inflight = *sent;
+    inflight_len_ = input.pending.size();
+    inflight_eof_ = input.eof_pending;
+    return ok();
+  }
+
+  // One message from the daemon: an event of the execution, or the answer to exec.input or to
+  // the progress line's exec.get. True when the run has its terminal result.
+  Result<bool> on_message(json::object const& m, std::optional<json::value>& terminal) {
+    if (auto const* method = m.if_contains("method"); method != nullptr) {
+      auto const* params = m.if_contains("params");
+      if (method->is_string() && method->get_string() == "exec.event" && params != nullptr &&
+          params->is_object()) {
+        return on_sequenced_event(params->get_object(), terminal);
+      }
+      return false;
+    }
+    auto const* idv = m.if_contains("id");
+    std::uint64_t rid = 0;
+    if (idv != nullptr && idv->is_int64()) rid = static_cast<std::uint64_t>(idv->get_int64());
+    if (input_.inflight && rid == *input_.inflight) on_input_answer(m, input_);
+    (void)progress_.on_answer(rid, m);
+    return false;
   }
 
   // A signal to the CLI: SIGWINCH resizes the pty; any other asks for a cancel, and a second one
@@ -488,6 +294,7 @@ class Runner {
       json::object p{{"execution_id", id_},
                      {"reason", "custos run: signal " + std::to_string(sig)}};
       if (cancels_ == 2) p["force"] = true;
+      cancel_ = p;  // sent again after a reconnect: the answer may have been lost with it
       (void)client_->send("exec.cancel", std::move(p));
       if (::isatty(STDERR_FILENO) == 1) {
         progress_.hide();
@@ -536,7 +343,7 @@ class Runner {
     while (!upto || done < *upto) {
       std::uint64_t want = 1U << 20U;
       if (upto) want = std::min<std::uint64_t>(want, *upto - done);
-      auto r = client_->call(
+      auto r = call_reconnecting(
           "exec.output",
           {{"execution_id", id_}, {"stream", stream}, {"offset", done}, {"max_bytes", want}});
       if (!r || !r->is_object()) return;
@@ -606,13 +413,91 @@ class Runner {
         terminal = json::value(ev);
       if (!terminal->is_object() || !terminal->get_object().contains("classification")) {
         // An event without the record: ask for it.
-        auto r = client_->call("exec.wait", {{"execution_id", id_}});
+        auto r = call_reconnecting("exec.wait", {{"execution_id", id_}});
         if (r) terminal = *r;
       }
       drain_spools(*terminal);
       return true;
     }
     return false;
+  }
+
+  // An exec.event in seq order: one whose seq we have passed came again after a reconnect and is
+  // skipped, except a terminal one, which means the event log started again (today's handover:
+  // the new image numbers an adopted execution's events from 1): its result comes from
+  // exec.wait. True when the run has its terminal result.
+  Result<bool> on_sequenced_event(json::object const& ev, std::optional<json::value>& terminal) {
+    std::uint64_t seq = 0;
+    if (auto const* s = ev.if_contains("seq"); s != nullptr && s->is_number())
+      seq = s->to_number<std::uint64_t>();
+    bool const old = seq != 0 && seq <= last_seq_;
+    if (str_field(ev, "kind") == "terminal" && old) {
+      auto r = CUSTOS_TRY(call_reconnecting("exec.wait", {{"execution_id", id_}}));
+      terminal = std::move(r);
+      drain_spools(*terminal);
+      return true;
+    }
+    if (old) return false;
+    last_seq_ = std::max(last_seq_, seq);
+    return on_event(ev, terminal);
+  }
+
+  // A new connection to the daemon after the old one was lost; what the old one had received
+  // and not handed out is kept. The execution's events are asked for again at the top of the
+  // loop (resubscribe). Requests in flight on the old connection are forgotten: exec.input's is
+  // offered again (it may have reached the daemon: a chunk in flight at a handover can arrive
+  // twice), the progress sample is asked for again, a cancel is sent again.
+  Result<void> reconnect() {
+    auto fresh = CUSTOS_TRY(reconnect_daemon(g_));
+    fresh.take_notifications(*client_);
+    client_.emplace(std::move(fresh));
+    input_.inflight.reset();
+    progress_.forget_sample();
+    resubscribe_ = true;
+    return ok();
+  }
+
+  // A call that survives the daemon closing the connection: made again on a new one (the calls
+  // used here — exec.output, exec.wait, exec.get, exec.subscribe — can be repeated).
+  Result<json::value> call_reconnecting(std::string_view method, json::object const& params) {
+    for (;;) {
+      auto r = client_->call(method, params);
+      if (r || !connection_lost(r.error())) return r;
+      CUSTOS_TRYV(reconnect());
+    }
+  }
+
+  // After a reconnect: subscribes from the seq after the last one seen and says so on stderr
+  // when the daemon cannot replay from there (a gap: the events between were not kept). Then,
+  // if the execution is already terminal (it ended while we were away, or its event log
+  // started again below our seq), its result from exec.wait.
+  Result<std::optional<json::value>> resubscribe() {
+    while (resubscribe_) {
+      resubscribe_ = false;
+      std::uint64_t const from = last_seq_ + 1;
+      auto sub = call_reconnecting("exec.subscribe", {{"execution_id", id_}, {"from_seq", from}});
+      if (!sub && sub.error().code != Errc::exec_not_found) return sub.error();
+      if (resubscribe_) continue;  // lost again meanwhile
+      if (sub && sub->is_object()) {
+        if (auto const* rf = sub->get_object().if_contains("replay_from");
+            rf != nullptr && rf->is_number() && rf->to_number<std::uint64_t>() > from) {
+          progress_.hide();
+          fmt::print(stderr,
+                     "custos: reconnected; events {}..{} of {} were not kept by the daemon (a "
+                     "gap; output is read back from the spool)\n",
+                     from, rf->to_number<std::uint64_t>() - 1, id_);
+        }
+      }
+      auto rec = CUSTOS_TRY(call_reconnecting("exec.get", {{"execution_id", id_}}));
+      if (resubscribe_) continue;
+      auto const* t = rec.is_object() ? rec.get_object().if_contains("terminal") : nullptr;
+      if (!sub || (t != nullptr && t->is_object())) {
+        auto waited = CUSTOS_TRY(call_reconnecting("exec.wait", {{"execution_id", id_}}));
+        return std::optional<json::value>{std::move(waited)};
+      }
+      if (cancel_) (void)client_->send("exec.cancel", *cancel_);
+    }
+    return std::optional<json::value>{};
   }
 
   // --check: what exec.start would decide, started nothing. Prints the daemon's answer (the plan
@@ -655,7 +540,11 @@ class Runner {
   SignalFd signals_;
   std::map<std::string, std::uint64_t> written_;  // bytes written per stream
   ProgressLine progress_;
-  int cancels_ = 0;  // exec.cancel requests sent: the second one forces
+  int cancels_ = 0;                     // exec.cancel requests sent: the second one forces
+  std::optional<json::object> cancel_;  // the last exec.cancel sent
+  InputState input_;
+  std::uint64_t last_seq_ = 0;  // the highest event seq handled
+  bool resubscribe_ = false;    // reconnected: the execution's events are to be asked for again
   std::size_t inflight_len_ = 0;
   bool inflight_eof_ = false;
 };
@@ -724,6 +613,7 @@ void add_run(CLI::App& app, Globals& g) {
   sub->add_flag("--check", flags->check,
                 "Start nothing: print what the daemon decides for this plan (exec.check: "
                 "digests, the checked sandbox, admission); exit 0 when admitted");
+  sub->footer(reconnect_help());
   sub->callback([&g, flags] {
     Runner runner{g, *flags};
     g.exit_code = runner.run();

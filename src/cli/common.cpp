@@ -3,6 +3,8 @@
 
 #include <fmt/core.h>
 
+#include <chrono>
+
 #include "exit_codes.hpp"
 
 namespace custos::cli {
@@ -32,6 +34,22 @@ int report(Error const& e) {
 
 Result<RpcClient> connect_daemon(Globals const& g) {
   return RpcClient::connect(g.socket.empty() ? default_socket() : g.socket);
+}
+
+Result<RpcClient> reconnect_daemon(Globals const& g) {
+  return RpcClient::connect_retrying(g.socket.empty() ? default_socket() : g.socket,
+                                     kReconnectBudget);
+}
+
+std::string reconnect_help() {
+  auto const budget = std::chrono::duration_cast<std::chrono::seconds>(kReconnectBudget);
+  return fmt::format(
+      "When the daemon closes the connection (a handover: SIGHUP, custos daemon --reexec) the "
+      "command connects again, retrying for up to {} s while no daemon answers, and goes on: "
+      "run and logs -f resume the execution's events after the last one they handled (events "
+      "the daemon no longer has are said on stderr), wait asks again; the terminal result is "
+      "reported once.",
+      budget.count());
 }
 
 int exit_code_for(json::value const& terminal) {

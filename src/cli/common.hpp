@@ -24,6 +24,14 @@ int report(Error const& e);
 // Connects to g.socket or default_socket().
 [[nodiscard]] Result<RpcClient> connect_daemon(Globals const& g);
 
+// connect_daemon(), retried for up to kReconnectBudget while no daemon answers: after the daemon
+// closed the connection (a handover), to go on with what was under way.
+[[nodiscard]] Result<RpcClient> reconnect_daemon(Globals const& g);
+
+// What run, logs -f and wait do when the daemon closes the connection (docs/cli.md,
+// "Reconnecting"), for --help and the man page; it names kReconnectBudget.
+[[nodiscard]] std::string reconnect_help();
+
 // The exit code a terminal result maps to (docs/cli.md): the child's code, 128+signal,
 // or one of kExitSpawnFailed / kExitCancelled / kExitTimedOut / kExitAbnormal.
 [[nodiscard]] int exit_code_for(boost::json::value const& terminal);

@@ -11,6 +11,7 @@
 
 #include "custos/daemon/version.hpp"
 
+#include "common.hpp"
 #include "exit_codes.hpp"
 #include "shell_doc.hpp"
 
@@ -155,10 +156,13 @@ std::vector<std::string> prose_of(std::string const& path) {
       {"secret list",
        {"Names, source (store or credentials) and when each was set; never a value."}},
   };
+  std::vector<std::string> out;
   for (auto const& [p, text] : kProse) {
-    if (p == path) return text;
+    if (p == path) out = text;
   }
-  return {};
+  // The commands that ride out a daemon handover (docs/cli.md, "Reconnecting").
+  if (path == "run" || path == "logs" || path == "wait") out.push_back(reconnect_help());
+  return out;
 }
 
 std::string exit_status() {

@@ -28,6 +28,8 @@ class ProgressLine {
   void sample_sent(std::uint64_t request_id, Clock::time_point now);
   // The answer to a request: true when it was ours (its usage, if any, is taken).
   bool on_answer(std::uint64_t request_id, boost::json::object const& message);
+  // The request in flight will not be answered (its connection was lost): the next is due.
+  void forget_sample() { inflight_.reset(); }
   // Redraws the line when a tick passed; `out_bytes` is every byte of output so far.
   void tick(Clock::time_point now, std::uint64_t out_bytes);
   // Erases the line (before output goes to the terminal, and at the end).

@@ -3,8 +3,8 @@
 // idle-timeout-ms, docs/api.md).
 import { Connection } from "./connection";
 import { defaultSocketPath } from "./defaults";
-import { unavailable } from "./errors";
-import { runExecution, type RunOptions } from "./run";
+import { CustosError, unavailable } from "./errors";
+import { RECONNECT_BUDGET_MS, runExecution, type RunOptions } from "./run";
 import type * as T from "./types";
 
 export interface ClientOptions {
@@ -116,7 +116,8 @@ export class Client {
 
   /**
    * Runs `argv` as `custos run -- argv` would (same defaults) and resolves with the terminal
-   * result once every byte of output went to `onOutput`.
+   * result once every byte of output went to `onOutput`. Across a daemon handover the run
+   * connects again and resumes its events (`onReconnect` hears of it).
    */
   run(argv: readonly string[], options: RunOptions = {}): Promise<T.Terminal> {
     return runExecution(this, argv, options);
@@ -174,5 +175,28 @@ export class Client {
     }
     this.current = conn;
     return conn;
+  }
+
+  /**
+   * @internal A connection other than `lost` (one a run lost: the daemon closed it, or said it
+   * is going away): the current one if another caller opened it already, else a new one;
+   * connects are retried with backoff for up to RECONNECT_BUDGET_MS while no daemon answers.
+   */
+  async reconnect(lost: Connection): Promise<Connection> {
+    if (this.current === lost) {
+      lost.close();
+      this.current = null;
+    }
+    const deadline = Date.now() + RECONNECT_BUDGET_MS;
+    let pause = 50;
+    for (;;) {
+      try {
+        return await this.connection();
+      } catch (e) {
+        if (this.isClosed || !(e instanceof CustosError) || Date.now() + pause > deadline) throw e;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+        pause = Math.min(pause * 2, 1000);
+      }
+    }
   }
 }

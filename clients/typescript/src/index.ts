@@ -10,5 +10,5 @@ export {
   type RunPlanOptions,
 } from "./defaults";
 export { exitCode, succeeded } from "./result";
-export type { RunOptions } from "./run";
+export { RECONNECT_BUDGET_MS, type ReconnectInfo, type RunOptions } from "./run";
 export * from "./types";

@@ -7,8 +7,17 @@
 // slow reader (a gap in the offsets), or evicted before the start was answered, are read back
 // from the spool with exec.output by offset, so every byte reaches onOutput once, in order.
 // exec.input (the `input` option) and exec.cancel (the `signal` option) are the only other calls.
+//
+// A daemon handover (SIGHUP, `custos daemon --reexec`) closes every connection; the run goes on
+// over a new one, as `custos run` does (docs/cli.md, "Reconnecting"): the client connects again
+// (retried for up to RECONNECT_BUDGET_MS), the run subscribes from the seq after the last one it
+// handled (events up to it are skipped if they come again) and reports a `replay_from` past that
+// seq as a gap (onReconnect, else a process warning); when the execution is already terminal, or
+// a terminal event comes whose seq it had passed (a new image that numbered its events from 1
+// again), the result is exec.wait's. The run resolves once.
 import type { Connection } from "./connection";
 import { buildRunParams, type RunPlanOptions } from "./defaults";
+import { CustosError } from "./errors";
 import type {
   ExecEvent,
   ExecOutputResult,
@@ -17,9 +26,35 @@ import type {
   MethodName,
   MethodParams,
   MethodResults,
+  ExecutionView,
   Stream,
   Terminal,
 } from "./types";
+
+/**
+ * How long a run keeps trying to reach the daemon again after it closed the connection (a
+ * handover), in milliseconds: connects are retried with backoff while the socket refuses them
+ * or is absent, for at most this long in total (the CLI's kReconnectBudget).
+ */
+export const RECONNECT_BUDGET_MS = 30_000;
+
+/** What a run reports after each reconnect. */
+export interface ReconnectInfo {
+  executionId: string;
+  /** The seq the run asked the events from (the one after the last it handled). */
+  fromSeq: number;
+  /** Where the daemon's replay began (undefined when it no longer supervises the execution). */
+  replayFrom: number | undefined;
+  /** Events fromSeq..replayFrom-1 were not kept (output is still read back from the spool). */
+  gap: boolean;
+}
+
+/** Whether `e` means the connection is gone and the call may be made again on a new one. */
+export function connectionLost(e: unknown): boolean {
+  return (
+    e instanceof CustosError && (e.code === "rpc.unavailable" || e.code === "daemon.shutting_down")
+  );
+}
 
 export interface RunOptions extends RunPlanOptions {
   /** Each piece of output as it arrives, in order per stream, every byte once. */
@@ -30,12 +65,55 @@ export interface RunOptions extends RunPlanOptions {
   signal?: AbortSignal;
   /** Bytes for the program's stdin, then EOF. Without it stdin stays open (and unused). */
   input?: string | Uint8Array;
+  /**
+   * After each reconnect (a daemon handover): where the events were resumed, and whether some
+   * were lost. Without it a gap is a process warning (`ReconnectGapWarning`).
+   */
+  onReconnect?: (info: ReconnectInfo) => void;
 }
 
 /** What run needs of the client. */
 export interface RunHost {
   connection(): Promise<Connection>;
+  /** A connection other than `lost`, connects retried for up to RECONNECT_BUDGET_MS. */
+  reconnect(lost: Connection): Promise<Connection>;
   call<M extends MethodName>(method: M, params: MethodParams[M]): Promise<MethodResults[M]>;
+}
+
+/** Calls that survive the daemon closing the connection, and whether the run must subscribe
+ * again (its connection changed). */
+class Link {
+  resubscribe = false;
+
+  constructor(
+    private readonly host: RunHost,
+    public conn: Connection,
+  ) {}
+
+  async reconnect(): Promise<void> {
+    this.conn = await this.host.reconnect(this.conn);
+    this.resubscribe = true;
+  }
+
+  /**
+   * A call that can be repeated (exec.output, exec.wait, exec.get), on the client's connection;
+   * `here`: on the run's own (exec.subscribe, whose events must come to it).
+   */
+  async call<M extends MethodName>(
+    method: M,
+    params: MethodParams[M],
+    here = false,
+  ): Promise<MethodResults[M]> {
+    for (;;) {
+      try {
+        if (here) return (await this.conn.request(method, params)) as MethodResults[M];
+        return await this.host.call(method, params);
+      } catch (e) {
+        if (!connectionLost(e)) throw e;
+        await this.reconnect();
+      }
+    }
+  }
 }
 
 /** The most exec.output returns in one answer, and the most exec.input takes in one call. */
@@ -72,7 +150,8 @@ export async function runExecution(
     })) as ExecSubscribeResult;
     subscription = again.subscription;
   }
-  const events = conn.claim(subscription);
+  let events = conn.claim(subscription);
+  const link = new Link(host, conn);
 
   let finished = false;
   const onAbort = () => {
@@ -87,31 +166,102 @@ export async function runExecution(
   }
 
   const pty = (params.plan.io?.mode ?? "pipes") === "pty";
-  const output = new OutputSink(host, id, options.onOutput);
+  const output = new OutputSink(link, id, options.onOutput);
+  const streams: Stream[] = pty ? ["pty"] : ["stdout", "stderr"];
+  let lastSeq = 0; // the highest seq handled
   try {
     options.onStart?.(started);
-    for await (const ev of events) {
+    for (;;) {
+      if (link.resubscribe) {
+        const again = await resubscribe(link, id, lastSeq, options);
+        if (again.terminal !== undefined) {
+          await output.drain(again.terminal, streams);
+          return again.terminal;
+        }
+        subscription = again.subscription;
+        events = link.conn.claim(subscription);
+        if (signal?.aborted) onAbort(); // the cancel may have been lost with the connection
+      }
+      let next: IteratorResult<ExecEvent>;
+      try {
+        next = await events.next();
+      } catch (e) {
+        if (!connectionLost(e)) throw e;
+        await link.reconnect();
+        continue;
+      }
+      // The queue ended without a terminal event: only release() does that, and nobody else
+      // holds this subscription.
+      if (next.done) throw new Error("custos: the event stream ended before the terminal event");
+      const ev = next.value;
+      const seen = typeof ev.seq === "number" && ev.seq <= lastSeq;
+      if (ev.kind === "terminal" && seen) {
+        // A terminal event of an event log that started again after a handover.
+        const terminal = await link.call("exec.wait", { execution_id: id });
+        await output.drain(terminal, streams);
+        return terminal;
+      }
+      if (seen) continue; // handled before the reconnect
+      if (typeof ev.seq === "number") lastSeq = ev.seq;
       if (ev.kind === "output") {
         await output.onEvent(ev);
       } else if (ev.kind === "terminal") {
         let terminal = ev.terminal;
         if (terminal === undefined || typeof terminal.classification !== "string") {
-          terminal = await host.call("exec.wait", { execution_id: id });
+          terminal = await link.call("exec.wait", { execution_id: id });
         }
-        await output.drain(terminal, pty ? ["pty"] : ["stdout", "stderr"]);
+        await output.drain(terminal, streams);
         return terminal;
       }
     }
-    // The queue ended without a terminal event: only release() does that, and nobody else
-    // holds this subscription.
-    throw new Error("custos: the event stream ended before the terminal event");
   } catch (e) {
-    conn.release(subscription);
-    conn.request("exec.unsubscribe", { subscription }).catch(() => undefined);
+    link.conn.release(subscription);
+    link.conn.request("exec.unsubscribe", { subscription }).catch(() => undefined);
     throw e;
   } finally {
     finished = true;
     signal?.removeEventListener("abort", onAbort);
+  }
+}
+
+/**
+ * After a reconnect: the subscription from the seq after `lastSeq`, or the terminal result when
+ * the execution already has one (it ended meanwhile, or its event log started again below
+ * `lastSeq`), or when the daemon no longer supervises it.
+ */
+async function resubscribe(
+  link: Link,
+  id: string,
+  lastSeq: number,
+  options: RunOptions,
+): Promise<{ subscription: string; terminal?: undefined } | { terminal: Terminal }> {
+  for (;;) {
+    link.resubscribe = false;
+    const fromSeq = lastSeq + 1;
+    let sub: ExecSubscribeResult | undefined;
+    try {
+      sub = await link.call("exec.subscribe", { execution_id: id, from_seq: fromSeq }, true);
+    } catch (e) {
+      if (!(e instanceof CustosError) || e.code !== "exec.not_found") throw e;
+    }
+    if (link.resubscribe) continue; // lost again meanwhile
+    const record: ExecutionView = await link.call("exec.get", { execution_id: id });
+    if (link.resubscribe) continue;
+    const replayFrom = sub?.replay_from;
+    const gap = typeof replayFrom === "number" && replayFrom > fromSeq;
+    if (options.onReconnect !== undefined) {
+      options.onReconnect({ executionId: id, fromSeq, replayFrom, gap });
+    } else if (gap) {
+      process.emitWarning(
+        `reconnected; events ${fromSeq}..${(replayFrom as number) - 1} of ${id} were not kept ` +
+          "by the daemon (output is read back from the spool)",
+        "ReconnectGapWarning",
+      );
+    }
+    if (sub === undefined || typeof sub.subscription !== "string" || record.terminal != null) {
+      return { terminal: await link.call("exec.wait", { execution_id: id }) };
+    }
+    return { subscription: sub.subscription };
   }
 }
 
@@ -120,7 +270,7 @@ class OutputSink {
   private readonly written = new Map<string, number>();
 
   constructor(
-    private readonly host: RunHost,
+    private readonly host: Link,
     private readonly id: string,
     private readonly onOutput: RunOptions["onOutput"],
   ) {}
@@ -166,7 +316,8 @@ class OutputSink {
           offset: done,
           max_bytes: want,
         });
-      } catch {
+      } catch (e) {
+        if (connectionLost(e)) throw e; // the reconnect budget ran out
         return;
       }
       const data = Buffer.from(r.data_b64, "base64");

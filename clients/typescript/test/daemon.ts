@@ -11,6 +11,8 @@ import { Client } from "../src";
 
 export interface TestDaemon {
   socket: string;
+  /** The daemon's pid (the same across a handover: the process re-executes itself). */
+  pid: number;
   /** A private directory to use as a workspace (not holding the daemon's state). */
   workspace: string;
   log: () => string;
@@ -157,7 +159,7 @@ export async function startDaemon(): Promise<TestDaemon> {
     const c = new Client({ socketPath: socket });
     try {
       await c.hostInfo();
-      return { socket, workspace, log, stop };
+      return { socket, pid: child.pid as number, workspace, log, stop };
     } catch {
       await sleep(50);
     } finally {

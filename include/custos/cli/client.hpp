@@ -3,6 +3,7 @@
 
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -17,10 +18,26 @@ namespace custos::cli {
 // $CUSTOS_SOCKET if set, else ./.custos/custos.sock when it exists, else /run/custos/custos.sock.
 [[nodiscard]] std::string default_socket();
 
+// How long a client that lost its connection keeps trying to reach the daemon again (docs/cli.md,
+// "Reconnecting"): a handover closes every connection, and connects made meanwhile wait in the
+// listening socket's backlog, so one attempt normally suffices; while the socket refuses them or
+// is absent (a restart rather than a handover) connects are retried with backoff, for at most
+// this long in total.
+inline constexpr std::chrono::milliseconds kReconnectBudget{30000};
+
+// Whether `e` means the connection is gone and the call may be made again on a new one: the
+// daemon closed it or it broke (rpc.unavailable), or the daemon answered that it is going away
+// (daemon.shutting_down: a handover answers a pending exec.wait so before closing).
+[[nodiscard]] bool connection_lost(Error const& e) noexcept;
+
 class RpcClient {
  public:
   // Errors: rpc.unavailable (no daemon answers: ENOENT, ECONNREFUSED, EACCES ...).
   [[nodiscard]] static Result<RpcClient> connect(std::string const& socket_path);
+  // connect(), retried with backoff (50 ms doubling to 1 s) while it fails, for at most `budget`
+  // in total. Errors: the last attempt's rpc.unavailable.
+  [[nodiscard]] static Result<RpcClient> connect_retrying(std::string const& socket_path,
+                                                          std::chrono::milliseconds budget);
 
   RpcClient(RpcClient&&) noexcept = default;
   RpcClient& operator=(RpcClient&&) noexcept = default;
@@ -38,6 +55,10 @@ class RpcClient {
   // Reads whatever the socket has without blocking into the queue (for poll loops).
   [[nodiscard]] Result<void> pump();
   [[nodiscard]] bool has_queued() const noexcept { return !queue_.empty(); }
+  // Moves the notifications `old` received but did not hand out yet to the front of this
+  // client's queue, in order, so a reconnect loses none of them. Responses stay behind: their
+  // ids belong to the old connection.
+  void take_notifications(RpcClient& old);
 
   [[nodiscard]] int fd() const noexcept { return fd_.get(); }
 

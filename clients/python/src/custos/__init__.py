@@ -12,6 +12,7 @@ from ._errors import (
     UnavailableError,
 )
 from ._plan import DEFAULT_INHERIT, default_socket_path
+from ._run import RECONNECT_BUDGET, ReconnectGapWarning
 
 __all__ = [
     "AsyncClient",
@@ -22,6 +23,8 @@ __all__ = [
     "ExecutionError",
     "PlanError",
     "ProtocolError",
+    "RECONNECT_BUDGET",
+    "ReconnectGapWarning",
     "SandboxError",
     "UnavailableError",
     "default_socket_path",

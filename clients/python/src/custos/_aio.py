@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from types import TracebackType
 from typing import Any, Awaitable, Dict, Optional, Type
 
 from ._api import _Api
 from ._errors import CustosError, unavailable
 from ._plan import PathLike, default_socket_path
-from ._run import Call, Driving, NextEvent, Outcome, Step, Steps
+from ._run import (
+    RECONNECT_BUDGET,
+    Call,
+    Driving,
+    NextEvent,
+    Outcome,
+    Reconnect,
+    Step,
+    Steps,
+)
 from ._wire import Wire, result_of
 
 
@@ -38,6 +48,7 @@ class AsyncClient(_Api[Awaitable[Any]]):
         self._changed: Optional[asyncio.Condition] = None
         self._lost: Optional[CustosError] = None
         self._connecting: Optional[asyncio.Lock] = None
+        self._generation = 0  # connections made so far
 
     async def __aenter__(self) -> "AsyncClient":
         await self._connected()
@@ -87,8 +98,27 @@ class AsyncClient(_Api[Awaitable[Any]]):
                     f"no custos daemon at {self.socket_path} ({exc.strerror or exc})", exc.errno
                 ) from exc
             self._wire, self._lost, self._writer = Wire(), None, writer
+            self._generation += 1
             self._reader_task = asyncio.ensure_future(self._read_loop(reader))
             return writer
+
+    async def _reconnect(self, since: Optional[int]) -> None:
+        """A connection other than generation `since` (the one a run lost): the current one if
+        another task made one already, else a new one, connects retried with backoff for up to
+        RECONNECT_BUDGET seconds while the daemon does not answer."""
+        if self._generation == since:
+            await self.close()
+        deadline = time.monotonic() + RECONNECT_BUDGET
+        pause = 0.05
+        while True:
+            try:
+                await self._connected()
+                return
+            except CustosError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -183,17 +213,21 @@ class AsyncClient(_Api[Awaitable[Any]]):
         try:
             step = run.first()
             while step is not None:
-                step = run.advance(await self._perform(step))
+                outcome = await self._perform(step, run)
+                step = run.advance(run.seen(self._generation, outcome))
             return run.result
         finally:
             run.abandon(self._wire.events)
 
-    async def _perform(self, step: Step) -> Outcome:
+    async def _perform(self, step: Step, run: Driving) -> Outcome:
         try:
             if isinstance(step, Call):
                 return Outcome(await self._call(step.method, step.params))
             if isinstance(step, NextEvent):
                 return Outcome(await self.next_event(step.subscription))
+            if isinstance(step, Reconnect):
+                await self._reconnect(run.generation)
+                return Outcome()
             await asyncio.sleep(step.seconds)
             return Outcome()
         except CustosError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
 
 from ._plan import Authority, PathLike, authority_grant, prepare_run
-from ._run import OutputCallback, StartCallback, Steps, run_steps
+from ._run import OutputCallback, ReconnectCallback, StartCallback, Steps, run_steps
 
 _R = TypeVar("_R")
 
@@ -44,6 +44,7 @@ class _Api(Generic[_R]):
         timeout: Optional[float] = None,
         on_output: Optional[OutputCallback] = None,
         on_start: Optional[StartCallback] = None,
+        on_reconnect: Optional[ReconnectCallback] = None,
         input: Optional[bytes] = None,  # noqa: A002 - as subprocess.run
         authority: Optional[Authority] = None,
         lease: Optional[str] = None,
@@ -53,12 +54,15 @@ class _Api(Generic[_R]):
     ) -> _R:
         """Runs one command as an owned execution, as `custos run` does, and returns its
         terminal result (a dict). One exec.start with subscribe; output reaches `on_output`
-        (stream, bytes) as it arrives, every byte once, in order. See the README."""
+        (stream, bytes) as it arrives, every byte once, in order. Across a daemon handover the
+        run reconnects and resumes its events; `on_reconnect` hears of each reconnect (a gap
+        without it is a ReconnectGapWarning). See the README."""
         options = dict(workspace=workspace, cwd=cwd, env=env, timeout=timeout,
                        clean_env=clean_env, read_only=read_only, identity=identity, lease=lease)
         params = prepare_run(argv, authority, options)
         return self._drive(run_steps(params, grant=authority_grant(authority), input=input,
-                                     on_output=on_output, on_start=on_start))
+                                     on_output=on_output, on_start=on_start,
+                                     on_reconnect=on_reconnect))
 
     # -- host
     def host_info(self) -> _R:

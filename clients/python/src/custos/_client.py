@@ -12,7 +12,16 @@ from typing import Any, Dict, Optional, Type
 from ._api import _Api
 from ._errors import CustosError, unavailable
 from ._plan import PathLike, default_socket_path
-from ._run import Call, Driving, NextEvent, Outcome, Step, Steps
+from ._run import (
+    RECONNECT_BUDGET,
+    Call,
+    Driving,
+    NextEvent,
+    Outcome,
+    Reconnect,
+    Step,
+    Steps,
+)
 from ._wire import Message, Wire, result_of
 
 
@@ -23,7 +32,8 @@ class Client(_Api[Any]):
     when it exists, else `/run/custos/custos.sock`). The connection is made at the first call,
     and made again when the daemon closed it for being idle. Every method of the API is a method
     here (`host_info()`, `exec_start(identity, plan, ...)`, ...); `call(method, **params)` sends
-    any method by name. Errors raise CustosError.
+    any method by name. Errors raise CustosError. `run()` goes on across a daemon handover
+    (a new connection, its events resumed; see the README).
     """
 
     def __init__(self, socket_path: Optional[PathLike] = None) -> None:
@@ -33,6 +43,7 @@ class Client(_Api[Any]):
         self._sock: Optional[socket.socket] = None
         self._wire = Wire()
         self._responses: Dict[Optional[int], Message] = {}
+        self._generation = 0  # connections made so far
 
     # -- connection
     def __enter__(self) -> "Client":
@@ -67,7 +78,26 @@ class Client(_Api[Any]):
                     f"no custos daemon at {self.socket_path} ({exc.strerror or exc})", exc.errno
                 ) from exc
             self._sock = sock
+            self._generation += 1
         return self._sock
+
+    def _reconnect(self, since: Optional[int]) -> None:
+        """A connection other than generation `since` (the one a run lost): the current one if
+        it is another already, else a new one, connects retried with backoff for up to
+        RECONNECT_BUDGET seconds while the daemon does not answer."""
+        if self._generation == since:
+            self.close()
+        deadline = time.monotonic() + RECONNECT_BUDGET
+        pause = 0.05
+        while True:
+            try:
+                self._connected()
+                return
+            except CustosError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _closed_by_peer(self, sock: socket.socket) -> bool:
         """Whether the daemon closed the connection (its idle timeout); reads what is pending."""
@@ -138,17 +168,21 @@ class Client(_Api[Any]):
         try:
             step = run.first()
             while step is not None:
-                step = run.advance(self._perform(step))
+                outcome = self._perform(step, run)  # before reading the generation it leaves
+                step = run.advance(run.seen(self._generation, outcome))
             return run.result
         finally:
             run.abandon(self._wire.events)
 
-    def _perform(self, step: Step) -> Outcome:
+    def _perform(self, step: Step, run: Driving) -> Outcome:
         try:
             if isinstance(step, Call):
                 return Outcome(self._request(step.method, step.params))
             if isinstance(step, NextEvent):
                 return Outcome(self.next_event(step.subscription))
+            if isinstance(step, Reconnect):
+                self._reconnect(run.generation)
+                return Outcome()
             time.sleep(step.seconds)
             return Outcome()
         except CustosError as exc:

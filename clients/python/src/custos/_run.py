@@ -7,12 +7,31 @@
 Output events dropped for a slow reader (a gap in a stream's offsets) and bytes no event
 carried (beyond the plan's event budget, or evicted before the start was answered) are read
 back from the spool with `exec.output` by offset, so `on_output` gets every byte once, in order.
+
+A daemon handover (SIGHUP, `custos daemon --reexec`) closes every connection; the run goes on
+over a new one, as `custos run` does (docs/cli.md, "Reconnecting"): the driver connects again
+(`Reconnect`, retried for up to RECONNECT_BUDGET seconds), the run subscribes from the seq after
+the last one it handled (events up to it are skipped if they come again) and reports a
+`replay_from` past that seq as a gap (`on_reconnect`, else a `ReconnectGapWarning`); when the
+execution is already terminal, or a terminal event comes whose seq it had passed (a new image
+that numbered its events from 1 again), the result is exec.wait's. The result is returned once.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, NamedTuple, Optional, Union
+import warnings
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Union,
+)
 
 from ._errors import CustosError, protocol_error
 
@@ -21,6 +40,24 @@ if TYPE_CHECKING:
 
 OutputCallback = Callable[[str, bytes], None]
 StartCallback = Callable[[Dict[str, Any]], None]
+#: Called after each reconnect of a run with `{"execution_id", "from_seq", "replay_from",
+#: "gap"}`: `gap` is True when the daemon could not replay from `from_seq` (events
+#: from_seq..replay_from-1 were not kept; output is still read back from the spool).
+ReconnectCallback = Callable[[Dict[str, Any]], None]
+
+#: How long a run keeps trying to reach the daemon again after it closed the connection (a
+#: handover), in seconds: connects are retried with backoff while the socket refuses them or is
+#: absent, for at most this long in total (the CLI's kReconnectBudget).
+RECONNECT_BUDGET = 30.0
+
+#: Error codes that mean the connection is gone and the call may be made again on a new one.
+LOST_CODES = frozenset({"rpc.unavailable", "daemon.shutting_down"})
+
+
+class ReconnectGapWarning(UserWarning):
+    """A run reconnected after a handover and the daemon could not replay its events from where
+    it had stopped (the events in between were not kept). Issued when `run()` has no
+    `on_reconnect`."""
 
 #: The most one exec.output slice carries (the daemon caps max_bytes there).
 SPOOL_SLICE = 1 << 20
@@ -41,12 +78,20 @@ class Sleep(NamedTuple):
     seconds: float
 
 
-Step = Union[Call, NextEvent, Sleep]
+class Reconnect(NamedTuple):
+    """Connect again: the connection this run used was lost (a new one is made unless another
+    user of the client already made one), retried for up to RECONNECT_BUDGET seconds."""
+
+
+Step = Union[Call, NextEvent, Sleep, Reconnect]
 
 
 class Outcome(NamedTuple):
     value: Any = None
     error: Optional[CustosError] = None
+    #: The client's connection is another than at the run's previous step: its subscription
+    #: did not survive.
+    reconnected: bool = False
 
     def get(self) -> Any:
         if self.error is not None:
@@ -70,12 +115,45 @@ def _b64(text: Any) -> bytes:
         raise protocol_error(f"bad data_b64 from the daemon: {exc}") from exc
 
 
+def lost(error: Optional[CustosError]) -> bool:
+    return error is not None and error.code in LOST_CODES
+
+
+class _Link:
+    """Calls that survive the daemon closing the connection, and whether the run's
+    subscription has to be made again (the connection changed)."""
+
+    def __init__(self) -> None:
+        self.resubscribe = False
+
+    def note(self, outcome: Outcome) -> Outcome:
+        if outcome.reconnected:
+            self.resubscribe = True
+        return outcome
+
+    def reconnect(self) -> Generator[Step, Outcome, None]:
+        self.note((yield Reconnect())).get()
+        self.resubscribe = True
+
+    def call(self, method: str, params: Dict[str, Any]) -> Generator[Step, Outcome, Any]:
+        """A call that can be repeated (exec.output, exec.wait, exec.get, exec.subscribe): made
+        again over a new connection when the old one was lost."""
+        while True:
+            outcome = self.note((yield Call(method, params)))
+            if not lost(outcome.error):
+                return outcome.get()
+            yield from self.reconnect()
+
+
 class _Streams:
     """Bytes delivered so far per stream, and the spool reads that close gaps."""
 
-    def __init__(self, execution_id: str, on_output: Optional[OutputCallback]) -> None:
+    def __init__(
+        self, execution_id: str, on_output: Optional[OutputCallback], link: _Link
+    ) -> None:
         self.execution_id = execution_id
         self.on_output = on_output
+        self.link = link
         self.done: Dict[str, int] = {}
 
     def fill(self, stream: str, upto: Optional[int]) -> Generator[Step, Outcome, None]:
@@ -85,7 +163,7 @@ class _Streams:
             want = SPOOL_SLICE if upto is None else min(SPOOL_SLICE, upto - done)
             params = {"execution_id": self.execution_id, "stream": stream, "offset": done,
                       "max_bytes": want}
-            got = _obj((yield Call("exec.output", params)).get(), "exec.output")
+            got = _obj((yield from self.link.call("exec.output", params)), "exec.output")
             data = _b64(got.get("data_b64"))
             if not data:
                 return  # the spool holds no more (spool_bytes, or truncated output)
@@ -127,7 +205,7 @@ class _Streams:
             yield from self.fill(stream, None)
 
 
-def _send_input(execution_id: str, data: bytes) -> Generator[Step, Outcome, None]:
+def _send_input(execution_id: str, data: bytes, link: _Link) -> Generator[Step, Outcome, None]:
     """Writes `data` to the execution's stdin and closes it; the daemon may accept fewer bytes
     than offered (the rest is offered again). Stops, as the CLI does, when the input is refused
     (the program closed its stdin, or limits.stdin_bytes)."""
@@ -138,7 +216,7 @@ def _send_input(execution_id: str, data: bytes) -> Generator[Step, Outcome, None
         params: Dict[str, Any] = {"execution_id": execution_id, "eof": last}
         if chunk:
             params["data_b64"] = base64.b64encode(chunk).decode("ascii")
-        outcome = yield Call("exec.input", params)
+        outcome = link.note((yield Call("exec.input", params)))
         if outcome.error is not None:
             return
         accepted = _obj(outcome.value, "exec.input").get("accepted_bytes")
@@ -158,6 +236,7 @@ def run_steps(
     input: Optional[bytes],  # noqa: A002 - as subprocess.run
     on_output: Optional[OutputCallback],
     on_start: Optional[StartCallback],
+    on_reconnect: Optional[ReconnectCallback] = None,
 ) -> Steps:
     if grant is not None:
         # A grant is checked against the current authority epoch: read it right before starting.
@@ -177,21 +256,90 @@ def run_steps(
             raise protocol_error(f"exec.subscribe answered without a subscription: {again!r}")
     if on_start is not None:
         on_start(started)
+    link = _Link()
     if input is not None:
-        yield from _send_input(execution_id, bytes(input))
-    streams = _Streams(execution_id, on_output)
+        yield from _send_input(execution_id, bytes(input), link)
+    streams = _Streams(execution_id, on_output, link)
+    last_seq = 0  # the highest seq handled
     while True:
-        event = _obj((yield NextEvent(subscription)).get(), "exec.event")
+        if link.resubscribe:
+            again, ended = yield from _resubscribe(link, execution_id, last_seq, on_reconnect)
+            if ended is not None:
+                yield from streams.drain(ended)
+                return ended
+            subscription = again or subscription
+        outcome = link.note((yield NextEvent(subscription)))
+        if lost(outcome.error):
+            yield from link.reconnect()
+            continue
+        event = _obj(outcome.get(), "exec.event")
         kind = event.get("kind")
+        seq = event.get("seq")
+        seen = isinstance(seq, int) and seq <= last_seq
+        if kind == "terminal" and seen:
+            # A terminal event of an event log that started again after a handover.
+            waited = yield from link.call("exec.wait", {"execution_id": execution_id})
+            restarted = _obj(waited, "exec.wait")
+            yield from streams.drain(restarted)
+            return restarted
+        if seen:
+            continue  # handled before the reconnect
+        if isinstance(seq, int):
+            last_seq = seq
         if kind == "output":
             yield from streams.output_event(event)
         elif kind == "terminal":
-            terminal = event.get("terminal")
-            if not isinstance(terminal, dict) or "classification" not in terminal:
-                waited = (yield Call("exec.wait", {"execution_id": execution_id})).get()
+            carried = event.get("terminal")
+            terminal = carried if isinstance(carried, dict) else {}
+            if "classification" not in terminal:
+                waited = yield from link.call("exec.wait", {"execution_id": execution_id})
                 terminal = _obj(waited, "exec.wait")
             yield from streams.drain(terminal)
             return terminal
+
+
+def _resubscribe(
+    link: _Link, execution_id: str, last_seq: int, on_reconnect: Optional[ReconnectCallback]
+) -> Generator[Step, Outcome, Tuple[Optional[str], Optional[Dict[str, Any]]]]:
+    """After a reconnect: the subscription from the seq after `last_seq` (None when the daemon
+    no longer supervises the execution), or the terminal result when the execution already has
+    one (it ended meanwhile, or its event log started again below `last_seq`)."""
+    while True:
+        link.resubscribe = False
+        from_seq = last_seq + 1
+        sub: Optional[Dict[str, Any]] = None
+        try:
+            got = yield from link.call(
+                "exec.subscribe", {"execution_id": execution_id, "from_seq": from_seq}
+            )
+            sub = _obj(got, "exec.subscribe")
+        except CustosError as exc:
+            if exc.code != "exec.not_found":
+                raise
+        if link.resubscribe:
+            continue  # lost again meanwhile
+        record = _obj((yield from link.call("exec.get", {"execution_id": execution_id})),
+                      "exec.get")
+        if link.resubscribe:
+            continue
+        replay_from = sub.get("replay_from") if sub is not None else None
+        gap = isinstance(replay_from, int) and replay_from > from_seq
+        report = {"execution_id": execution_id, "from_seq": from_seq,
+                  "replay_from": replay_from, "gap": gap}
+        if on_reconnect is not None:
+            on_reconnect(report)
+        elif gap and isinstance(replay_from, int):
+            warnings.warn(
+                f"reconnected; events {from_seq}..{replay_from - 1} of {execution_id} were not "
+                "kept by the daemon (output is read back from the spool)",
+                ReconnectGapWarning,
+                stacklevel=2,
+            )
+        subscription = sub.get("subscription") if sub is not None else None
+        if not isinstance(subscription, str) or isinstance(record.get("terminal"), dict):
+            waited = yield from link.call("exec.wait", {"execution_id": execution_id})
+            return None, _obj(waited, "exec.wait")
+        return subscription, None
 
 
 
@@ -211,6 +359,14 @@ class Driving:
         self._subscription: Optional[str] = None
         self.finished = False
         self.result: Dict[str, Any] = {}
+        #: The client's connection generation at the run's last step (None before the first).
+        self.generation: Optional[int] = None
+
+    def seen(self, generation: int, outcome: Outcome) -> Outcome:
+        """`outcome` marked `reconnected` when the connection is another than at the last step."""
+        changed = self.generation is not None and generation != self.generation
+        self.generation = generation
+        return outcome._replace(reconnected=True) if changed else outcome
 
     def first(self) -> Optional[Step]:
         return next(self._steps)

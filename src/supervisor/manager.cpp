@@ -562,22 +562,8 @@ std::size_t ExecutionManager::closing_count() const {
 void ExecutionManager::prepare_handover(std::chrono::milliseconds bound,
                                         std::function<void()> done) {
   for (auto& [id, sup] : executions_) (void)sup->hold_exit();
-  poll_closing(std::chrono::steady_clock::now() + bound, std::move(done));
-}
-
-void ExecutionManager::poll_closing(std::chrono::steady_clock::time_point deadline,
-                                    std::function<void()> done) {
-  if (closing_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
-    boost::asio::post(io_, std::move(done));
-    return;
-  }
-  shutdown_timer_.expires_after(kShutdownPoll);
-  shutdown_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this, deadline,
-                              done = std::move(done)](boost::system::error_code ec) mutable {
-    auto a = weak.lock();
-    if (ec || !a || !*a) return;
-    poll_closing(deadline, std::move(done));
-  });
+  poll_until([this] { return closing_count() == 0; }, std::chrono::steady_clock::now() + bound,
+             std::move(done));
 }
 
 std::vector<Carried> ExecutionManager::hand_over() {
@@ -604,27 +590,32 @@ void ExecutionManager::shutdown(ShutdownPolicy policy, std::chrono::milliseconds
   for (auto& [id, sup] : executions_) {
     if (!sup->terminal()) (void)sup->cancel(core::Trigger::supervisor_shutdown, "daemon shutdown");
   }
-  poll_shutdown(std::chrono::steady_clock::now() + bound, std::move(done));
+  poll_until([this] { return live_count() == 0; }, std::chrono::steady_clock::now() + bound,
+             [this, done = std::move(done)]() mutable {
+               // Past the bound, whatever is still live is left to recovery at the next start.
+               for (auto& [id, sup] : executions_) {
+                 if (!sup->terminal()) sup->detach();
+               }
+               answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
+               reap_orphans_now();
+               done();
+             });
 }
 
-void ExecutionManager::poll_shutdown(std::chrono::steady_clock::time_point deadline,
-                                     std::function<void()> done) {
-  if (live_count() == 0 || std::chrono::steady_clock::now() >= deadline) {
-    // Past the bound, whatever is still live is left to recovery at the next start.
-    for (auto& [id, sup] : executions_) {
-      if (!sup->terminal()) sup->detach();
-    }
-    answer_all_waits(Error(Errc::daemon_shutting_down, "supervision detached"));
-    reap_orphans_now();
+void ExecutionManager::poll_until(std::function<bool()> settled,
+                                  std::chrono::steady_clock::time_point deadline,
+                                  std::function<void()> done) {
+  if (settled() || std::chrono::steady_clock::now() >= deadline) {
     boost::asio::post(io_, std::move(done));
     return;
   }
   shutdown_timer_.expires_after(kShutdownPoll);
   shutdown_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this, deadline,
+                              settled = std::move(settled),
                               done = std::move(done)](boost::system::error_code ec) mutable {
     auto a = weak.lock();
     if (ec || !a || !*a) return;
-    poll_shutdown(deadline, std::move(done));
+    poll_until(std::move(settled), deadline, std::move(done));
   });
 }
 

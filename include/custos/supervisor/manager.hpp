@@ -204,8 +204,9 @@ class ExecutionManager {
   void answer_waits(std::string const& execution_id, Result<core::TerminalRecord> const& answer);
   void answer_all_waits(Error const& error);
   void schedule_reap();
-  void poll_shutdown(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
-  void poll_closing(std::chrono::steady_clock::time_point deadline, std::function<void()> done);
+  // Runs `done` (posted) once `settled()` holds or `deadline` passed, looking every kShutdownPoll.
+  void poll_until(std::function<bool()> settled, std::chrono::steady_clock::time_point deadline,
+                  std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;
   // Orphan reaping must leave a live root to its execution.
   [[nodiscard]] bool is_direct_child(std::int32_t pid) const;

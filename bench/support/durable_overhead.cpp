@@ -139,18 +139,18 @@ Result<std::vector<Request>> bench_requests(std::string const& prefix, std::size
 // the SET list names) + `COMMIT` per execution of the sequential phase, on this thread's CPU.
 Result<double> measure_sqlite_update(std::filesystem::path const& state_dir,
                                      std::vector<Request> const& rows) {
-  auto db = CUSTOS_TRY(sql::Db::open((state_dir / "registry.db").string(), false,
-                                     sql::wal_coalescing_vfs()));
+  auto db = CUSTOS_TRY(
+      sql::Db::open((state_dir / "registry.db").string(), false, sql::wal_coalescing_vfs()));
   CUSTOS_TRYV(db.exec("PRAGMA locking_mode = EXCLUSIVE"));
   CUSTOS_TRYV(db.exec("PRAGMA journal_mode = WAL"));
   CUSTOS_TRYV(db.exec("PRAGMA synchronous = NORMAL"));
   CUSTOS_TRYV(db.exec("PRAGMA temp_store = MEMORY"));
   auto begin = CUSTOS_TRY(db.prepare("BEGIN IMMEDIATE"));
   auto commit = CUSTOS_TRY(db.prepare("COMMIT"));
-  auto update = CUSTOS_TRY(db.prepare(
-      "UPDATE executions SET phase = ?2, out_observed = ?3, out_retained = ?3, "
-      "err_observed = ?3, err_retained = ?3, checksum = ?4, updated_ns = ?5 "
-      "WHERE execution_id = ?1"));
+  auto update = CUSTOS_TRY(
+      db.prepare("UPDATE executions SET phase = ?2, out_observed = ?3, out_retained = ?3, "
+                 "err_observed = ?3, err_retained = ?3, checksum = ?4, updated_ns = ?5 "
+                 "WHERE execution_id = ?1"));
   std::string const checksum = "sha256:" + std::string(64, '0');
   std::vector<double> cpu;
   cpu.reserve(rows.size());

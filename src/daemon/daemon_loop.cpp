@@ -155,6 +155,9 @@ void Daemon::begin_handover() {
   if (!handover_.image) return refuse_handover(handover_.image.error().message());
   spdlog::info("SIGHUP: handing over to {} (its configuration check first)", handover_.image->path);
   auto checked = handover::check_image(*handover_.image, kHandoverCheckBound);
+  // Failpoint builds: a check as slow as a loaded machine's, the loop blocked meanwhile.
+  if (registry::failpoint_set("handover_slow"))
+    std::this_thread::sleep_for(std::chrono::seconds{1});
   if (!checked) return refuse_handover(checked.error().message());
   // The running image, to fall back to should the new one fail to start.
   sys::UniqueFd old_image{::open("/proc/self/exe", O_RDONLY | O_CLOEXEC)};

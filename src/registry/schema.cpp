@@ -414,12 +414,13 @@ Result<void> write_row(sql::Db& db, ExecutionRecord const& r, bool insert) {
     CUSTOS_TRYV(s.bind(base + 3, std::int64_t{p.accounting.complete ? 1 : 0}));
     CUSTOS_TRYV(s.bind(pub_base, to_i64(p.published_bytes)));
     CUSTOS_TRYV(s.bind(pub_base + 1, std::int64_t{p.publication_done ? 1 : 0}));
-    CUSTOS_TRYV(s.bind(v7_base, opt_str(p.publication != PublicationState::pending,
-                                        publication_state_wire(p.publication)),
-                       kBorrowed));
+    CUSTOS_TRYV(s.bind(
+        v7_base,
+        opt_str(p.publication != PublicationState::pending, publication_state_wire(p.publication)),
+        kBorrowed));
     CUSTOS_TRYV(s.bind(v7_base + 1, opt_str(!p.artifact.empty(), p.artifact), kBorrowed));
-    CUSTOS_TRYV(s.bind(v7_base + 2, opt_str(!p.publication_error.empty(), p.publication_error),
-                       kBorrowed));
+    CUSTOS_TRYV(
+        s.bind(v7_base + 2, opt_str(!p.publication_error.empty(), p.publication_error), kBorrowed));
     return ok();
   };
   CUSTOS_TRYV(bind_stream(15, 35, 40, r.out));

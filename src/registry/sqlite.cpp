@@ -70,8 +70,7 @@ sqlite3_destructor_type lifetime(Stmt::Bytes how) noexcept {
 
 Result<void> Stmt::bind(int index, std::string_view text, Bytes how) {
   return check_bind(
-      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), lifetime(how), SQLITE_UTF8),
-      db_);
+      sqlite3_bind_text64(stmt_, index, text.data(), text.size(), lifetime(how), SQLITE_UTF8), db_);
 }
 
 Result<void> Stmt::bind_blob(int index, std::span<std::uint8_t const> bytes, Bytes how) {

@@ -521,7 +521,7 @@ void ExecutionManager::on_terminal(std::string const& execution_id,
 }
 
 void ExecutionManager::schedule_reap() {
-  if (shutting_down_) return;
+  if (shutting_down_ || handing_over_) return;
   reap_timer_.expires_after(config_.reap_interval);
   reap_timer_.async_wait([weak = std::weak_ptr<bool>(alive_), this](boost::system::error_code ec) {
     auto a = weak.lock();
@@ -532,6 +532,7 @@ void ExecutionManager::schedule_reap() {
 }
 
 void ExecutionManager::reap_orphans_now() {
+  if (handing_over_) return;
   // Our own roots are waited through their pidfds (with their exit status); everything else
   // that reparented to us is collected here so no zombie accumulates. A zombie keeps its cgroup
   // membership until it is reaped, so /proc/<pid>/cgroup still names the execution's cgroup
@@ -561,6 +562,10 @@ std::size_t ExecutionManager::closing_count() const {
 
 void ExecutionManager::prepare_handover(std::chrono::milliseconds bound,
                                         std::function<void()> done) {
+  // A root handed over is no longer anyone's root here: the orphan reaper would take its
+  // zombie, and the next image would find it gone without a status.
+  handing_over_ = true;
+  reap_timer_.cancel();
   for (auto& [id, sup] : executions_) (void)sup->hold_exit();
   poll_until([this] { return closing_count() == 0; }, std::chrono::steady_clock::now() + bound,
              std::move(done));

@@ -384,7 +384,8 @@ TEST_P(Containers, AnUnreadableProcessNeverGivesAConfirmedCleanup) {
       {"--boundary", "marker"},
       false,
       {},
-      {"/usr/bin/setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"}, {}}};
+      {"/usr/bin/setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", "--"},
+      {}}};
   ASSERT_TRUE(restricted.ready()) << restricted.log();
   auto c = restricted.client();
   std::string const root = unique_sleep();

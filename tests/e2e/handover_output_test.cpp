@@ -195,7 +195,7 @@ std::vector<std::string> writer_until(fs::path const& stop, int lines) {
   auto const l = std::to_string(lines);
   return {"/bin/sh", "-c",
           "i=0; while [ ! -e " + stop.native() + " ]; do seq $((i*" + l + ")) $((i*" + l + "+" +
-              std::to_string(lines - 1) + ")); echo e$i >&2; sleep 0.05; i=$((i+1)); done"};
+              std::to_string(lines - 1) + ")); echo e$i >&2; sleep 0.5; i=$((i+1)); done"};
 }
 
 // 200 live executions writing continuously through the handover (one in four on a terminal):

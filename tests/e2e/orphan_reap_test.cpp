@@ -39,16 +39,16 @@ TEST(OrphanReap, AnExitedOrphanOfAnExecutionIsReapedPromptly) {
   Daemon d;
   ASSERT_TRUE(d.ready()) << d.log();
   auto c = d.client();
-  // The subshell starts `sleep 0.4` in the background and exits at once: the sleep is orphaned
+  // The subshell starts `sleep 2` in the background and exits at once: the sleep is orphaned
   // and reparents to the daemon (the nearest subreaper) while the root keeps running.
-  auto r = c.call(1, "exec.start",
-                  start_params({"/bin/sh", "-c", "(sleep 0.4 & echo $!); exec sleep 5"}));
+  auto r =
+      c.call(1, "exec.start", start_params({"/bin/sh", "-c", "(sleep 2 & echo $!); exec sleep 8"}));
   ASSERT_TRUE(r && r->contains("result"));
   std::string const id{r->at("result").at("execution_id").as_string()};
   int orphan = 0;
   auto const deadline = std::chrono::steady_clock::now() + 5s;
   while (orphan == 0 && std::chrono::steady_clock::now() < deadline) {
-    // The orphan: the only `sleep 0.4` whose parent is the daemon.
+    // The orphan: the only `sleep 2` whose parent is the daemon.
     for (auto const& e : fs::directory_iterator("/proc")) {
       auto const name = e.path().filename().native();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -59,7 +59,7 @@ TEST(OrphanReap, AnExitedOrphanOfAnExecutionIsReapedPromptly) {
       std::getline(cmd, cmdline, '\0');
       std::string arg;
       std::getline(cmd, arg, '\0');
-      if (cmdline.find("sleep") != std::string::npos && arg == "0.4") orphan = pid;
+      if (cmdline.find("sleep") != std::string::npos && arg == "2") orphan = pid;
     }
     if (orphan == 0) std::this_thread::sleep_for(5ms);
   }

@@ -228,6 +228,9 @@ class ExecutionManager {
   std::multimap<std::string, std::uint64_t> waits_by_execution_;
   std::uint64_t next_wait_id_ = 0;
   bool shutting_down_ = false;
+  // Set once a handover reached its consistent point: from then on every exited child, root or
+  // orphan, stays a zombie for the next image (a reaped root could never be re-acquired).
+  bool handing_over_ = false;
   // The state directory the workspace check guards (ManagerConfig::state_dir as given; without
   // one the manager's temporary spool root is nobody's registry and is not guarded). Its ids
   // are read again while it does not exist yet.

@@ -145,9 +145,9 @@ def binary(request: pytest.FixtureRequest) -> str:
     return os.path.abspath(path)
 
 
-@pytest.fixture(scope="session")
-def daemon(binary: str) -> Iterator[Daemon]:
-    tmp = tempfile.mkdtemp(prefix="custos-pyclient-")
+def running_daemon(binary: str, prefix: str) -> Iterator[Daemon]:
+    """A started daemon in a fresh temporary directory; stopped and removed afterwards."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     d = Daemon(binary, tmp)
     try:
         d.start()
@@ -155,6 +155,11 @@ def daemon(binary: str) -> Iterator[Daemon]:
     finally:
         d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon(binary: str) -> Iterator[Daemon]:
+    yield from running_daemon(binary, "custos-pyclient-")
 
 
 @pytest.fixture

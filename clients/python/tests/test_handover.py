@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from conftest import Daemon
+from conftest import Daemon, running_daemon
 from custos import AsyncClient, Client
 
 LINES = "trap '' PIPE; for i in $(seq 1 30); do echo line $i; sleep 0.1; done"
@@ -33,14 +31,7 @@ HANGUP_AFTER = 1.2
 
 @pytest.fixture
 def own_daemon(binary: str) -> Iterator[Daemon]:
-    tmp = tempfile.mkdtemp(prefix="custos-pyclient-handover-")
-    d = Daemon(binary, tmp)
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    yield from running_daemon(binary, "custos-pyclient-handover-")
 
 
 def hang_up_later(d: Daemon) -> threading.Timer:

@@ -307,4 +307,14 @@ Result<StoredSlice> read_stored_output(ArtifactStore const& store, ExecutionReco
   return slice;
 }
 
+Result<StoredSlice> read_stored_output(Registry& registry, ArtifactStore const& store,
+                                       ExecutionRecord const& record, bool pty,
+                                       std::string_view stream, std::uint64_t offset,
+                                       std::uint64_t max_bytes) {
+  auto slice = read_stored_output(store, record, pty, stream, offset, max_bytes);
+  if (slice || slice.error().code != Errc::artifact_spool_missing) return slice;
+  auto fresh = CUSTOS_TRY(registry.get(record.execution_id));
+  return read_stored_output(store, fresh, pty, stream, offset, max_bytes);
+}
+
 }  // namespace custos::registry

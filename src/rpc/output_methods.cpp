@@ -64,8 +64,8 @@ Result<json::object> stored_output(registry::Registry& registry, std::string con
   auto request = CUSTOS_TRY(core::decode_execution(rec->plan_canonical));
   bool const pty = request.plan.io.mode == core::IoMode::pty;
   registry::ArtifactStore const store{registry.state_dir()};
-  auto slice =
-      CUSTOS_TRY(registry::read_stored_output(store, *rec, pty, stream, offset, max_bytes));
+  auto slice = CUSTOS_TRY(
+      registry::read_stored_output(registry, store, *rec, pty, stream, offset, max_bytes));
   return json::object{{"data_b64", core::base64_encode(slice.data)},
                       {"eof", slice.eof},
                       {"complete", slice.complete}};

@@ -135,11 +135,16 @@ class SandboxLinux : public ::testing::Test {
       auto o =
           c.call(3, "exec.output",
                  {{"execution_id", r.id}, {"stream", stream}, {"offset", 0}, {"max_bytes", 65536}});
-      if (!o || !o->contains("result")) continue;
+      if (!o || !o->contains("result")) {
+        // Said, not swallowed: a failed read is not an empty stream.
+        r.err +=
+            std::string{"exec.output "} + stream + ": " + (o ? json::serialize(*o) : "no reply");
+        continue;
+      }
       auto bytes = core::base64_decode(o->at("result").at("data_b64").as_string());
       std::string text(bytes ? bytes->begin() : std::vector<std::uint8_t>{}.begin(),
                        bytes ? bytes->end() : std::vector<std::uint8_t>{}.end());
-      (std::string{stream} == "stdout" ? r.out : r.err) = text;
+      (std::string{stream} == "stdout" ? r.out : r.err) += text;
     }
     return r;
   }
@@ -522,6 +527,7 @@ TEST_F(SandboxLinux, ASecretReachesOnlyItsChannelAndNothingElse) {
   EXPECT_NE(r.out.find("fd " + reversed("tok-fd:" + value)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("names ['CUSTOS_SECRETS_DIR', 'LANG', 'TOKEN']"), std::string::npos)
       << r.out;
+  EXPECT_EQ(json::serialize(r.terminal.at("exit")), R"({"code":0,"signal":null})") << r.err;
   // Nowhere else: not in the record, the events, the registry's files or the daemon's log.
   auto g = c.call(2, "exec.get", {{"execution_id", r.id}});
   ASSERT_TRUE(g);

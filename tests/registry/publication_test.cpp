@@ -248,6 +248,42 @@ TEST(ArtifactStore, StoredOutputComesFromTheSpoolElseTheArtifact) {
   EXPECT_EQ(removed.error().code, Errc::output_removed);
 }
 
+// The publisher records a publication, then removes the spool: a reader holding the record from
+// before finds neither the spool nor (by its record) an artifact. The registry-aware read reads
+// the record again and serves the artifact (CI saw exec.output fail right after exec.wait).
+TEST(ArtifactStore, ASpoolPublishedAfterTheRecordWasReadIsServedFromTheArtifact) {
+  TempDir t;
+  auto reg = open_ok(t);
+  ArtifactStore store{t.state()};
+  terminal_with_output(*reg, "ex", 11, 0, /*complete=*/true);
+  auto const spool = spool_path(t.state(), "ex", "stdout");
+  write_file(spool, "hello world");
+  auto const before = reg->get("ex");  // read before the publication
+  ASSERT_TRUE(before);
+  auto a = store.publish(spool, 11);
+  ASSERT_TRUE(a);
+  CUSTOS_ASSERT_OK(reg->record_publication("ex", 0, published(11, a->digest)));
+  fs::remove(spool);
+
+  auto stale = read_stored_output(store, *before, false, "stdout", 0, 100);
+  ASSERT_FALSE(stale) << "the record alone cannot know the artifact";
+  EXPECT_EQ(stale.error().code, Errc::artifact_spool_missing);
+  auto s = read_stored_output(*reg, store, *before, false, "stdout", 0, 100);
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(std::string(s->data.begin(), s->data.end()), "hello world");
+  EXPECT_TRUE(s->eof);
+  EXPECT_TRUE(s->complete);
+
+  // A stream that really has neither stays an error after the second read.
+  fs::remove(store.path_of(a->digest));
+  terminal_with_output(*reg, "ex2", 5, 0, /*complete=*/true);
+  auto const rec2 = reg->get("ex2");
+  ASSERT_TRUE(rec2);
+  auto missing = read_stored_output(*reg, store, *rec2, false, "stdout", 0, 100);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::artifact_spool_missing);
+}
+
 void set_mtime(fs::path const& p, std::time_t when) {
   utimbuf b{when, when};
   ASSERT_EQ(::utime(p.c_str(), &b), 0);

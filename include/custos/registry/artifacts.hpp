@@ -107,6 +107,14 @@ class ArtifactStore {
                                                      ExecutionRecord const& record, bool pty,
                                                      std::string_view stream, std::uint64_t offset,
                                                      std::uint64_t max_bytes);
+// The same for `record` as read from `registry` a moment ago. The publisher records a stream's
+// publication and only then removes its spool, so a spool found missing under a record that was
+// read before the publication is read again from the artifact the registry now names (once: a
+// second miss is the stream's own state). Errors: read_stored_output's, and the registry's.
+[[nodiscard]] Result<StoredSlice> read_stored_output(Registry& registry, ArtifactStore const& store,
+                                                     ExecutionRecord const& record, bool pty,
+                                                     std::string_view stream, std::uint64_t offset,
+                                                     std::uint64_t max_bytes);
 
 // The retention sweep (docs/durability.md, "Retention"). Removes:
 //   - spool directories of terminal executions whose every stream's publication is done

@@ -26,6 +26,7 @@ struct DaemonFlags {
   std::uint64_t spool_retention_age_s = std::uint64_t{7} * 24 * 3600;
   std::uint64_t spool_sweep_interval_s = 600;
   bool no_socket_activation = false;
+  bool no_fd_store = false;
   bool check_config = false;
   bool reexec = false;
   std::uint64_t reexec_timeout_s = 120;
@@ -39,6 +40,7 @@ daemon::DaemonConfig config_of(DaemonFlags const& flags) {
   cfg.cgroup_subtree = flags.cgroup_subtree;
   cfg.log_file = flags.log_file;
   cfg.socket_activation = !flags.no_socket_activation;
+  cfg.fd_store = !flags.no_fd_store;
   cfg.shutdown_timeout = std::chrono::milliseconds{flags.shutdown_timeout_ms};
   cfg.idle_timeout = std::chrono::milliseconds{flags.idle_timeout_ms};
   cfg.spool_retention_age = std::chrono::seconds{flags.spool_retention_age_s};
@@ -139,6 +141,9 @@ void add_daemon(CLI::App& app, Globals& g) {
   sub->add_option("--log-file", flags->log_file, "Log file (reopened on SIGUSR1)");
   sub->add_flag("--no-socket-activation", flags->no_socket_activation,
                 "Ignore sockets passed by systemd");
+  sub->add_flag("--no-fd-store", flags->no_fd_store,
+                "Under systemd, do not keep executions' output descriptors in the service's "
+                "descriptor store");
   sub->add_option("--max-line-bytes", c.max_line_bytes, "Longest accepted JSON-RPC line")
       ->capture_default_str();
   sub->add_option("--max-connections", c.max_connections, "Concurrent client connections")

@@ -59,6 +59,7 @@ sigset_t stop_signals() {
 Result<void> Daemon::start() {
   CUSTOS_TRYV(step("load config", [&] { return load_config(); }));
   CUSTOS_TRYV(step("raise descriptor limit", [&] { return raise_fd_limit(); }));
+  CUSTOS_TRYV(step("take descriptors from systemd", [&] { return take_systemd_fds(); }));
   CUSTOS_TRYV(step("lock state dir", [&] { return lock_state(); }));
   CUSTOS_TRYV(step("open registry", [&] { return open_registry(); }));
   CUSTOS_TRYV(step("open secret store", [&] { return open_secrets(); }));
@@ -97,6 +98,19 @@ Result<void> Daemon::raise_fd_limit() {
     return ok();
   }
   spdlog::info("descriptor limit raised from {} to {}", before, lim.rlim_max);
+  return ok();
+}
+
+Result<void> Daemon::take_systemd_fds() {
+  passed_ = fd_store::take_passed();
+  if (!passed_.kept.empty() || passed_.other > 0) {
+    spdlog::info("systemd passed {} execution(s)' kept output descriptors{}", passed_.kept.size(),
+                 passed_.other > 0
+                     ? fmt::format(" and {} other descriptor(s), closed", passed_.other)
+                     : std::string{});
+  }
+  if (config_.fd_store) fd_store_ = fd_store::Store::from_environment();
+  if (fd_store_) spdlog::info("descriptor store: executions' output is kept in systemd's");
   return ok();
 }
 
@@ -179,6 +193,7 @@ Result<void> Daemon::adopt_recovered() {
   auto const policy =
       handover_.inherited != nullptr ? supervisor::RestartPolicy::adopt : config_.restart_policy;
   if (handover_.inherited != nullptr) attach_carried(handover_.inherited->executions);
+  attach_restored();
   auto const failed = supervisor::adopt_recovered(*manager_, *recovered_, policy);
   for (auto const& e : recovered_->executions) {
     if (!e.adopted) continue;
@@ -215,6 +230,43 @@ void Daemon::attach_carried(std::vector<supervisor::Carried>& carried) {
     it->adopt->carried = std::make_shared<supervisor::Carried>(std::move(c));
   }
   carried.clear();  // what was not attached closes here
+}
+
+void Daemon::attach_restored() {
+  auto kept = std::move(passed_.kept);
+  passed_.kept.clear();
+  for (auto& [id, stdio] : kept) {
+    std::vector<std::string> names;
+    for (auto s : {core::Stream::stdout_stream, core::Stream::stderr_stream, core::Stream::pty}) {
+      names.push_back(fd_store::name_of(id, s));
+    }
+    auto it = std::find_if(recovered_->executions.begin(), recovered_->executions.end(),
+                           [&id](auto const& e) { return e.execution_id == id; });
+    if (it == recovered_->executions.end() || !it->adopt) {
+      // Ended while no daemon ran, or not provably ours: nothing kept for it is used.
+      spdlog::info("descriptor store: {} is not live by its identity; its kept output is dropped",
+                   id);
+      if (fd_store_) fd_store_->remove(names);
+      continue;
+    }
+    if (it->adopt->carried) {
+      // A handover carried it: what the image before kept is the same pipes.
+      if (fd_store_) fd_store_->adopt_names(id, std::move(names));
+      continue;
+    }
+    auto const& req = *it->adopt;
+    auto c = fd_store::restored(id, std::move(stdio), req.plan.io.mode == core::IoMode::pty,
+                                req.out, req.err, config_.state_dir);
+    if (!c) {
+      spdlog::warn("descriptor store: {}: not re-attached, adopted without its output: {}", id,
+                   c.error().message());
+      if (fd_store_) fd_store_->remove(names);
+      continue;
+    }
+    spdlog::info("descriptor store: {} re-attached to its kept output", id);
+    it->adopt->carried = std::make_shared<supervisor::Carried>(std::move(*c));
+    if (fd_store_) fd_store_->adopt_names(id, std::move(names));
+  }
 }
 
 Result<void> Daemon::create_subtree() {
@@ -323,6 +375,7 @@ Result<void> Daemon::start_manager() {
       std::make_unique<supervisor::OutputPublisher>(*registry_, config_.state_dir, std::move(po));
   publisher_->resume();
   mc.terminal_recorded = [p = publisher_.get()](std::string const& id) { p->publish(id); };
+  mc.stdio_keeper = fd_store_.get();
   // Every launch goes through the gateway: it is the manager's sink and authorizes each
   // record_authorized (docs/authority.md); everything after is forwarded to the registry.
   // The store answers sandbox.secret_unknown; it is thread-safe, as the gateway needs.
@@ -394,15 +447,13 @@ Result<void> Daemon::listen() {
   if (handover_.inherited != nullptr && handover_.inherited->fds.listener.valid()) {
     if (auto r = listen_inherited(); r || handover_.inherited->fds.listener_from_systemd) return r;
   }
-  if (config_.socket_activation) {
-    int const n = ::sd_listen_fds(1);
-    if (n > 0 && ::sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, nullptr, 0) > 0) {
-      CUSTOS_TRYV(server_->adopt(SD_LISTEN_FDS_START));
-      handover_.listener_from_systemd = true;
-      spdlog::info("listening on the socket passed by systemd (socket activation)");
-      return ok();
-    }
+  if (config_.socket_activation && passed_.listener.valid()) {
+    CUSTOS_TRYV(server_->adopt(passed_.listener.release()));
+    handover_.listener_from_systemd = true;
+    spdlog::info("listening on the socket passed by systemd (socket activation)");
+    return ok();
   }
+  passed_.listener.reset();  // --no-socket-activation: not served
   socket_lock_ = CUSTOS_TRY(claim_socket_path(config_.socket_path));
   CUSTOS_TRYV(server_->listen(config_.socket_path.native(), config_.socket_mode));
   bound_socket_ = true;

@@ -32,6 +32,7 @@
 #include "custos/sys/probes.hpp"
 #include "custos/sys/unique_fd.hpp"
 
+#include "fd_store.hpp"
 #include "handover.hpp"
 #include "metrics_server.hpp"
 
@@ -103,6 +104,11 @@ class Daemon {
   // that asks for no limit (null) inherits this soft limit, still within the hard one.
   static Result<void> raise_fd_limit();
 
+  // What systemd passed (LISTEN_FDS): the activated socket, taken by listen(), and the
+  // descriptors its store kept for executions a previous daemon ran, taken by adopt_recovered.
+  // Under systemd's notify socket the store keeps this daemon's from here on (fd_store.hpp).
+  Result<void> take_systemd_fds();
+
   Result<void> lock_state();
 
   Result<void> open_registry();
@@ -124,6 +130,9 @@ class Daemon {
   Result<void> adopt_recovered();
   // A handover's carried executions go with the recovered ones of the same id (handover.hpp).
   void attach_carried(std::vector<supervisor::Carried>& carried);
+  // The descriptors systemd's store kept go with the recovered executions of the same id that
+  // a handover did not carry; the rest are removed from the store.
+  void attach_restored();
 
   Result<void> create_subtree();
 
@@ -229,6 +238,8 @@ class Daemon {
     json::value refused;                         // the last refused handover {at_ns, reason}
   };
   HandoverState handover_;
+  fd_store::Passed passed_;                  // from systemd, until used (take_systemd_fds)
+  std::unique_ptr<fd_store::Store> fd_store_;  // null: not under systemd, or switched off
   asio::io_context io_;
   asio::signal_set signals_{io_};
   rpc::AuthPolicy auth_;

@@ -3,10 +3,12 @@
 // lifecycle with `adopted` in the phase its record is in, and from then on it is this
 // supervisor's like any other: the same cancellation, deadline, sampler, teardown, final scan
 // and terminal record (recovery live_owned), written through the same sink. After a crash or a
-// plain restart it lacks its output: the previous daemon's pipes died with it, so every stream
-// is accounted incomplete and the backend observes `output=not_kept`. After a handover the
-// previous image carried its stdio, streams, input and events (hand_over(), Carried): they go
-// on, and `adopted` says `output: kept`.
+// plain restart it lacks its output unless the StdioKeeper kept its output descriptors: without
+// them the previous daemon's pipes died with it, every stream is accounted incomplete and the
+// backend observes `output=not_kept`; with them (`output: restored`) reading goes on from the
+// spools' sizes, still incomplete (what the dead daemon had read but not spooled is unknown).
+// After a handover the previous image carried its stdio, streams, input and events (hand_over(),
+// Carried): they go on, and `adopted` says `output: kept`.
 //
 // Its record is continued, never re-created: no claim, no `authorized`, no staged write. How it
 // goes on depends on what the record says:
@@ -32,7 +34,11 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   ctx.plan = &request_.plan;
   ctx.view = &plan_;
   std::shared_ptr<Carried> const carried = std::move(request.carried);
-  if (carried) ctx.stdio = std::move(carried->stdio);
+  if (carried) {
+    ctx.stdio = std::move(carried->stdio);
+    // A handover's or the keeper's: the keeper holds them already (kept at the launch).
+    stdio_kept_ = config().stdio_keeper != nullptr;
+  }
   acquired_ = CUSTOS_TRY(backend_->adopt(std::move(ctx)));
   adopted_ = true;
   claim_durable_ = true;  // the previous daemon's launch awaited it
@@ -50,7 +56,8 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   }
   if (carried) {
     // A handover: the events, the streams and the input go on where the previous image left
-    // them; `adopted` is the next seq.
+    // them; `adopted` is the next seq. Restored from the keeper: the streams go on from their
+    // spools, the events start again at 1.
     events_.resume(carried->next_seq, std::move(carried->events));
     pumps_.resume(plan_.pty, *carried);
   } else {
@@ -66,7 +73,7 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   f["started_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                            watch_.started_wall().time_since_epoch())
                            .count();
-  f["output"] = carried ? "kept" : "not_kept";
+  f["output"] = !carried ? "not_kept" : carried->restored ? "restored" : "kept";
   if (request.trigger) f["trigger"] = core::trigger_wire(*request.trigger);
   emit("adopted", std::move(f));
 
@@ -79,7 +86,7 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
     advance(core::event::Spawned{});  // records `running`, the write the crash lost
   }
   backend_->start(*this);
-  if (!carried) {
+  if (!carried || carried->restored) {
     pumps_.close_input("none");  // no input channel survived the restart
   } else {
     pumps_.drain_input();  // what callers gave before the handover, then their eof

@@ -151,6 +151,12 @@ void Supervisor::on_released(backend::Step<std::monostate> verdict, LaunchDone d
   }
   advance(core::event::Spawned{});
   pumps_.open_streams(plan_.pty);
+  if (auto* keeper = config().stdio_keeper) {
+    if (auto copies = backend_->copy_output()) {
+      keeper->keep(id_, *copies);
+      stdio_kept_ = true;
+    }
+  }
   boost::json::object started;
   started["pid"] = acquired_.pid;
   started["boundary"] = core::boundary_wire(acquired_.boundary);

@@ -275,6 +275,10 @@ void Supervisor::publish_terminal(core::TerminalRecord record) {
   }
   emit("terminal", std::move(f));
   events_.clear_subscribers();  // nothing follows the terminal event
+  if (stdio_kept_) {
+    stdio_kept_ = false;
+    if (auto* keeper = config().stdio_keeper) keeper->forget(id_);
+  }
   // Pending exec.wait calls are the manager's (answered from on_terminal).
   if (manager_ != nullptr) manager_->on_terminal(id_, *terminal_);
 }

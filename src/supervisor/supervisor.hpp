@@ -196,6 +196,7 @@ class Supervisor final : public backend::ExecutionPort,
   std::optional<Denial> denial_;
   bool adopted_ = false;        // taken over after a restart (adopt.cpp): recovery live_owned
   bool claim_durable_ = false;  // the launch awaited the claim's durability
+  bool stdio_kept_ = false;     // its output descriptors are with the StdioKeeper
   bool running_ = false;        // released: the target program started
   // The launch's answer while it waits for the committed write (null otherwise).
   std::shared_ptr<PendingStart> pending_start_;

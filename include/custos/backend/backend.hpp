@@ -301,6 +301,12 @@ class BackendExecution {
   // them, at a point where every byte read so far was delivered to the port. nullopt: this
   // backend cannot carry its stdio (its output is then not kept across the handover).
   [[nodiscard]] virtual std::optional<CarriedStdio> hand_over_stdio() { return std::nullopt; }
+  // Second descriptors of this side's output still being read (stdout's and stderr's read ends,
+  // or the terminal's master), for a keeper outside the process (supervisor::StdioKeeper) that
+  // gives them back to a daemon started after this one died. Never the input: a copy held
+  // elsewhere would keep the program's stdin from ever ending. nullopt: nothing to copy (this
+  // backend's output is not a descriptor of ours).
+  [[nodiscard]] virtual std::optional<CarriedStdio> copy_output() { return std::nullopt; }
   // A handover is coming: the root's exit is no longer collected here (no wait reaps it), so an
   // exit from now on stays for the next image to read. No callback about the exit follows.
   virtual void hold_exit() {}

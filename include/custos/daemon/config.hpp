@@ -43,6 +43,9 @@ struct DaemonConfig {
   LogTarget log_target = LogTarget::automatic;
   std::filesystem::path log_file;
   bool socket_activation = true;  // use sd_listen_fds() when systemd passes a socket
+  // Under systemd: keep each execution's output descriptors in the service's descriptor store,
+  // and re-attach them after a crash or restart (docs/operations.md, "Descriptor store").
+  bool fd_store = true;
   // rpc limits
   std::size_t max_line_bytes = std::size_t{1} << 20;
   std::size_t max_connections = 256;

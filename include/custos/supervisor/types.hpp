@@ -51,6 +51,20 @@ struct LaunchRequest {
 
 struct Carried;
 
+// Where copies of an execution's output descriptors are kept outside this process, so that a
+// daemon started after this one died without a handover (a crash, kill -9, a restart) gets them
+// back, goes on reading and loses nothing still in the pipes (docs/supervisor.md, "Descriptor
+// store"). Called on the loop; a keeper that cannot keep logs it, and the execution then has
+// nothing kept.
+class StdioKeeper {
+ public:
+  virtual ~StdioKeeper() = default;
+  // `copies`: backend::Execution::copy_output() of a launched execution.
+  virtual void keep(std::string const& execution_id, backend::CarriedStdio const& copies) = 0;
+  // Its terminal record is written: what was kept for it goes.
+  virtual void forget(std::string const& execution_id) = 0;
+};
+
 // A live execution a previous daemon launched, which startup recovery re-acquired by exact pidfs
 // identity (supervisor/recovery.hpp): what ExecutionManager::adopt takes over. Everything but
 // the pidfd comes from its stored record.
@@ -116,6 +130,9 @@ struct Event {
 // What one daemon image hands the next for a live execution (a handover, docs/supervisor.md
 // "Handover"): this side's stdio, where each stream stood, the input still queued, and the
 // retained events, so that output, input and seq go on with nothing lost or repeated.
+// `restored`: not a handover but a start after the previous daemon died, with the output
+// descriptors a StdioKeeper kept: the streams go on from their spools' sizes, marked incomplete
+// (bytes the dead daemon had read but not spooled are unknown), with no input and no events.
 struct Carried {
   struct Stream {
     core::Stream stream = core::Stream::stdout_stream;
@@ -134,6 +151,7 @@ struct Carried {
   std::uint64_t input_accepted = 0;
   bool input_eof_requested = false;
   bool input_closed = false;
+  bool restored = false;
   std::uint64_t next_seq = 1;
   std::vector<Event> events;  // retained, oldest first
 };
@@ -215,6 +233,9 @@ struct ManagerConfig {
   // them (docs/durability.md, "Output").
   std::filesystem::path state_dir;
   OwnershipSink* sink = nullptr;
+  // Keeps copies of each launched execution's output descriptors outside this process (the
+  // daemon's: systemd's descriptor store), forgotten at its terminal record. Null: none kept.
+  StdioKeeper* stdio_keeper = nullptr;
   // Called on the loop once an execution's terminal record is in the registry (after the sink
   // confirmed it): the daemon's publisher takes its spools from there (supervisor/publisher.hpp).
   // Empty: nothing is published.

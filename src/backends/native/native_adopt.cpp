@@ -1,12 +1,13 @@
 // Adoption: a native execution taken over after a daemon restart through the pidfd recovery
 // re-acquired its root with (custos/backend/native_recovery.hpp). From here on it is driven like
 // any other execution — signal_tree, kill_tree, tree_state, final_scan, sample — with two
-// differences: it has no stdio (the previous daemon's pipes or terminal died with it), and its
-// root is not this process's child, so its exit status is read with PIDFD_GET_INFO once its own
-// parent reaped it.
+// differences: its stdio is what a handover or the descriptor store kept (none otherwise: the
+// previous daemon's pipes or terminal died with it), and its root is not this process's child, so
+// its exit status is read with PIDFD_GET_INFO once its own parent reaped it.
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
+#include <fcntl.h>
 
 #include "custos/sys/openat2.hpp"
 
@@ -120,6 +121,20 @@ std::optional<CarriedStdio> NativeExecution::hand_over_stdio() {
     io.in = sys::UniqueFd{io_state_.input->release()};
     io_state_.input.reset();
   }
+  return io;
+}
+
+std::optional<CarriedStdio> NativeExecution::copy_output() {
+  if (detached_) return std::nullopt;
+  CarriedStdio io;
+  io.pty = io_state_.pty_mode;
+  for (auto& r : io_state_.readers) {
+    if (!r.sd) continue;  // ended
+    sys::UniqueFd fd{::fcntl(r.sd->native_handle(), F_DUPFD_CLOEXEC, 3)};
+    if (!fd.valid()) return std::nullopt;  // out of descriptors: nothing kept rather than half
+    (r.stream == core::Stream::stderr_stream ? io.err : io.out) = std::move(fd);
+  }
+  if (!io.out.valid() && !io.err.valid()) return std::nullopt;
   return io;
 }
 

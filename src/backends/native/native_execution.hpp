@@ -80,6 +80,7 @@ class NativeExecution final : public BackendExecution,
   void close() override;
   void detach() override;
   [[nodiscard]] std::optional<CarriedStdio> hand_over_stdio() override;
+  [[nodiscard]] std::optional<CarriedStdio> copy_output() override;
   void hold_exit() override;
   [[nodiscard]] core::Observations observations() const override;
 

@@ -82,6 +82,7 @@ std::vector<Row> gateway_rows(Env const& env, Floors const& floors);    // bench
 std::vector<Row> sandbox_rows(Env const& env, Floors const& floors);    // bench/rows_sandbox.cpp
 std::vector<Row> container_rows(Env const& env, Floors const& floors);  // rows_containers.cpp
 std::vector<Row> artifact_rows(Env const& env, Floors const& floors);   // rows_artifacts.cpp
+std::vector<Row> handover_rows(Env const& env, Floors const& floors);   // rows_handover.cpp
 
 // Every product row function, in table order (bench/rows.cpp).
 [[nodiscard]] std::vector<RowArea> const& product_row_fns();
@@ -97,8 +98,11 @@ std::vector<Row> artifact_rows(Env const& env, Floors const& floors);   // rows_
 //   --helper-tree N        becomes a tree of N processes (plain, setsid, double-forked setsid),
 //                          prints "ready\n" once forked, then waits to be killed
 //   --helper-sleep         waits to be killed
+//   --helper-drip MS STOP  writes line n ("%010u drip\n", kDripLine bytes) to stdout every MS ms
+//                          until the file STOP exists, then the number of lines to stderr
 // Returns the exit code when argv asks for a helper, nothing otherwise.
 [[nodiscard]] std::optional<int> run_helper(int argc, char** argv);
+inline constexpr std::size_t kDripLine = 16;
 // The tree shape of the floor and the helper: the calling process forks n - 1 descendants, a
 // third plain children, a third setsid children, a third double-forked setsid grandchildren
 // (the shapes killpg misses); each closes stdio and waits to be killed. Returns in the caller

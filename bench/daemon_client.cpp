@@ -95,7 +95,8 @@ bool start_daemon(Env const& env, std::string const& name, DaemonProc& d) {
     ::_exit(127);
   }
   d.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, d.pid, 0));
-  for (int i = 0; i < 500; ++i) {
+  // Polled every 2 ms (10 s in all): the handover row times a fresh start with this.
+  for (int i = 0; i < 5000; ++i) {
     int fd = connect_unix(d.socket);
     if (fd >= 0) {
       std::string buf;
@@ -106,7 +107,7 @@ bool start_daemon(Env const& env, std::string const& name, DaemonProc& d) {
       ::close(fd);
       if (ok) return true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return false;
 }

@@ -1,11 +1,14 @@
 // The helper modes of custos_bench: tiny programs the product rows launch through custos, so a
 // row needs nothing from the host but this binary (and they are the same code the floors use).
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <signal.h>
 #include <string>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.hpp"
@@ -66,6 +69,25 @@ int helper_write(std::uint64_t total) {
   for (;;) ::pause();
 }
 
+// One kDripLine-byte line on stdout every `interval_ms` until `stop` exists, then the number of
+// lines on stderr. Lines are numbered, so the whole stdout is known from that count.
+int helper_drip(long interval_ms, char const* stop) {
+  timespec const pause{interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+  std::uint64_t lines = 0;
+  struct stat st {};
+  while (::stat(stop, &st) != 0) {
+    char line[kDripLine + 1];
+    std::snprintf(line, sizeof line, "%010llu drip\n", static_cast<unsigned long long>(lines));
+    // A pipe write of fewer than PIPE_BUF bytes is whole or fails; a failure is a lost line.
+    if (::write(1, line, kDripLine) != static_cast<ssize_t>(kDripLine)) return 1;
+    ++lines;
+    ::nanosleep(&pause, nullptr);
+  }
+  char tail[32];
+  int const n = std::snprintf(tail, sizeof tail, "%llu\n", static_cast<unsigned long long>(lines));
+  return ::write(2, tail, static_cast<std::size_t>(n)) == n ? 0 : 1;
+}
+
 [[noreturn]] void helper_sleep() {
   for (;;) ::pause();
 }
@@ -79,6 +101,7 @@ std::optional<int> run_helper(int argc, char** argv) {
     return helper_write(std::strtoull(argv[2], nullptr, 10));
   if (mode == "--helper-tree" && argc == 3) helper_tree(std::atoi(argv[2]));
   if (mode == "--helper-sleep" && argc == 2) helper_sleep();
+  if (mode == "--helper-drip" && argc == 4) return helper_drip(std::atol(argv[2]), argv[3]);
   return std::nullopt;
 }
 

@@ -18,6 +18,8 @@ std::vector<RowArea> const& product_row_fns() {
       {"gateway", &gateway_rows},
       {"sandbox", &sandbox_rows},
       {"containers", &container_rows},
+      // 1,000 live executions handed over from one image of the daemon to the next.
+      {"handover", &handover_rows},
       // Writes and fsyncs gigabytes like the output rows: beside them, at the end.
       {"artifacts", &artifact_rows},
       // Last: the output rows write gigabytes of spool that the page cache writes back for tens

@@ -238,7 +238,7 @@ class Daemon {
     json::value refused;                         // the last refused handover {at_ns, reason}
   };
   HandoverState handover_;
-  fd_store::Passed passed_;                  // from systemd, until used (take_systemd_fds)
+  fd_store::Passed passed_;                    // from systemd, until used (take_systemd_fds)
   std::unique_ptr<fd_store::Store> fd_store_;  // null: not under systemd, or switched off
   asio::io_context io_;
   asio::signal_set signals_{io_};

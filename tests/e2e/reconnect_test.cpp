@@ -3,12 +3,9 @@
 // `custos wait` connect again, resume the execution's events from the seq after the last one
 // they saw, and report the terminal result exactly once, with the right exit code.
 //
-// The program ignores SIGPIPE: a handover today closes an execution's pipes (docs/api.md, "After
-// a restart"), so its writes after it fail with EPIPE; it still ends with status 0. Every line
-// printed after the reconnect must not repeat one printed before. That no line is lost across
-// the handover holds only once the handover keeps the executions' output (docs/api.md, "Planned
-// parts"): that test is GaplessOutputAcrossAHandover, and it runs only with
-// CUSTOS_TEST_GAPLESS_HANDOVER=1 (skipped, saying so, without it).
+// The handover keeps a native execution's pipes (docs/operations.md, "Handover"): no line printed
+// after the reconnect repeats one printed before, and none is lost
+// (GaplessOutputAcrossAHandover).
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -19,7 +16,7 @@ namespace custos::e2e {
 namespace {
 
 constexpr char const* kLines =
-    "trap '' PIPE; for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
+    "for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
 
 // Sends SIGHUP to the daemon after `delay`, from its own thread (the test's thread is blocked in
 // the CLI it runs meanwhile).
@@ -117,11 +114,6 @@ TEST_F(Reconnect, RunReportsItsResultOnceAcrossAHandover) {
 }
 
 TEST_F(Reconnect, GaplessOutputAcrossAHandover) {
-  char const* on = std::getenv("CUSTOS_TEST_GAPLESS_HANDOVER");
-  if (on == nullptr || std::string{on} != "1") {
-    GTEST_SKIP() << "needs a handover that keeps the executions' output (docs/api.md, \"Planned "
-                    "parts\"); run with CUSTOS_TEST_GAPLESS_HANDOVER=1";
-  }
   auto r = run_across_handover();
   EXPECT_EQ(r.status, 0) << r.err;
   std::string expected;

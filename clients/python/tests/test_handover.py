@@ -3,10 +3,8 @@ connection): both clients reconnect, resume the run's events and return its term
 once, with no output line delivered twice.
 
 Each test has a daemon of its own (the suite's shared one is not handed over under the other
-tests). The program ignores SIGPIPE: a handover today closes the executions' pipes, so its
-writes after it fail; it still exits 0. That no line is lost across the handover holds only once
-the handover keeps the executions' output (docs/api.md, "Planned parts"):
-`test_gapless_output_across_a_handover` runs only with CUSTOS_TEST_GAPLESS_HANDOVER=1.
+tests). The handover keeps the executions' pipes, so no line is lost either
+(`test_gapless_output_across_a_handover`).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import pytest
 from conftest import Daemon, running_daemon
 from custos import AsyncClient, Client
 
-LINES = "trap '' PIPE; for i in $(seq 1 30); do echo line $i; sleep 0.1; done"
+LINES = "for i in $(seq 1 30); do echo line $i; sleep 0.1; done"
 ALL_LINES = "".join(f"line {i}\n" for i in range(1, 31))
 HANGUP_AFTER = 1.2
 
@@ -126,11 +124,6 @@ def test_async_run_returns_its_result_once_across_a_handover(own_daemon: Daemon,
     check(result, out, reports, time.monotonic() - t0, own_daemon)
 
 
-@pytest.mark.skipif(
-    os.environ.get("CUSTOS_TEST_GAPLESS_HANDOVER") != "1",
-    reason="needs a handover that keeps the executions' output (docs/api.md, 'Planned parts'); "
-    "run with CUSTOS_TEST_GAPLESS_HANDOVER=1",
-)
 def test_gapless_output_across_a_handover(own_daemon: Daemon, workspace: Path) -> None:
     result, out, reports, _ = run_sync(own_daemon)
     assert result["exit"]["code"] == 0, result

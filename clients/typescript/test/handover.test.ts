@@ -2,17 +2,14 @@
 // every connection): the run reconnects, resumes its events and resolves once with the right
 // result, with no output line delivered twice.
 //
-// The program ignores SIGPIPE: a handover today closes the executions' pipes, so its writes after
-// it fail; it still exits 0. That no line is lost across the handover holds only once the
-// handover keeps the executions' output (docs/api.md, "Planned parts"): the test named "gapless"
-// runs only with CUSTOS_TEST_GAPLESS_HANDOVER=1 (skipped, saying why, without it).
+// The handover keeps the executions' pipes, so no line is lost either (the "gapless" test).
 import { strict as assert } from "node:assert";
 import { after, before, describe, it } from "node:test";
 
 import { Client, type ReconnectInfo, type Terminal, exitCode } from "../src";
 import { startDaemon, type TestDaemon } from "./daemon";
 
-const LINES = "trap '' PIPE; for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
+const LINES = "for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
 const ALL_LINES = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`);
 const HANGUP_AFTER_MS = 1200;
 
@@ -101,20 +98,10 @@ describe("client.run across a handover", () => {
     assert.deepEqual(numbers, [...new Set(numbers)].sort((a, b) => a - b), r.lines.join("|"));
   });
 
-  it(
-    "gapless output across a handover",
-    {
-      skip:
-        process.env.CUSTOS_TEST_GAPLESS_HANDOVER === "1"
-          ? false
-          : "needs a handover that keeps the executions' output (docs/api.md, 'Planned parts'); " +
-            "run with CUSTOS_TEST_GAPLESS_HANDOVER=1",
-    },
-    async () => {
-      const r = await runAcrossHandover();
-      assert.equal(exitCode(r.terminal), 0);
-      assert.deepEqual(r.lines, ALL_LINES);
-      assert.ok(!r.reports.some((x) => x.gap), JSON.stringify(r.reports));
-    },
-  );
+  it("gapless output across a handover", async () => {
+    const r = await runAcrossHandover();
+    assert.equal(exitCode(r.terminal), 0);
+    assert.deepEqual(r.lines, ALL_LINES);
+    assert.ok(!r.reports.some((x) => x.gap), JSON.stringify(r.reports));
+  });
 });

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "custos/daemon/config.hpp"
 #include "custos/gateway/gateway.hpp"
@@ -71,6 +72,8 @@ class Daemon {
   // Whatever way start() or serve() ended: the sink's probe asks the manager, which the members'
   // destruction removes before the sink (finish() does the same on the orderly path).
   ~Daemon() {
+    // A check still under way ends within its bound; its result is not wanted any more.
+    if (handover_.check_thread.joinable()) handover_.check_thread.join();
     if (sink_) sink_->set_solo_probe(nullptr);
   }
   Daemon(Daemon const&) = delete;
@@ -213,6 +216,8 @@ class Daemon {
   // kept, not closed), authorizations in flight finish, and every execution is detached at a
   // consistent point; once the loop ends, run() replaces the image (handover.hpp).
   void begin_handover();
+  // The configuration check's result, on the loop: the handover goes on, or is refused.
+  void on_checked(std::int32_t pid, Result<sys::UniqueFd> checked);
 
   // Nothing changed: the daemon keeps serving; host.info says why (`custos daemon --reexec`).
   void refuse_handover(std::string reason);
@@ -235,6 +240,8 @@ class Daemon {
     std::optional<handover::Outgoing> outgoing;  // set once a handover began
     int pending_signal = 0;                      // a SIGTERM/SIGINT that came meanwhile
     bool listener_from_systemd = false;          // the listening socket is systemd's
+    bool checking = false;                       // a configuration check is under way
+    std::thread check_thread;                    // runs it (handover::finish_check)
     json::value refused;                         // the last refused handover {at_ns, reason}
   };
   HandoverState handover_;

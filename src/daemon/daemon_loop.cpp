@@ -152,12 +152,39 @@ void Daemon::begin_handover() {
     spdlog::warn("SIGHUP during {}: ignored", handover_.outgoing ? "a handover" : "shutdown");
     return;
   }
+  if (handover_.checking) {
+    spdlog::warn("SIGHUP during a handover's configuration check: ignored");
+    return;
+  }
   if (!handover_.image) return refuse_handover(handover_.image.error().message());
   spdlog::info("SIGHUP: handing over to {} (its configuration check first)", handover_.image->path);
-  auto checked = handover::check_image(*handover_.image, kHandoverCheckBound);
-  // Failpoint builds: a check as slow as a loaded machine's, the loop blocked meanwhile.
-  if (registry::failpoint_set("handover_slow"))
-    std::this_thread::sleep_for(std::chrono::seconds{1});
+  auto check = handover::start_check(*handover_.image);
+  if (!check) return refuse_handover(check.error().message());
+  // The check runs on its own thread while the loop serves on; its child is spared by the
+  // orphan reaper (on this loop) until it is reaped there.
+  std::int32_t const pid = check->pid;
+  manager_->spare_child(pid);
+  handover_.checking = true;
+  if (handover_.check_thread.joinable()) handover_.check_thread.join();  // a finished one
+  handover_.check_thread = std::thread([this, pid, c = std::move(*check)]() mutable {
+    (void)pthread_setname_np(pthread_self(), "custos-check");
+    auto checked = handover::finish_check(std::move(c), kHandoverCheckBound);
+    // Failpoint builds: a check as slow as a loaded machine's.
+    if (registry::failpoint_set("handover_slow"))
+      std::this_thread::sleep_for(std::chrono::seconds{1});
+    asio::post(io_, [this, pid, checked = std::move(checked)]() mutable {
+      on_checked(pid, std::move(checked));
+    });
+  });
+}
+
+void Daemon::on_checked(std::int32_t pid, Result<sys::UniqueFd> checked) {
+  handover_.checking = false;
+  if (manager_) manager_->release_child(pid);
+  if (shutting_down_) {
+    spdlog::info("handover: the check ended during shutdown; not handed over");
+    return;
+  }
   if (!checked) return refuse_handover(checked.error().message());
   // The running image, to fall back to should the new one fail to start.
   sys::UniqueFd old_image{::open("/proc/self/exe", O_RDONLY | O_CLOEXEC)};

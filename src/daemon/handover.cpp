@@ -311,7 +311,7 @@ Result<sys::UniqueFd> verified_lock(sys::UniqueFd const& fd, std::string const& 
 }
 
 // NOLINTNEXTLINE(readability-function-size): one spawn, its output and its bounded wait
-Result<sys::UniqueFd> check_image(Image const& image, std::chrono::milliseconds bound) {
+Result<Check> start_check(Image const& image) {
   sys::UniqueFd exe{::open(image.path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (!exe.valid()) return failed("open the new image " + image.path, errno);
   auto pipe = sys::make_pipe();
@@ -343,9 +343,15 @@ Result<sys::UniqueFd> check_image(Image const& image, std::chrono::milliseconds 
   ::posix_spawnattr_destroy(&attr);
   if (rc != 0) return failed("run the new image " + image.path, rc);
   out_w.reset();
-  // Nothing reaps on this thread meanwhile (the loop is here), so the pid still names the child.
+  // Called on the loop, which is also where orphans are reaped: the pid still names the child.
   auto child = sys::Pidfd::open(pid);
   if (!child) return child.error();
+  return Check{std::move(exe), std::move(*child), pid, std::move(out_r), image.path};
+}
+
+Result<sys::UniqueFd> finish_check(Check check, std::chrono::milliseconds bound) {
+  auto& out_r = check.output;
+  auto* child = &check.child;
   std::string output;
   auto const deadline = std::chrono::steady_clock::now() + bound;
   bool open = true;
@@ -372,17 +378,17 @@ Result<sys::UniqueFd> check_image(Image const& image, std::chrono::milliseconds 
   auto status = child->wait();
   while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
   if (timed_out) {
-    return failed("the new image " + image.path + " did not finish its check within " +
+    return failed("the new image " + check.path + " did not finish its check within " +
                   std::to_string(bound.count()) + " ms");
   }
   if (!status) return status.error();
   if (status->code != 0) {
-    return failed("the new image " + image.path + " refused the configuration (exit " +
+    return failed("the new image " + check.path + " refused the configuration (exit " +
                   (status->code ? std::to_string(*status->code)
                                 : "signal " + std::to_string(status->signal.value_or(0))) +
                   ")" + (output.empty() ? "" : ": " + output));
   }
-  return exe;
+  return std::move(check.exe);
 }
 
 Inherited replace_image(Outgoing out) {

@@ -92,14 +92,25 @@ struct Image {
 // now (same device and inode). Errors: daemon.handover_failed.
 [[nodiscard]] Result<sys::UniqueFd> verified_lock(sys::UniqueFd const& fd, std::string const& path);
 
-// The pre-flight: opens `image.path` and runs it (through that descriptor) with the daemon's
-// argv plus `--check-config`, which parses and resolves the configuration and exits. The new
-// image is used only when that exits 0 within `bound`. Returns the descriptor the check ran, so
-// the execve replaces this process with the very file that was checked. Blocks for the check's
-// duration (tens of milliseconds; the listening socket queues connects meanwhile). Errors:
+// The pre-flight: `image.path` opened and run (through that descriptor) with the daemon's argv
+// plus `--check-config`, which parses and resolves the configuration and exits. The new image is
+// used only when that exits 0 within the bound. A check is started on the loop (start_check:
+// the child is this process's, and the caller keeps the orphan reaper off its pid before anything
+// else can reap it) and finished on another thread (finish_check blocks for its duration), so the
+// daemon serves on meanwhile.
+struct Check {
+  sys::UniqueFd exe;     // what the check runs, and the execve will
+  sys::Pidfd child;      // the check
+  std::int32_t pid = 0;  // its pid, for the reaper to leave alone
+  sys::UniqueFd output;  // its stdout and stderr
+  std::string path;      // image.path, for messages
+};
+// Errors: daemon.handover_failed when the image cannot be opened or run; sys errors.
+[[nodiscard]] Result<Check> start_check(Image const& image);
+// Waits for the check (killed past `bound`) and reaps it. Returns the descriptor the check ran,
+// so the execve replaces this process with the very file that was checked. Errors:
 // daemon.handover_failed with the check's own output.
-[[nodiscard]] Result<sys::UniqueFd> check_image(Image const& image,
-                                                std::chrono::milliseconds bound);
+[[nodiscard]] Result<sys::UniqueFd> finish_check(Check check, std::chrono::milliseconds bound);
 
 // What the handing-over image passes on.
 struct Outgoing {

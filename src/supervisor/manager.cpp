@@ -147,6 +147,7 @@ std::shared_ptr<Supervisor> ExecutionManager::find(std::string const& execution_
 }
 
 bool ExecutionManager::is_direct_child(std::int32_t pid) const {
+  if (spared_.contains(pid)) return true;
   for (auto const& b : backends_) {
     if (b->is_root(pid)) return true;
   }

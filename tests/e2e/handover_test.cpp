@@ -219,8 +219,8 @@ TEST(Handover, ReexecKeepsTheSocketAndTheExecutions) {
   EXPECT_FALSE(control.failures().empty()) << "a stopped daemon refuses connects";
 }
 
-// Failpoint builds: the configuration check blocks the loop 1 s and the handover then takes 2 s
-// before the execve. An execution's root ends in that window, its SIGCHLD queued meanwhile. It is
+// Failpoint builds: the configuration check takes 1 s longer and the handover then takes 2 s
+// before the execve. An execution's root ends in that window. Once the handover began it is
 // still the process's unreaped child (neither its exit observer nor the orphan reaper may take it
 // once the handover began): the new image adopts it and records its own exit status, never the
 // absent_without_terminal of a root whose end nobody can read.
@@ -238,9 +238,9 @@ TEST(Handover, ARootThatEndsDuringTheHandoverKeepsItsExitStatus) {
   auto const before = host_view(d);
   auto const signalled = std::chrono::steady_clock::now();
   ASSERT_TRUE(d.signal(SIGHUP));
-  // Released as the handover begins: the root ends while the old image checks the new one (its
-  // SIGCHLD waits in the loop meanwhile) or in the failpoint's 2 s before the execve. Either
-  // way its exit is a status someone reads, never a zombie the orphan reaper takes.
+  // Released as the handover begins: the root ends while the old image checks the new one (then
+  // the old image records it) or in the failpoint's 2 s before the execve. Either way its exit
+  // is a status someone reads, never a zombie the orphan reaper takes.
   { std::ofstream{release}; }
   auto const after = await_new_image(d, before.started_ns);
   ASSERT_TRUE(after.handover.is_object()) << d.log();
@@ -258,6 +258,42 @@ TEST(Handover, ARootThatEndsDuringTheHandoverKeepsItsExitStatus) {
   auto const recovery = t.at("recovery").as_string();
   EXPECT_TRUE(recovery == "live_owned" || recovery == "observed") << json::serialize(t);
   expect_one_terminal_each(c2, {ender.id});
+}
+
+// The configuration check of the new image runs beside the loop, not on it: while it runs (1 s
+// longer in failpoint builds) the old image still answers every call, and the check's own child
+// is not taken by the orphan reaper (the check would then fail with no status).
+TEST(Handover, TheOldImageServesWhileTheNewOneIsChecked) {
+#ifndef CUSTOS_FAILPOINTS
+  GTEST_SKIP() << "needs a failpoint build (handover_slow makes the check last 1 s longer)";
+#endif
+  DaemonOptions o;
+  o.env = {"CUSTOS_FAILPOINT=handover_slow"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto const before = host_view(d);
+  ASSERT_TRUE(d.signal(SIGHUP));
+  auto const deadline = std::chrono::steady_clock::now() + 10s;
+  while (d.log().find("its configuration check first") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_NE(d.log().find("its configuration check first"), std::string::npos) << d.log();
+  // Three calls during the check's second, each answered by the image being checked against.
+  for (int i = 0; i < 3; ++i) {
+    auto c = d.client();
+    auto const asked = std::chrono::steady_clock::now();
+    auto r = c.call(1, "host.info", {}, 5000ms);
+    ASSERT_TRUE(r && r->contains("result")) << (r ? json::serialize(*r) : "no reply");
+    EXPECT_EQ(r->at("result").at("started_ns").as_int64(), before.started_ns)
+        << "answered by the old image, during the check";
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 900ms) << "the loop was not blocked";
+    std::this_thread::sleep_for(100ms);
+  }
+  auto const after = await_new_image(d, before.started_ns);
+  ASSERT_TRUE(after.handover.is_object()) << d.log();
+  EXPECT_EQ(after.pid, before.pid);
+  EXPECT_TRUE(after.refused.is_null()) << json::serialize(after.refused);
 }
 
 // The daemon runs from a private copy of the binary; the file at that path is then replaced by

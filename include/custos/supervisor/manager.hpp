@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -175,6 +176,10 @@ class ExecutionManager {
   // Reaps orphans reparented to this process (subreaper) now; the manager also does it every
   // config.reap_interval. The daemon may call it on SIGCHLD.
   void reap_orphans_now();
+  // A child of this process that is not an execution's (the daemon's handover check): the orphan
+  // reaper leaves it to whoever waits for it, until released. On the loop.
+  void spare_child(std::int32_t pid) { spared_.insert(pid); }
+  void release_child(std::int32_t pid) { spared_.erase(pid); }
 
   [[nodiscard]] ManagerStats const& stats() const;
   [[nodiscard]] ManagerConfig const& config() const noexcept { return config_; }
@@ -231,6 +236,7 @@ class ExecutionManager {
   // Set once a handover reached its consistent point: from then on every exited child, root or
   // orphan, stays a zombie for the next image (a reaped root could never be re-acquired).
   bool handing_over_ = false;
+  std::set<std::int32_t> spared_;  // spare_child()
   // The state directory the workspace check guards (ManagerConfig::state_dir as given; without
   // one the manager's temporary spool root is nobody's registry and is not guarded). Its ids
   // are read again while it does not exist yet.

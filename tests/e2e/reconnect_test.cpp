@@ -15,8 +15,7 @@
 namespace custos::e2e {
 namespace {
 
-constexpr char const* kLines =
-    "for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
+constexpr char const* kLines = "for i in $(seq 1 30); do echo line $i; sleep 0.1; done";
 
 // Sends SIGHUP to the daemon after `delay`, from its own thread (the test's thread is blocked in
 // the CLI it runs meanwhile).

@@ -33,6 +33,19 @@ std::uint64_t u64(json::object const& o, char const* key) {
   return 0;
 }
 
+json::value maybe(std::optional<std::uint64_t> v) {
+  return v ? json::value(*v) : json::value(nullptr);
+}
+
+// A number the entry may leave null (not measured).
+std::optional<std::uint64_t> maybe_u64(json::object const& o, char const* key) {
+  auto const* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (v->is_uint64()) return v->get_uint64();
+  if (v->is_int64() && v->get_int64() >= 0) return static_cast<std::uint64_t>(v->get_int64());
+  return std::nullopt;
+}
+
 bool flag(json::object const& o, char const* key) {
   auto const* v = o.if_contains(key);
   return v != nullptr && v->is_bool() && v->get_bool();
@@ -104,7 +117,13 @@ json::object carried_json(supervisor::Carried const& c) {
                                              {"eof_requested", c.input_eof_requested},
                                              {"closed", c.input_closed}}},
                       {"next_seq", c.next_seq},
-                      {"events", std::move(events)}};
+                      {"events", std::move(events)},
+                      {"resources", json::object{{"cpu_ms", maybe(c.peaks.cpu_ms)},
+                                                 {"rss_bytes", maybe(c.peaks.rss_bytes)},
+                                                 {"processes", maybe(c.peaks.processes)},
+                                                 {"open_fds", maybe(c.peaks.open_fds)},
+                                                 {"disk_growth", maybe(c.peaks.disk_growth)},
+                                                 {"disk_baseline", maybe(c.disk_baseline)}}}};
 }
 
 std::vector<int> carried_fds(supervisor::Carried const& c) {
@@ -165,6 +184,15 @@ Result<supervisor::Carried> carried_from_json(json::value const& v) {
     c.input_accepted = u64(io_in, "accepted");
     c.input_eof_requested = flag(io_in, "eof_requested");
     c.input_closed = flag(io_in, "closed");
+  }
+  if (auto const* r = o.if_contains("resources"); r != nullptr && r->is_object()) {
+    auto const& ro = r->get_object();
+    c.peaks.cpu_ms = maybe_u64(ro, "cpu_ms");
+    c.peaks.rss_bytes = maybe_u64(ro, "rss_bytes");
+    c.peaks.processes = maybe_u64(ro, "processes");
+    c.peaks.open_fds = maybe_u64(ro, "open_fds");
+    c.peaks.disk_growth = maybe_u64(ro, "disk_growth");
+    c.disk_baseline = maybe_u64(ro, "disk_baseline");
   }
   c.next_seq = u64(o, "next_seq");
   if (c.next_seq < 1) return failed(who + ": no next seq");

@@ -36,6 +36,8 @@ Result<> Supervisor::adopt(AdoptRequest request, std::size_t live_executions) {
   std::shared_ptr<Carried> const carried = std::move(request.carried);
   if (carried) {
     ctx.stdio = std::move(carried->stdio);
+    ctx.disk_baseline = carried->disk_baseline;
+    watch_.resume(carried->peaks);
     // A handover's or the keeper's: the keeper holds them already (kept at the launch).
     stdio_kept_ = config().stdio_keeper != nullptr;
   }
@@ -122,6 +124,8 @@ std::optional<Carried> Supervisor::hand_over() {
   c.stdio = std::move(*stdio);
   pumps_.carry(c);
   c.next_seq = events_.next_seq();
+  watch_.carry(c.peaks);
+  c.disk_baseline = backend_->disk_baseline();
   c.events.assign(events_.retained().begin(), events_.retained().end());
   return c;
 }

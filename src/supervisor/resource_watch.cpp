@@ -34,6 +34,18 @@ void ResourceWatch::adopted(milliseconds age) {
   before_start_ = age;
 }
 
+void ResourceWatch::carry(Carried::Peaks& out) const {
+  out = Carried::Peaks{cpu_ms_, rss_peak_, procs_peak_, fds_peak_, disk_growth_peak_};
+}
+
+void ResourceWatch::resume(Carried::Peaks const& in) {
+  cpu_ms_ = in.cpu_ms;
+  rss_peak_ = in.rss_bytes;
+  procs_peak_ = in.processes;
+  fds_peak_ = in.open_fds;
+  disk_growth_peak_ = in.disk_growth;
+}
+
 void ResourceWatch::acquired(bool memory_hard, bool pids_hard, bool descriptors_hard) {
   memory_hard_ = memory_hard;
   pids_hard_ = pids_hard;

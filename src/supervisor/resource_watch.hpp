@@ -14,6 +14,7 @@
 
 #include "custos/backend/backend.hpp"
 #include "custos/core/resources.hpp"
+#include "custos/supervisor/types.hpp"
 
 namespace custos::supervisor {
 
@@ -27,6 +28,9 @@ class ResourceWatch {
   void launch_began(std::size_t concurrency);
   // An adopted execution's root started `age` ago: wall time and the deadline count from then.
   void adopted(std::chrono::milliseconds age);
+  // A handover: the peaks so far go to the next image (Carried::peaks), and come back there.
+  void carry(Carried::Peaks& out) const;
+  void resume(Carried::Peaks const& in);
   // The root exists with these kernel-enforced limits.
   void acquired(bool memory_hard, bool pids_hard, bool descriptors_hard);
   // The target runs: the deadline and the sampler are armed.

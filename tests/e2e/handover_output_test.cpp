@@ -268,5 +268,39 @@ TEST(HandoverOutput, TwoHundredWritersLoseNoByte) {
   EXPECT_EQ(carried, kExecutions) << "every writer was live at the handover";
 }
 
+// The resource watch goes on across a handover: the workspace's disk growth still counts from the
+// launch (2 MiB before and 2 MiB after cross a 3 MiB limit, which a baseline taken again by the
+// new image would not see), and the peaks sampled before (seven processes) stay in the report.
+TEST(HandoverOutput, TheDiskLimitAndThePeaksGoOnAcrossAHandover) {
+  Daemon d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  TempDir ws{"/var/tmp"};
+  auto const gate = (ws.path() / "gate").native();
+  auto p = start_params(
+      {"/bin/sh", "-c",
+       "for i in 1 2 3 4 5 6; do sleep 1 & done; head -c 2097152 /dev/zero > a; "
+       "while [ ! -e gate ]; do sleep 0.05; done; head -c 2097152 /dev/zero > b; sleep 8"},
+      {{"disk_bytes", 3 << 20}});
+  p["plan"].as_object()["workspace"] =
+      json::object{{"root", ws.path().native()}, {"access", "writable"}};
+  auto c = d.client();
+  auto const id = started_id(c.call(1, "exec.start", p));
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(1500ms);  // the seven processes sampled, the first 2 MiB written
+  auto const before = started_ns(d);
+  ASSERT_TRUE(d.signal(SIGHUP));
+  ASSERT_TRUE(await_handover(d, before)) << d.log();
+  { std::ofstream{gate}; }
+  auto c2 = d.client();
+  auto w = c2.call(2, "exec.wait", {{"execution_id", id}, {"timeout_ms", 30000}}, 40000ms);
+  ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "no reply");
+  auto const& t = w->at("result").as_object();
+  EXPECT_EQ(t.at("classification").as_string(), "resource_limit") << json::serialize(t);
+  auto const& r = t.at("resources").as_object();
+  EXPECT_GE(r.at("processes").at("value").to_number<std::int64_t>(), 7) << json::serialize(r);
+  EXPECT_GE(r.at("disk_bytes").at("value").to_number<std::int64_t>(), 3 << 20)
+      << json::serialize(r);
+}
+
 }  // namespace
 }  // namespace custos::e2e

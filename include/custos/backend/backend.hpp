@@ -155,6 +155,9 @@ struct AdoptContext {
   // A handover's kept stdio (hand_over_stdio() of the previous image): output and input continue
   // through it. Empty after a crash or a plain restart: the output was not kept.
   std::optional<CarriedStdio> stdio;
+  // A handover's: the workspace's size before the program ran (disk_baseline() of the previous
+  // image), so disk growth still counts from the launch. None: growth counts from here.
+  std::optional<std::uint64_t> disk_baseline;
 };
 
 // The result of a step that may fail before the target program runs: the failure names its
@@ -307,6 +310,9 @@ class BackendExecution {
   // elsewhere would keep the program's stdin from ever ending. nullopt: nothing to copy (this
   // backend's output is not a descriptor of ours).
   [[nodiscard]] virtual std::optional<CarriedStdio> copy_output() { return std::nullopt; }
+  // The workspace's size the disk growth is measured from (limits.disk_bytes); none when not
+  // measured (yet), or by a backend that does not measure it.
+  [[nodiscard]] virtual std::optional<std::uint64_t> disk_baseline() const { return std::nullopt; }
   // A handover is coming: the root's exit is no longer collected here (no wait reaps it), so an
   // exit from now on stays for the next image to read. No callback about the exit follows.
   virtual void hold_exit() {}

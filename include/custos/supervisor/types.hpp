@@ -152,6 +152,12 @@ struct Carried {
   bool input_eof_requested = false;
   bool input_closed = false;
   bool restored = false;
+  // The resource watch's peaks so far (a handover's; none restored), and the backend's disk
+  // baseline, so that the terminal report and the limits go on from them.
+  struct Peaks {
+    std::optional<std::uint64_t> cpu_ms, rss_bytes, processes, open_fds, disk_growth;
+  } peaks;
+  std::optional<std::uint64_t> disk_baseline;
   std::uint64_t next_seq = 1;
   std::vector<Event> events;  // retained, oldest first
 };

@@ -58,9 +58,11 @@ Result<Acquired> NativeExecution::adopt(AdoptContext ctx) {
           "the recorded cgroup " + ctx.cgroup_path + " cannot be opened: " + cg.error().message();
     }
   }
-  // The disk limit is measured from here (the growth before the restart is unknown).
+  // The disk limit is measured from the launch's baseline when a handover carried it, else from
+  // here (the growth before a crash or restart is unknown).
   if (plan.disk_bytes && ctx.after_restart) {
     if (auto ws = sys::open_directory(plan.workspace_root)) disk_.workspace = std::move(*ws);
+    disk_.baseline = ctx.disk_baseline;
   }
   // Nothing is known of the credentials or nsdelegate at launch: the weaker claim.
   kernel_enforced_ = false;

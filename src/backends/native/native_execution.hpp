@@ -81,6 +81,9 @@ class NativeExecution final : public BackendExecution,
   void detach() override;
   [[nodiscard]] std::optional<CarriedStdio> hand_over_stdio() override;
   [[nodiscard]] std::optional<CarriedStdio> copy_output() override;
+  [[nodiscard]] std::optional<std::uint64_t> disk_baseline() const override {
+    return disk_.baseline;
+  }
   void hold_exit() override;
   [[nodiscard]] core::Observations observations() const override;
 

@@ -165,7 +165,14 @@ void Store::adopt_names(std::string const& execution_id, std::vector<std::string
 
 void Store::forget(std::string const& execution_id) {
   auto it = names_.find(execution_id);
-  if (it == names_.end()) return;
+  if (it == names_.end()) {
+    // Kept by an image before a handover (this one never learnt its names): every name it may
+    // have used goes. Removing a name the store does not hold is a no-op for systemd.
+    remove({name_of(execution_id, core::Stream::stdout_stream),
+            name_of(execution_id, core::Stream::stderr_stream),
+            name_of(execution_id, core::Stream::pty)});
+    return;
+  }
   remove(it->second);
   names_.erase(it);
 }

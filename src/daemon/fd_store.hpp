@@ -56,6 +56,8 @@ class Store final : public supervisor::StdioKeeper {
   [[nodiscard]] static std::unique_ptr<Store> from_environment();
 
   void keep(std::string const& execution_id, backend::CarriedStdio const& copies) override;
+  // Removes what was kept for it: the names this image stored or adopted, else (an execution a
+  // handover carried) every name it may have had.
   void forget(std::string const& execution_id) override;
   // Names a previous daemon stored for `execution_id`, re-attached by this one (forgotten at its
   // terminal record like its own).

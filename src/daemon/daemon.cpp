@@ -410,17 +410,57 @@ Result<void> Daemon::register_methods() {
 }
 
 Result<void> Daemon::serve_metrics() {
-  if (config_.metrics_listen.empty()) return ok();
+  auto* in = handover_.inherited;
+  if (config_.metrics_listen.empty()) {
+    // No longer configured: what a previous image served is closed with the inherited
+    // descriptors (a Unix socket's file stays, stale, until something claims the path).
+    if (in != nullptr && in->fds.metrics_listener.valid()) {
+      spdlog::info("metrics: no longer configured; the handed-over endpoint is closed");
+    }
+    return ok();
+  }
   auto const endpoint = CUSTOS_TRY(parse_metrics_listen(config_.metrics_listen));
+  // Read on the loop at each scrape; the server comes up in the next step.
+  auto const make_server = [this] {
+    metrics_.emplace(io_, [this] {
+      return render_metrics(MetricsSources{manager_.get(), server_ ? &*server_ : nullptr,
+                                           registry_.get(), publisher_.get()});
+    });
+  };
+  make_server();
+  if (in != nullptr && in->fds.metrics_listener.valid()) {
+    // A handover's: served on, if it is still the configured endpoint (its lock with it).
+    sys::UniqueFd lock;
+    bool usable = true;
+    if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
+      auto held = handover::verified_lock(in->fds.metrics_lock, endpoint.path + ".lock");
+      if (held) {
+        lock = std::move(*held);
+      } else {
+        usable = false;
+      }
+    }
+    auto listener = in->fds.metrics_listener.dup();
+    if (usable && listener) {
+      if (auto r = metrics_->adopt(endpoint, std::move(*listener)); r) {
+        if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
+          metrics_lock_ = std::move(lock);
+          metrics_socket_ = endpoint.path;
+        }
+        spdlog::info("metrics: serving {} (handed over)", metrics_->url());
+        return ok();
+      } else {
+        spdlog::warn("metrics: {}; listening anew", r.error().message());
+      }
+    }
+    // Not the configured endpoint any more (it closes with the inherited descriptors): the
+    // configured one is listened on afresh.
+    make_server();
+  }
   sys::UniqueFd lock;
   if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
     lock = CUSTOS_TRY(claim_socket_path(endpoint.path));
   }
-  // Read on the loop at each scrape; the server comes up in the next step.
-  metrics_.emplace(io_, [this] {
-    return render_metrics(MetricsSources{manager_.get(), server_ ? &*server_ : nullptr,
-                                         registry_.get(), publisher_.get()});
-  });
   CUSTOS_TRYV(metrics_->listen(endpoint, config_.socket_mode));
   if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
     metrics_lock_ = std::move(lock);

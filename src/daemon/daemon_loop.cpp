@@ -213,6 +213,14 @@ void Daemon::on_checked(std::int32_t pid, Result<sys::UniqueFd> checked) {
   out.image = *handover_.image;
   out.new_image = std::move(*checked);
   notify("RELOADING=1\nSTATUS=handing over to a new image");
+  // The metrics endpoint goes across like the API socket: scrapes meanwhile wait in its backlog.
+  if (metrics_) {
+    if (auto held = metrics_->release_listener()) {
+      out.fds.metrics_listener = std::move(*held);
+      out.fds.metrics_lock = std::move(metrics_lock_);
+      metrics_socket_.clear();  // still bound: the next image serves it
+    }
+  }
   stop_metrics();
   spdlog::info("handover: {} live execution(s) detached for the next image",
                manager_->live_count());

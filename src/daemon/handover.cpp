@@ -77,7 +77,9 @@ json::object manifest_of(Outgoing const& out, bool pass_old_image) {
       {"listener_from_systemd", out.fds.listener_from_systemd},
       {"socket_lock", fd_json(out.fds.socket_lock)},
       {"state_lock", fd_json(out.fds.state_lock)},
-      {"old_image", pass_old_image ? fd_json(out.fds.old_image) : json::value(nullptr)}};
+      {"old_image", pass_old_image ? fd_json(out.fds.old_image) : json::value(nullptr)},
+      {"metrics_listener", fd_json(out.fds.metrics_listener)},
+      {"metrics_lock", fd_json(out.fds.metrics_lock)}};
   json::array executions;
   for (auto const& c : out.executions) executions.push_back(carried_json(c));
   return json::object{
@@ -148,8 +150,9 @@ Error exec_once(Outgoing const& out, sys::UniqueFd const& image, bool pass_old_i
   auto envp = pointers(env);
   auto args = pointers(argv);
   (void)::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-  std::array<sys::UniqueFd const*, 4> kept{&out.fds.listener, &out.fds.socket_lock,
-                                           &out.fds.state_lock, manifest.operator->()};
+  std::array<sys::UniqueFd const*, 6> kept{&out.fds.listener,         &out.fds.socket_lock,
+                                           &out.fds.state_lock,       manifest.operator->(),
+                                           &out.fds.metrics_listener, &out.fds.metrics_lock};
   for (auto const* fd : kept) set_cloexec(*fd, false);
   if (pass_old_image) set_cloexec(out.fds.old_image, false);
   std::vector<int> carried;
@@ -250,6 +253,8 @@ Result<std::optional<Inherited>> take_inherited() {
   in.fds.socket_lock = take_fd(d.if_contains("socket_lock"));
   in.fds.state_lock = take_fd(d.if_contains("state_lock"));
   in.fds.old_image = take_fd(d.if_contains("old_image"));
+  in.fds.metrics_listener = take_fd(d.if_contains("metrics_listener"));
+  in.fds.metrics_lock = take_fd(d.if_contains("metrics_lock"));
   if (auto const* ex = m.if_contains("executions"); ex != nullptr && ex->is_array()) {
     for (auto const& entry : ex->get_array()) {
       auto c = carried_from_json(entry);

@@ -51,6 +51,8 @@ struct Descriptors {
   sys::UniqueFd socket_lock;           // <socket>.lock, flocked (none with socket activation)
   sys::UniqueFd state_lock;            // <state-dir>/custos.lock, flocked
   sys::UniqueFd old_image;             // the handing-over image's executable (a fallback)
+  sys::UniqueFd metrics_listener;      // the metrics endpoint, listening (none: not served)
+  sys::UniqueFd metrics_lock;          // <metrics socket>.lock, flocked (a Unix socket's)
 };
 
 // What a new image received.

@@ -296,6 +296,63 @@ Result<void> MetricsServer::listen(MetricsEndpoint const& endpoint, unsigned mod
   return ok();
 }
 
+Result<void> MetricsServer::adopt(MetricsEndpoint const& endpoint, sys::UniqueFd fd) {
+  auto refuse = [](std::string why) {
+    return Error{Errc::rpc_unavailable, "metrics: the handed-over listener " + why};
+  };
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening != 1) {
+    return refuse("is not a listening socket");
+  }
+  error_code ec;
+  if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {
+    auto& acceptor = state_->unix_acceptor.emplace(state_->io);
+    acceptor.assign(local{}, fd.get(), ec);
+    if (ec) return refuse("cannot be used: " + ec.message());
+    (void)fd.release();  // the acceptor's now
+    auto const bound = acceptor.local_endpoint(ec);
+    if (ec || bound.path() != endpoint.path) {
+      state_->unix_acceptor.reset();
+      return refuse("is not bound at " + endpoint.path);
+    }
+    state_->url = "unix:" + endpoint.path;
+    accept(state_, acceptor);
+    return ok();
+  }
+  auto& acceptor = state_->tcp_acceptor.emplace(state_->io);
+  acceptor.assign(endpoint.address.is_v6() ? tcp::v6() : tcp::v4(), fd.get(), ec);
+  if (ec) return refuse("cannot be used: " + ec.message());
+  (void)fd.release();
+  auto const bound = acceptor.local_endpoint(ec);
+  if (ec || bound.address() != endpoint.address ||
+      (endpoint.port != 0 && bound.port() != endpoint.port)) {
+    state_->tcp_acceptor.reset();
+    return refuse("is not bound at the configured address and port");
+  }
+  std::string const host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                   : bound.address().to_string();
+  state_->url = "http://" + host + ":" + std::to_string(bound.port()) + "/metrics";
+  accept(state_, acceptor);
+  return ok();
+}
+
+Result<sys::UniqueFd> MetricsServer::release_listener() {
+  error_code ec;
+  int fd = -1;
+  // The pending accept completes with operation_aborted once stopped, and is not armed again.
+  state_->retry.cancel();
+  if (state_->tcp_acceptor && state_->tcp_acceptor->is_open()) {
+    fd = state_->tcp_acceptor->release(ec);
+  } else if (state_->unix_acceptor && state_->unix_acceptor->is_open()) {
+    fd = state_->unix_acceptor->release(ec);
+  }
+  stop();
+  if (fd < 0 || ec)
+    return Error{Errc::rpc_unavailable, "metrics: no listening socket to hand over"};
+  return sys::UniqueFd{fd};
+}
+
 std::string MetricsServer::url() const {
   return state_->url;
 }

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "custos/core/result.hpp"
+#include "custos/sys/unique_fd.hpp"
 
 namespace custos::daemon {
 
@@ -53,8 +54,15 @@ class MetricsServer {
   // Where it listens, as a URL for the log: http://127.0.0.1:9464/metrics (the bound port when
   // 0 was asked for), or unix:/path.
   [[nodiscard]] std::string url() const;
+  // Serves on a listening socket a previous image handed over, only if it is bound where
+  // `endpoint` says (the same Unix path, or the same loopback address and port; any port when
+  // the endpoint asks for 0). Errors: rpc.unavailable saying which check failed (`fd` is closed).
+  [[nodiscard]] Result<void> adopt(MetricsEndpoint const& endpoint, sys::UniqueFd fd);
   // Stops accepting and closes every connection; `render` is not called again.
   void stop();
+  // stop(), keeping the listening socket open for the next image (a handover): connects made
+  // meanwhile wait in its backlog. Errors: rpc.unavailable when nothing listens.
+  [[nodiscard]] Result<sys::UniqueFd> release_listener();
 
   struct State;
 

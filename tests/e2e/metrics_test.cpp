@@ -384,6 +384,39 @@ TEST(Metrics, WrongRequestsAreRefusedAndTheApiKeepsServing) {
   EXPECT_TRUE(d.alive());
 }
 
+// A handover keeps the endpoint like the API socket: a scrape that connects while the images
+// change waits in the backlog and is answered by the new one (failpoint builds make the window
+// 3 s wide). The new image says it serves the handed-over endpoint.
+TEST(Metrics, TheEndpointIsKeptAcrossAHandover) {
+  TempDir dir{"/var/tmp"};
+  fs::path const sock = dir.path() / "metrics.sock";
+  auto opts = with_metrics("unix:" + sock.native());
+  opts.env = {"CUSTOS_FAILPOINT=handover_slow"};
+  Daemon d{opts};
+  ASSERT_TRUE(d.ready()) << d.log();
+  {
+    UnixScraper s{asio::local::stream_protocol::endpoint{sock.native()}};
+    EXPECT_EQ(scrape(s).at("custos_launches_total"), 0);
+  }
+  ASSERT_TRUE(d.signal(SIGHUP));
+  auto const deadline = std::chrono::steady_clock::now() + 20s;
+  while (d.log().find("live execution(s) detached for the next image") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_NE(d.log().find("live execution(s) detached for the next image"), std::string::npos)
+      << d.log();
+  // Between the images: the path still names a listening socket.
+  try {
+    UnixScraper s{asio::local::stream_protocol::endpoint{sock.native()}};
+    auto e = scrape(s);
+    EXPECT_EQ(e.at("custos_launches_total"), 0);
+  } catch (boost::system::system_error const& e) {
+    ADD_FAILURE() << "connect during the handover: " << e.what() << "\n" << d.log();
+  }
+  EXPECT_NE(d.log().find("(handed over)"), std::string::npos) << d.log();
+}
+
 class MetricsTcp : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MetricsTcp, LoopbackPortZeroServesTheSameCounts) {

@@ -264,6 +264,7 @@ void Daemon::attach_restored() {
       continue;
     }
     spdlog::info("descriptor store: {} re-attached to its kept output", id);
+    ++restored_from_store_;
     it->adopt->carried = std::make_shared<supervisor::Carried>(std::move(*c));
     if (fd_store_) fd_store_->adopt_names(id, std::move(names));
   }

@@ -75,6 +75,11 @@ Result<std::shared_ptr<std::string const>> Daemon::describe_host() {
   auto text = std::make_shared<std::string>(host_info_prefix_);
   *text += R"(,"output":)";
   *text += json::serialize(output);
+  *text += R"(,"descriptor_store":)";
+  *text += fd_store_ ? json::serialize(json::object{{"stored", fd_store_->stored()},
+                                                    {"failures", fd_store_->failures()},
+                                                    {"restored", restored_from_store_}})
+                     : std::string{"null"};
   *text += R"(,"handover_refused":)";
   *text += json::serialize(handover_.refused);
   *text += '}';

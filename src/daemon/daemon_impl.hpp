@@ -247,6 +247,7 @@ class Daemon {
   HandoverState handover_;
   fd_store::Passed passed_;                    // from systemd, until used (take_systemd_fds)
   std::unique_ptr<fd_store::Store> fd_store_;  // null: not under systemd, or switched off
+  std::uint64_t restored_from_store_ = 0;      // executions re-attached to kept descriptors
   asio::io_context io_;
   asio::signal_set signals_{io_};
   rpc::AuthPolicy auth_;

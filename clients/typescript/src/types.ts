@@ -229,6 +229,7 @@ export interface HostInfo extends Open {
   engines: Open[];
   handover: (Open & { count: number; fallback: boolean; reason: string }) | null;
   handover_refused: (Open & { at_ns: number; reason: string }) | null;
+  descriptor_store: (Open & { stored: number; failures: number; restored: number }) | null;
 }
 
 export interface ExecCheckResult extends Open {

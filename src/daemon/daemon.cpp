@@ -235,38 +235,30 @@ void Daemon::attach_carried(std::vector<supervisor::Carried>& carried) {
 void Daemon::attach_restored() {
   auto kept = std::move(passed_.kept);
   passed_.kept.clear();
+  // What is re-attached stays in the store under its names, forgotten at its terminal record.
   for (auto& [id, stdio] : kept) {
-    std::vector<std::string> names;
-    for (auto s : {core::Stream::stdout_stream, core::Stream::stderr_stream, core::Stream::pty}) {
-      names.push_back(fd_store::name_of(id, s));
-    }
     auto it = std::find_if(recovered_->executions.begin(), recovered_->executions.end(),
                            [&id](auto const& e) { return e.execution_id == id; });
     if (it == recovered_->executions.end() || !it->adopt) {
       // Ended while no daemon ran, or not provably ours: nothing kept for it is used.
       spdlog::info("descriptor store: {} is not live by its identity; its kept output is dropped",
                    id);
-      if (fd_store_) fd_store_->remove(names);
+      if (fd_store_) fd_store_->forget(id);
       continue;
     }
-    if (it->adopt->carried) {
-      // A handover carried it: what the image before kept is the same pipes.
-      if (fd_store_) fd_store_->adopt_names(id, std::move(names));
-      continue;
-    }
+    if (it->adopt->carried) continue;  // a handover carried the same pipes
     auto const& req = *it->adopt;
     auto c = fd_store::restored(id, std::move(stdio), req.plan.io.mode == core::IoMode::pty,
                                 req.out, req.err, config_.state_dir);
     if (!c) {
       spdlog::warn("descriptor store: {}: not re-attached, adopted without its output: {}", id,
                    c.error().message());
-      if (fd_store_) fd_store_->remove(names);
+      if (fd_store_) fd_store_->forget(id);
       continue;
     }
     spdlog::info("descriptor store: {} re-attached to its kept output", id);
     ++restored_from_store_;
     it->adopt->carried = std::make_shared<supervisor::Carried>(std::move(*c));
-    if (fd_store_) fd_store_->adopt_names(id, std::move(names));
   }
 }
 
@@ -422,13 +414,10 @@ Result<void> Daemon::serve_metrics() {
   }
   auto const endpoint = CUSTOS_TRY(parse_metrics_listen(config_.metrics_listen));
   // Read on the loop at each scrape; the server comes up in the next step.
-  auto const make_server = [this] {
-    metrics_.emplace(io_, [this] {
-      return render_metrics(MetricsSources{manager_.get(), server_ ? &*server_ : nullptr,
-                                           registry_.get(), publisher_.get()});
-    });
-  };
-  make_server();
+  metrics_.emplace(io_, [this] {
+    return render_metrics(MetricsSources{manager_.get(), server_ ? &*server_ : nullptr,
+                                         registry_.get(), publisher_.get()});
+  });
   if (in != nullptr && in->fds.metrics_listener.valid()) {
     // A handover's: served on, if it is still the configured endpoint (its lock with it).
     sys::UniqueFd lock;
@@ -455,8 +444,7 @@ Result<void> Daemon::serve_metrics() {
       }
     }
     // Not the configured endpoint any more (it closes with the inherited descriptors): the
-    // configured one is listened on afresh.
-    make_server();
+    // configured one is listened on afresh, by the same server.
   }
   sys::UniqueFd lock;
   if (endpoint.kind == MetricsEndpoint::Kind::unix_socket) {

@@ -19,18 +19,6 @@ namespace {
 
 constexpr std::string_view kPrefix = "custos-";
 
-std::string_view short_name(core::Stream s) {
-  switch (s) {
-    case core::Stream::stdout_stream:
-      return "out";
-    case core::Stream::stderr_stream:
-      return "err";
-    case core::Stream::pty:
-      return "pty";
-  }
-  return "out";
-}
-
 Error failed(std::string what) {
   return Error{Errc::daemon_handover_failed, std::move(what)};
 }
@@ -57,7 +45,7 @@ std::uint64_t spool_size(std::filesystem::path const& state_dir, std::string con
 
 std::string name_of(std::string_view execution_id, core::Stream stream) {
   std::string n{kPrefix};
-  n += short_name(stream);
+  n += core::stream_wire(stream);
   n += '-';
   n += execution_id;
   return n;
@@ -66,13 +54,11 @@ std::string name_of(std::string_view execution_id, core::Stream stream) {
 std::optional<std::pair<std::string, core::Stream>> parse_name(std::string_view name) {
   if (!name.starts_with(kPrefix)) return std::nullopt;
   name.remove_prefix(kPrefix.size());
-  for (auto s : {core::Stream::stdout_stream, core::Stream::stderr_stream, core::Stream::pty}) {
-    auto const k = short_name(s);
-    if (name.size() > k.size() + 1 && name.starts_with(k) && name[k.size()] == '-') {
-      return std::pair{std::string{name.substr(k.size() + 1)}, s};
-    }
-  }
-  return std::nullopt;
+  auto const dash = name.find('-');
+  if (dash == std::string_view::npos || dash + 1 == name.size()) return std::nullopt;
+  auto const stream = core::stream_from_wire(name.substr(0, dash));
+  if (!stream) return std::nullopt;
+  return std::pair{std::string{name.substr(dash + 1)}, *stream};
 }
 
 Passed take_passed() {
@@ -159,25 +145,19 @@ void Store::keep(std::string const& execution_id, backend::CarriedStdio const& c
   // `copies` closes here: systemd holds its own.
 }
 
-void Store::adopt_names(std::string const& execution_id, std::vector<std::string> names) {
-  if (!names.empty()) names_[execution_id] = std::move(names);
-}
-
 void Store::forget(std::string const& execution_id) {
   auto it = names_.find(execution_id);
-  if (it == names_.end()) {
-    // Kept by an image before a handover (this one never learnt its names): every name it may
+  std::vector<std::string> names;
+  if (it != names_.end()) {
+    names = std::move(it->second);
+    names_.erase(it);
+  } else {
+    // Kept by an earlier image or daemon (this one never learnt its names): every name it may
     // have used goes. Removing a name the store does not hold is a no-op for systemd.
-    remove({name_of(execution_id, core::Stream::stdout_stream),
-            name_of(execution_id, core::Stream::stderr_stream),
-            name_of(execution_id, core::Stream::pty)});
-    return;
+    for (auto s : {core::Stream::stdout_stream, core::Stream::stderr_stream, core::Stream::pty}) {
+      names.push_back(name_of(execution_id, s));
+    }
   }
-  remove(it->second);
-  names_.erase(it);
-}
-
-void Store::remove(std::vector<std::string> const& names) {
   for (auto const& name : names) (void)send("FDSTOREREMOVE=1\nFDNAME=" + name, -1);
 }
 

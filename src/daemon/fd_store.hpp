@@ -32,7 +32,8 @@
 
 namespace custos::daemon::fd_store {
 
-// One kept descriptor's name: `custos-<out|err|pty>-<execution id>`.
+// One kept descriptor's name: `custos-<stream>-<execution id>`, the stream by its wire name
+// (stdout, stderr, pty).
 [[nodiscard]] std::string name_of(std::string_view execution_id, core::Stream stream);
 // The execution and the stream a name stands for; nullopt for any other name (a socket's).
 [[nodiscard]] std::optional<std::pair<std::string, core::Stream>> parse_name(std::string_view name);
@@ -56,15 +57,10 @@ class Store final : public supervisor::StdioKeeper {
   [[nodiscard]] static std::unique_ptr<Store> from_environment();
 
   void keep(std::string const& execution_id, backend::CarriedStdio const& copies) override;
-  // Removes what was kept for it: the names this image stored or adopted, else (an execution a
-  // handover carried) every name it may have had.
+  // Removes what was kept for it: the names this image stored, else (kept by an earlier image or
+  // daemon) every name it may have had. Also for an execution whose kept descriptors a start
+  // does not re-attach (no longer live, or not ours).
   void forget(std::string const& execution_id) override;
-  // Names a previous daemon stored for `execution_id`, re-attached by this one (forgotten at its
-  // terminal record like its own).
-  void adopt_names(std::string const& execution_id, std::vector<std::string> names);
-  // Names stored for an execution that is not re-attached (no longer live, or not ours): removed
-  // from the store now.
-  void remove(std::vector<std::string> const& names);
 
   // Descriptors systemd was given since start, and messages it could not be sent.
   [[nodiscard]] std::uint64_t stored() const noexcept { return stored_; }

@@ -222,6 +222,13 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   std::array<char, 4096> scratch_{};
 };
 
+// The log's URL of a bound TCP endpoint: http://127.0.0.1:9464/metrics, http://[::1]:9464/metrics.
+std::string url_of(tcp::endpoint const& bound) {
+  std::string const host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                   : bound.address().to_string();
+  return "http://" + host + ":" + std::to_string(bound.port()) + "/metrics";
+}
+
 template <class Acceptor>
 void accept(std::shared_ptr<State> const& st, Acceptor& acceptor) {
   using Socket = typename Acceptor::protocol_type::socket;
@@ -289,9 +296,7 @@ Result<void> MetricsServer::listen(MetricsEndpoint const& endpoint, unsigned mod
   acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return fail("listen " + what, ec);
   auto const bound = acceptor.local_endpoint(ec);
-  std::string const host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                                   : bound.address().to_string();
-  state_->url = "http://" + host + ":" + std::to_string(bound.port()) + "/metrics";
+  state_->url = url_of(bound);
   accept(state_, acceptor);
   return ok();
 }
@@ -330,9 +335,7 @@ Result<void> MetricsServer::adopt(MetricsEndpoint const& endpoint, sys::UniqueFd
     state_->tcp_acceptor.reset();
     return refuse("is not bound at the configured address and port");
   }
-  std::string const host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
-                                                   : bound.address().to_string();
-  state_->url = "http://" + host + ":" + std::to_string(bound.port()) + "/metrics";
+  state_->url = url_of(bound);
   accept(state_, acceptor);
   return ok();
 }

@@ -232,6 +232,13 @@ void Daemon::attach_carried(std::vector<supervisor::Carried>& carried) {
   carried.clear();  // what was not attached closes here
 }
 
+void Daemon::give_back_carried(handover::Inherited& in) {
+  if (!manager_) return;  // failed before the executions were adopted: `in` still has them
+  auto back = manager_->give_back();
+  spdlog::info("handover: {} execution(s) give their stdio back for the old image", back.size());
+  for (auto& c : back) in.executions.push_back(std::move(c));
+}
+
 void Daemon::attach_restored() {
   auto kept = std::move(passed_.kept);
   passed_.kept.clear();

@@ -85,6 +85,10 @@ class Daemon {
 
   // After serve(): what a handover passes on to the next image (nullopt after a shutdown).
   std::optional<handover::Outgoing> take_handover() { return std::move(handover_.outgoing); }
+  // After a failed start(): what a handover carried and this image already adopted goes back
+  // into `in` (each live execution's stdio, streams and events as they stand), so the image it
+  // falls back to re-attaches it instead of finding it closed.
+  void give_back_carried(handover::Inherited& in);
   // A SIGTERM or SIGINT that came during the handover, for the next image (0: none).
   [[nodiscard]] int pending_stop_signal() const noexcept { return handover_.pending_signal; }
 

@@ -341,6 +341,7 @@ int run(DaemonConfig const& config) {
     auto daemon =
         std::make_unique<Daemon>(*resolved, inherited ? &*inherited : nullptr, started_ns, image);
     if (auto r = daemon->start(); !r) {
+      if (inherited) daemon->give_back_carried(*inherited);
       daemon.reset();  // releases what it adopted; nothing is signalled
       notify("STATUS=start-up failed: " + r.error().message());
       if (!inherited) return 1;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "custos/core/base64.hpp"
@@ -60,9 +61,14 @@ Error failed(std::string what) {
   return Error{Errc::daemon_handover_failed, std::move(what)};
 }
 
+// What a carried descriptor must be: a pipe or a terminal (stdio), or a connected stream socket
+// (a backend's connection).
+enum class Kind : std::uint8_t { stdio, connection };
+
 // Takes over the descriptor an entry names (O_CLOEXEC from here), if it is still the file the
 // entry recorded. A null entry is no descriptor.
-Result<sys::UniqueFd> take_verified(json::value const* v, std::string const& what) {
+Result<sys::UniqueFd> take_verified(json::value const* v, std::string const& what,
+                                    Kind kind = Kind::stdio) {
   if (v == nullptr || v->is_null()) return sys::UniqueFd{};
   if (!v->is_object()) return failed(what + ": not an object");
   auto const& o = v->get_object();
@@ -77,8 +83,22 @@ Result<sys::UniqueFd> take_verified(json::value const* v, std::string const& wha
       static_cast<std::uint64_t>(st.st_ino) != u64(o, "ino")) {
     return failed(what + ": the descriptor is not the file the manifest recorded");
   }
-  if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
-    return failed(what + ": neither a pipe nor a terminal");
+  if (kind == Kind::stdio) {
+    if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+      return failed(what + ": neither a pipe nor a terminal");
+    }
+    return held;
+  }
+  int type = 0;
+  int listening = 0;
+  socklen_t len = sizeof type;
+  bool const stream_socket = S_ISSOCK(st.st_mode) &&
+                             ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+                             type == SOCK_STREAM;
+  len = sizeof listening;
+  if (!stream_socket || ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+      listening != 0) {
+    return failed(what + ": not a connected stream socket");
   }
   return held;
 }
@@ -107,7 +127,9 @@ json::object carried_json(supervisor::Carried const& c) {
                       {"stdio", json::object{{"pty", c.stdio.pty},
                                              {"out", fd_entry(c.stdio.out)},
                                              {"err", fd_entry(c.stdio.err)},
-                                             {"in", fd_entry(c.stdio.in)}}},
+                                             {"in", fd_entry(c.stdio.in)},
+                                             {"connection", fd_entry(c.stdio.connection)},
+                                             {"state", c.stdio.state}}},
                       {"streams", std::move(streams)},
                       {"output_allowed", c.output_allowed},
                       {"output_events", c.output_events},
@@ -128,7 +150,7 @@ json::object carried_json(supervisor::Carried const& c) {
 
 std::vector<int> carried_fds(supervisor::Carried const& c) {
   std::vector<int> out;
-  for (auto const* fd : {&c.stdio.out, &c.stdio.err, &c.stdio.in}) {
+  for (auto const* fd : {&c.stdio.out, &c.stdio.err, &c.stdio.in, &c.stdio.connection}) {
     if (fd->valid()) out.push_back(fd->get());
   }
   return out;
@@ -148,13 +170,20 @@ Result<supervisor::Carried> carried_from_json(json::value const& v) {
   auto out = take_verified(io.if_contains("out"), who + " out");
   auto err = take_verified(io.if_contains("err"), who + " err");
   auto in = take_verified(io.if_contains("in"), who + " in");
+  auto connection =
+      take_verified(io.if_contains("connection"), who + " connection", Kind::connection);
   if (c.execution_id.empty()) return failed("an execution entry has no id");
   if (!out) return out.error();
   if (!err) return err.error();
   if (!in) return in.error();
+  if (!connection) return connection.error();
   c.stdio.out = std::move(*out);
   c.stdio.err = std::move(*err);
   c.stdio.in = std::move(*in);
+  c.stdio.connection = std::move(*connection);
+  if (auto const* st = io.if_contains("state"); st != nullptr && st->is_object()) {
+    c.stdio.state = st->get_object();  // the backend's own, read by it
+  }
 
   if (auto const* streams = o.if_contains("streams"); streams != nullptr && streams->is_array()) {
     for (auto const& sv : streams->get_array()) {

@@ -587,4 +587,28 @@ void Client::resize_exec(std::string const& id, std::uint16_t rows, std::uint16_
       timeout, std::move(done), [](Response const&) { return ok(); });
 }
 
+Result<std::shared_ptr<ExecStream>> Client::resume_stream(std::string const& id,
+                                                          sys::UniqueFd connection,
+                                                          ExecStreamState state) {
+  auto const& st = *state_;
+  if (!is_valid_exec_id(id)) return bad_exec_id(st.endpoint.kind, id);
+  std::string what = describe(st.endpoint.kind, Operation::exec_start, id);
+  auto demux = CUSTOS_TRY(FrameDemuxer::resume(st.limits.frame_bytes, state.position));
+  asio::local::stream_protocol::socket socket{st.io};
+  boost::system::error_code ec;
+  socket.assign(asio::local::stream_protocol{}, connection.get(), ec);
+  if (ec) {
+    return Error{Errc::engine_unavailable,
+                 what + ": the connection cannot be taken over: " + ec.message()};
+  }
+  (void)connection.release();  // the socket owns it now
+  auto stream = std::make_shared<ExecStream>(st.io, std::move(socket), std::move(state.unread),
+                                             state.tty, std::move(what), st.limits);
+  stream->demux_ = demux;
+  stream->system_message_ = std::move(state.engine_message);
+  stream->input_closed_ = state.input_closed;
+  stream->bytes_read_ = state.bytes_read;
+  return stream;
+}
+
 }  // namespace custos::engine

@@ -56,36 +56,58 @@ void ExecStream::start(OutputFn on_output, EndFn on_end) {
 void ExecStream::read_more() {
   if (ended_ || closed_ || reading_) return;
   reading_ = true;
-  socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](
-                                                    boost::system::error_code ec, std::size_t n) {
-    self->reading_ = false;
-    if (self->closed_) return self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
-    if (n > 0) self->deliver(std::span<std::uint8_t const>{self->chunk_.data(), n});
-    if (self->ended_) return;
-    if (self->closed_) return self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
+  // A wait, then the read here: no bytes are ever taken off the connection by an operation still
+  // pending, so release() at any point between handlers loses none.
+  socket_.async_wait(
+      asio::socket_base::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+        self->reading_ = false;
+        if (self->closed_) {
+          return self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
+        }
+        if (ec) {
+          int const err = ec.category() == boost::system::system_category() ? ec.value() : 0;
+          return self->finish(
+              StreamEnd{StreamEnd::Kind::failed,
+                        Error{Errc::engine_unavailable,
+                              self->what_ + ": the stream broke: " + ec.message(), err}});
+        }
+        self->on_readable();
+      });
+}
+
+void ExecStream::on_readable() {
+  // A few reads per wake-up while data keeps coming (a fast writer costs one wait per ~1 MiB,
+  // not per chunk), then back to the loop so other work gets its turn.
+  constexpr int kReadsPerWake = 16;
+  for (int i = 0; i < kReadsPerWake; ++i) {
+    boost::system::error_code ec;
+    std::size_t const n = socket_.read_some(asio::buffer(chunk_), ec);
+    if (n > 0) deliver(std::span<std::uint8_t const>{chunk_.data(), n});
+    if (ended_) return;
+    if (closed_) return finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec == asio::error::eof) {
-      if (!self->tty_ && !self->demux_.at_boundary()) {
-        return self->finish(StreamEnd{
-            StreamEnd::Kind::failed,
-            Error{Errc::engine_failed, self->what_ + ": the stream ended inside a frame"}});
+      if (!tty_ && !demux_.at_boundary()) {
+        return finish(
+            StreamEnd{StreamEnd::Kind::failed,
+                      Error{Errc::engine_failed, what_ + ": the stream ended inside a frame"}});
       }
-      if (!self->system_message_.empty()) {
-        return self->finish(StreamEnd{
-            StreamEnd::Kind::failed,
-            Error{Errc::engine_failed,
-                  self->what_ + ": the engine reported in the stream: " + self->system_message_}});
+      if (!system_message_.empty()) {
+        return finish(
+            StreamEnd{StreamEnd::Kind::failed,
+                      Error{Errc::engine_failed,
+                            what_ + ": the engine reported in the stream: " + system_message_}});
       }
-      return self->finish(StreamEnd{StreamEnd::Kind::eof, std::nullopt});
+      return finish(StreamEnd{StreamEnd::Kind::eof, std::nullopt});
     }
     if (ec) {
       int const err = ec.category() == boost::system::system_category() ? ec.value() : 0;
-      return self->finish(
-          StreamEnd{StreamEnd::Kind::failed,
-                    Error{Errc::engine_unavailable,
-                          self->what_ + ": the stream broke: " + ec.message(), err}});
+      return finish(StreamEnd{
+          StreamEnd::Kind::failed,
+          Error{Errc::engine_unavailable, what_ + ": the stream broke: " + ec.message(), err}});
     }
-    self->read_more();
-  });
+  }
+  read_more();
 }
 
 void ExecStream::deliver(std::span<std::uint8_t const> bytes) {
@@ -180,6 +202,37 @@ Result<> ExecStream::close_input() {
                  err};
   }
   return ok();
+}
+
+Result<ExecStream::Released> ExecStream::release() {
+  if (ended_ || closed_) return Error{Errc::engine_unavailable, what_ + ": the stream is closed"};
+  Released out;
+  out.state.tty = tty_;
+  if (!tty_) {
+    // A failed demuxer (a malformed frame) ended the stream already; this is its position.
+    out.state.position = demux_.position();
+  }
+  // Not delivered yet: the bytes that came with the response header, when start() has not sent
+  // them out (a post of it may be pending: it finds the stream closed).
+  out.state.unread = std::move(early_);
+  early_.clear();
+  out.state.engine_message = system_message_;
+  out.state.input_closed = input_closed_;
+  out.state.bytes_read = bytes_read_;
+  closed_ = true;
+  boost::system::error_code ec;
+  int const fd = socket_.release(ec);  // ends a pending wait (operation_aborted), keeps it open
+  if (ec || fd < 0) {
+    socket_.close(ec);
+    return Error{Errc::engine_unavailable, what_ + ": the connection cannot be released"};
+  }
+  out.connection = sys::UniqueFd{fd};
+  if (started_ && !ended_ && !reading_) {
+    asio::post(io_, [self = shared_from_this()] {
+      self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
+    });
+  }
+  return out;
 }
 
 void ExecStream::close() {

@@ -51,6 +51,29 @@ Result<std::optional<FramePiece>> FrameDemuxer::next(std::span<std::uint8_t cons
   return std::optional<FramePiece>{};
 }
 
+FrameDemuxer::Position FrameDemuxer::position() const {
+  return Position{std::vector<std::uint8_t>(header_, header_ + header_fill_), remaining_, stream_,
+                  frames_};
+}
+
+Result<FrameDemuxer> FrameDemuxer::resume(std::size_t max_frame_bytes, Position const& p) {
+  auto bad = [](std::string why) {
+    return Error{Errc::engine_failed, "exec stream position: " + std::move(why)};
+  };
+  if (p.header.size() >= sizeof header_) return bad("a header of 8 or more bytes");
+  if (!p.header.empty() && p.remaining > 0) return bad("a header and a payload both pending");
+  if (p.remaining > max_frame_bytes) return bad("a frame over the limit");
+  if (p.stream > StdStream::system) return bad("an unknown stream");
+  if (p.remaining > 0 && p.frames == 0) return bad("a payload before any frame");
+  FrameDemuxer d{max_frame_bytes};
+  std::copy(p.header.begin(), p.header.end(), d.header_);
+  d.header_fill_ = p.header.size();
+  d.remaining_ = p.remaining;
+  d.stream_ = p.stream;
+  d.frames_ = p.frames;
+  return d;
+}
+
 std::vector<std::uint8_t> encode_frame(StdStream stream, std::span<std::uint8_t const> payload) {
   std::vector<std::uint8_t> out(8 + payload.size());
   auto const n = static_cast<std::uint32_t>(payload.size());

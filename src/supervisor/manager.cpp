@@ -561,15 +561,24 @@ std::size_t ExecutionManager::closing_count() const {
   return n;
 }
 
-void ExecutionManager::prepare_handover(std::chrono::milliseconds bound,
-                                        std::function<void()> done) {
+void ExecutionManager::hold_exits() {
   // A root handed over is no longer anyone's root here: the orphan reaper would take its
   // zombie, and the next image would find it gone without a status.
   handing_over_ = true;
   reap_timer_.cancel();
   for (auto& [id, sup] : executions_) (void)sup->hold_exit();
+}
+
+void ExecutionManager::prepare_handover(std::chrono::milliseconds bound,
+                                        std::function<void()> done) {
+  hold_exits();
   poll_until([this] { return closing_count() == 0; }, std::chrono::steady_clock::now() + bound,
              std::move(done));
+}
+
+std::vector<Carried> ExecutionManager::give_back() {
+  hold_exits();
+  return hand_over();
 }
 
 std::vector<Carried> ExecutionManager::hand_over() {

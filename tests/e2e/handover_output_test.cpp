@@ -43,26 +43,6 @@ std::string started_id(std::optional<json::object> const& r) {
   return std::string{r->at("result").at("execution_id").as_string()};
 }
 
-// Waits for the image that serves to change (host.info's started_ns).
-bool await_handover(Daemon const& d, std::int64_t before_ns) {
-  auto const deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto c = d.client();
-    auto r = c.call(1, "host.info", {}, 2000ms);
-    if (r && r->contains("result") && r->at("result").at("started_ns").as_int64() != before_ns) {
-      return true;
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-std::int64_t started_ns(Daemon const& d) {
-  auto c = d.client();
-  auto r = c.call(1, "host.info");
-  return r && r->contains("result") ? r->at("result").at("started_ns").as_int64() : 0;
-}
-
 // The events a subscription delivered, read until the connection closes or `until` arrives.
 struct Collected {
   std::vector<json::object> events;
@@ -187,6 +167,55 @@ TEST(HandoverOutput, StreamsInputAndEventsGoOnWithNothingLost) {
   std::string expected_tty;
   for (int i = 1; i <= 40; ++i) expected_tty += "tty" + std::to_string(i) + "\r\n";
   EXPECT_EQ(output_of(c2, tty, "pty"), expected_tty);
+}
+
+// Failpoint builds: the new image fails its start after it adopted the executions, and the old
+// one is executed again. What the new image had taken over goes back with the fallback, so the
+// programs write on and read on through both changes of image with nothing lost.
+TEST(HandoverOutput, AFallbackToTheOldImageKeepsTheOutputToo) {
+  DaemonOptions o;
+  o.env = {"CUSTOS_FAILPOINT=handover_start_fails"};
+  Daemon d{o};
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto c = d.client();
+  constexpr int kBatches = 20;
+  constexpr int kLines = 500;
+  auto const writer =
+      started_id(c.call(1, "exec.start", start_params(batch_writer(kBatches, kLines, "0.1"))));
+  auto const echo = started_id(c.call(2, "exec.start", start_params({"/bin/cat"})));
+  ASSERT_FALSE(writer.empty() || echo.empty());
+  auto in1 = c.call(3, "exec.input",
+                    {{"execution_id", echo}, {"data_b64", core::base64_encode("before\n")}});
+  ASSERT_TRUE(in1 && in1->contains("result")) << (in1 ? json::serialize(*in1) : "");
+  std::this_thread::sleep_for(500ms);
+
+  auto const before = started_ns(d);
+  ASSERT_TRUE(d.signal(SIGHUP));
+  ASSERT_TRUE(await_handover(d, before)) << d.log();
+  auto c2 = d.client();
+  auto h = c2.call(4, "host.info");
+  ASSERT_TRUE(h && h->contains("result"));
+  auto const& ho = h->at("result").at("handover");
+  ASSERT_TRUE(ho.is_object()) << json::serialize(ho);
+  if (!ho.at("fallback").as_bool()) GTEST_SKIP() << "not a failpoint build: the new image started";
+
+  auto in2 = c2.call(
+      5, "exec.input",
+      {{"execution_id", echo}, {"data_b64", core::base64_encode("after\n")}, {"eof", true}});
+  ASSERT_TRUE(in2 && in2->contains("result")) << (in2 ? json::serialize(*in2) : "") << d.log();
+  for (auto const& id : {writer, echo}) {
+    auto w = c2.call(6, "exec.wait", {{"execution_id", id}, {"timeout_ms", 30000}}, 40s);
+    ASSERT_TRUE(w && w->contains("result")) << (w ? json::serialize(*w) : "") << d.log();
+    auto const& t = w->at("result").as_object();
+    EXPECT_EQ(t.at("classification").as_string(), "exited") << json::serialize(t);
+    EXPECT_EQ(t.at("exit").at("code").as_int64(), 0) << json::serialize(t);
+    for (auto const& [stream, acc] : t.at("output").as_object()) {
+      EXPECT_TRUE(acc.at("complete").as_bool()) << id << " " << stream << json::serialize(t);
+    }
+  }
+  EXPECT_EQ(output_of(c2, writer, "stdout"), batch_stdout(kBatches, kLines));
+  EXPECT_EQ(output_of(c2, writer, "stderr"), batch_stderr(kBatches));
+  EXPECT_EQ(output_of(c2, echo, "stdout"), "before\nafter\n");
 }
 
 // A program writing until `stop` exists: batches of `lines` numbers on stdout, each followed by

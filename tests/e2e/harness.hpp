@@ -624,6 +624,26 @@ inline Started start_execution(LineClient& c, std::vector<std::string> const& ar
   return s;
 }
 
+// Waits for the image that serves to change (host.info's started_ns).
+inline bool await_handover(Daemon const& d, std::int64_t before_ns) {
+  auto const deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto c = d.client();
+    auto r = c.call(1, "host.info", {}, 2000ms);
+    if (r && r->contains("result") && r->at("result").at("started_ns").as_int64() != before_ns) {
+      return true;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+inline std::int64_t started_ns(Daemon const& d) {
+  auto c = d.client();
+  auto r = c.call(1, "host.info");
+  return r && r->contains("result") ? r->at("result").at("started_ns").as_int64() : 0;
+}
+
 // Every byte of a stream through exec.output; `complete` is the last slice's.
 inline std::string output_of(LineClient& c, std::string const& id, std::string const& stream,
                              bool* complete = nullptr, std::string* error = nullptr) {

@@ -28,6 +28,7 @@
 // everything after follow as above.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include <chrono>
@@ -120,10 +121,6 @@ struct Acquired {
   bool descriptors_hard = true;
 };
 
-// A live root a previous daemon launched, re-acquired after a restart by exact pidfs identity
-// (custos/backend/native_recovery.hpp): what adopt() takes over. Its output could not be kept:
-// the pipes (or the terminal) of the previous daemon are gone with it, so an adopted execution
-// has no stdio here.
 // The stdio of a live execution as one daemon image hands it to the next (a handover,
 // docs/supervisor.md): this side's ends, kept open across the execve, so the program never sees
 // its output or input break. Every one is verified by the next image before it is used.
@@ -132,8 +129,17 @@ struct CarriedStdio {
   sys::UniqueFd out;  // stdout's read end, or the terminal's master (pty); none: already ended
   sys::UniqueFd err;  // stderr's read end (pipe mode); none: already ended
   sys::UniqueFd in;   // stdin's write end (a descriptor of the master with a pty); none: closed
+  // A backend whose output and input travel over one connected stream socket (a container
+  // exec's hijacked engine stream) carries that instead of out/err/in, with `state`: where its
+  // stream stands on the connection and what else it needs to go on, in its own format (the
+  // daemon stores it as it is).
+  sys::UniqueFd connection;
+  boost::json::object state;
 };
 
+// A live root a previous daemon launched, re-acquired after a restart by exact pidfs identity
+// (custos/backend/native_recovery.hpp): what adopt() takes over, with its stdio when a handover
+// carried it or a keeper kept its output (`stdio`); without, its output is not kept.
 struct AdoptContext {
   std::string execution_id;
   core::ExecutionPlan const* plan = nullptr;  // decoded from the stored record

@@ -38,6 +38,7 @@
 #include "custos/core/result.hpp"
 #include "custos/engine/wire.hpp"
 #include "custos/sys/identity.hpp"
+#include "custos/sys/unique_fd.hpp"
 
 namespace custos::engine {
 
@@ -101,6 +102,18 @@ struct WriteResult {
   bool closed = false;       // the stream cannot take input any more (closed, broken, half-closed)
 };
 
+// Where an exec's stream stands on its connection, for another process image to go on reading
+// it (a handover, docs/supervisor.md): ExecStream::release() gives it with the connection, and
+// Client::resume_stream() takes both back.
+struct ExecStreamState {
+  bool tty = false;
+  FrameDemuxer::Position position;   // the demuxer's (non-TTY)
+  std::vector<std::uint8_t> unread;  // read from the connection, not delivered yet
+  std::string engine_message;        // an error frame's text collected so far
+  bool input_closed = false;         // the write half was shut (the exec read end-of-file)
+  std::uint64_t bytes_read = 0;
+};
+
 // The hijacked connection of a started exec: stdout/stderr as multiplexed frames (Tty false)
 // or the terminal's raw bytes (Tty true), and stdin the other way. Owned through a shared_ptr
 // (its asynchronous reads hold one); every callback runs on the client's io_context.
@@ -140,8 +153,22 @@ class ExecStream : public std::enable_shared_from_this<ExecStream> {
 
   [[nodiscard]] std::uint64_t bytes_read() const noexcept { return bytes_read_; }
 
+  // Gives the connection up, open, with where the stream stands on it, and stops as close()
+  // does (on_end, if started, follows with Kind::closed; the connection is not shut). Every
+  // byte read from the connection so far was either delivered or is in `unread`: reads happen
+  // only when the connection is readable, never ahead in a pending operation. Errors:
+  // engine.unavailable when the stream already ended or was closed; engine.failed when it is
+  // malformed (nothing to go on from).
+  struct Released {
+    sys::UniqueFd connection;
+    ExecStreamState state;
+  };
+  [[nodiscard]] Result<Released> release();
+
  private:
+  friend class Client;
   void read_more();
+  void on_readable();
   void deliver(std::span<std::uint8_t const> bytes);
   void finish(StreamEnd end);
 
@@ -207,6 +234,14 @@ class Client {
   // covers the whole wait. engine.unavailable when it still runs at the deadline.
   void wait_exec(std::string id, Timeout timeout, Handler<ExecInspect> done,
                  Timeout interval = Timeout{5});
+
+  // The stream of exec `id` on a connection another image released (ExecStream::release), from
+  // where `state` says it stood. Errors: engine.failed when the state is not a position the
+  // demuxer can be at (or `id` is not an exec id); engine.unavailable when the connection cannot
+  // be taken over.
+  [[nodiscard]] Result<std::shared_ptr<ExecStream>> resume_stream(std::string const& id,
+                                                                  sys::UniqueFd connection,
+                                                                  ExecStreamState state);
 
   // Ends every call in flight now: each completes with engine.unavailable ("cancelled").
   // Streams already handed out are not affected (close them).

@@ -266,6 +266,21 @@ class FrameDemuxer {
   [[nodiscard]] bool at_boundary() const noexcept { return header_fill_ == 0 && remaining_ == 0; }
   [[nodiscard]] std::uint64_t frames() const noexcept { return frames_; }
 
+  // Where the demuxer stands between two inputs, so that another one (another process image,
+  // after a handover) goes on from there: the part of a header read so far, or the payload
+  // bytes still owed to the current frame and its stream.
+  struct Position {
+    std::vector<std::uint8_t> header;  // at most 7 bytes; non-empty only between frames
+    std::size_t remaining = 0;         // of the current frame's payload
+    StdStream stream = StdStream::out;
+    std::uint64_t frames = 0;
+  };
+  [[nodiscard]] Position position() const;
+  // A demuxer at `p`. Errors: engine.failed when `p` is not a position any demuxer with this
+  // limit can be at (a header of 8 or more bytes, a header and a payload both pending, a frame
+  // over the limit, an unknown stream). A failed demuxer has no position to go on from.
+  [[nodiscard]] static Result<FrameDemuxer> resume(std::size_t max_frame_bytes, Position const& p);
+
  private:
   std::size_t max_frame_;
   std::uint8_t header_[8] = {};

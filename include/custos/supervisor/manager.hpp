@@ -172,6 +172,10 @@ class ExecutionManager {
   // on (each stays for the next image), and `done` runs once every execution whose root had
   // already exited has its terminal record, or `bound` passed (those left are then recovery's).
   void prepare_handover(std::chrono::milliseconds bound, std::function<void()> done);
+  // A start that failed after it adopted what a handover carried gives it back for the image it
+  // falls back to, with nothing run on the loop: no root exit is collected from here on, and
+  // each live execution gives up its stdio as for hand_over().
+  [[nodiscard]] std::vector<Carried> give_back();
 
   // Reaps orphans reparented to this process (subreaper) now; the manager also does it every
   // config.reap_interval. The daemon may call it on SIGCHLD.
@@ -210,6 +214,8 @@ class ExecutionManager {
   void answer_all_waits(Error const& error);
   void schedule_reap();
   // Runs `done` (posted) once `settled()` holds or `deadline` passed, looking every kShutdownPoll.
+  // The synchronous part of prepare_handover(): no root exit is collected from here on.
+  void hold_exits();
   void poll_until(std::function<bool()> settled, std::chrono::steady_clock::time_point deadline,
                   std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;

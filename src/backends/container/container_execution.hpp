@@ -46,9 +46,13 @@ class ContainerExecution final : public BackendExecution,
     return discard_unconfirmed_.empty() ? core::Cleanup::confirmed : core::Cleanup::unconfirmed;
   }
   void start(ExecutionPort& port) override;
-  // After a daemon restart: the tree is taken over as a native one (the engine's stream died
-  // with the previous daemon, so no output is kept).
+  // After a daemon restart the tree is taken over as a native one. After a crash the engine's
+  // stream died with the previous daemon (no output kept); after a handover ctx.stdio carries
+  // the stream's connection and state, and output and input go on (container_handover.cpp).
   [[nodiscard]] Result<Acquired> adopt(AdoptContext ctx) override;
+  // A handover: the engine connection, released with where its stream stands, and what the next
+  // image needs to go on (the exec, the container and its init's identity).
+  [[nodiscard]] std::optional<CarriedStdio> hand_over_stdio() override;
 
   [[nodiscard]] bool has_input() const noexcept override;
   [[nodiscard]] InputWrite write_input(std::span<std::uint8_t const> bytes) override;
@@ -131,6 +135,8 @@ class ContainerExecution final : public BackendExecution,
   // container's namespace, the stream, the cgroup).
   void discard();
   void deliver(engine::StdStream stream, std::span<std::uint8_t const> bytes);
+  // adopt() with what a handover carried: the exec's facts, and its stream resumed.
+  void take_carried(CarriedStdio carried, core::ExecutionPlan const& plan, PlanView const& view);
   [[nodiscard]] bool container_went_away() const;
 
   ContainerBackend* host_;
@@ -168,6 +174,10 @@ class ContainerExecution final : public BackendExecution,
   bool backend_failed_ = false;
   bool observed_engine_exit_ = false;  // the exit code is the engine's (no PIDFD_INFO_EXIT)
   std::string discard_unconfirmed_;    // why an aborted launch's cleanup cannot be confirmed
+  // Carried across a handover: the container's init did not re-identify (it ended meanwhile);
+  // why the carried stream could not go on (its streams then end incomplete).
+  bool init_gone_ = false;
+  std::string handover_lost_;
 };
 
 }  // namespace custos::backend

@@ -560,6 +560,107 @@ TEST_P(ClientFake, InputIsWrittenAndHalfClosedWhileOutputFlows) {
   EXPECT_EQ(col.out, "got:ping");
 }
 
+// A handover: the stream is released mid-frame (in a payload, or in a header) and resumed on
+// the same connection from its state by another client; every byte arrives once, in order, and
+// input written through the resumed stream reaches the engine.
+TEST_P(ClientFake, AReleasedStreamGoesOnExactlyWhereItStood) {
+  auto const whole = frame(StdStream::out, "first second");
+  auto const warn = frame(StdStream::err, "warn");
+  struct Cut {
+    std::string before;  // sent before the release
+    std::string after;   // sent once the engine read the input of the resumed stream
+  };
+  Cut const cuts[] = {
+      {whole.substr(0, 8 + 6), whole.substr(8 + 6) + warn},  // inside a payload
+      {frame(StdStream::out, "first ") + warn.substr(0, 3),  // inside a header
+       warn.substr(3) + frame(StdStream::out, "second")},
+  };
+  for (auto const& cut : cuts) {
+    auto engine = streaming_engine([&cut](int fd) {
+      FakeEngine::send_all(fd, std::string{kUpgraded} + cut.before);
+      std::string got;
+      char buf[64];
+      timeval tv{0, 20000};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      auto const until = Clock::now() + 10s;
+      while (got.size() < 4 && Clock::now() < until) {
+        ssize_t const n = ::read(fd, buf, sizeof buf);
+        if (n == 0) return;
+        if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+      }
+      FakeEngine::send_all(fd, cut.after + frame(StdStream::out, "got:" + got));
+    });
+    auto c = make(engine.path());
+    std::optional<Result<std::shared_ptr<ExecStream>>> started;
+    c.start_exec(std::string{kExecId}, false, 5s,
+                 [&](Result<std::shared_ptr<ExecStream>> r) { started = std::move(r); });
+    run_until(started);
+    ASSERT_TRUE(*started);
+    auto first = **started;
+    Collected col;
+    std::optional<StreamEnd> first_end;
+    first->start(
+        [&col](StdStream st, std::span<std::uint8_t const> b) {
+          (st == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
+        },
+        [&first_end](StreamEnd e) { first_end = std::move(e); });
+    auto const until = Clock::now() + 5s;
+    while (col.out != "first " && Clock::now() < until) {
+      io_.restart();
+      io_.run_for(10ms);
+    }
+    ASSERT_EQ(col.out, "first ");
+    io_.restart();
+    io_.run_for(50ms);  // anything else sent before the release is read now
+    auto released = first->release();
+    ASSERT_TRUE(released) << released.error().message();
+    EXPECT_FALSE(first->release()) << "a stream is released once";
+    EXPECT_TRUE(released->connection.valid());
+    EXPECT_FALSE(released->state.tty);
+    EXPECT_FALSE(released->state.input_closed);
+    run_until(first_end);
+    EXPECT_EQ(first_end->kind, StreamEnd::Kind::closed);
+
+    Client other{io_, Endpoint{GetParam(), engine.path()}};
+    auto resumed = other.resume_stream(std::string{kExecId}, std::move(released->connection),
+                                       std::move(released->state));
+    ASSERT_TRUE(resumed) << resumed.error().message();
+    auto second = *resumed;
+    second->start(
+        [&col](StdStream st, std::span<std::uint8_t const> b) {
+          (st == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
+        },
+        [&col](StreamEnd e) {
+          col.end = std::move(e);
+          ++col.ends;
+        });
+    std::string_view const msg = "ping";
+    EXPECT_EQ(
+        second->try_write({reinterpret_cast<std::uint8_t const*>(msg.data()), msg.size()}).written,
+        4U);
+    run_until(col.end);
+    EXPECT_EQ(col.end->kind, StreamEnd::Kind::eof);
+    EXPECT_EQ(col.out, "first secondgot:ping");
+    EXPECT_EQ(col.err, "warn");
+    EXPECT_EQ(col.ends, 1);
+  }
+}
+
+TEST_P(ClientFake, AResumedStreamRefusesAStateNoDemuxerCanBeAt) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  sys::UniqueFd keep{sv[1]};
+  ExecStreamState bad;
+  bad.position.header = std::vector<std::uint8_t>(8, 0);
+  Client c{io_, Endpoint{GetParam(), "/nonexistent"}};
+  auto r = c.resume_stream(std::string{kExecId}, sys::UniqueFd{sv[0]}, bad);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::engine_failed);
+  auto r2 = c.resume_stream("not-an-exec", sys::UniqueFd{::dup(sv[1])}, ExecStreamState{});
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code, Errc::engine_failed);
+}
+
 TEST_P(ClientFake, CloseEndsTheStreamOnceAndCancelsAWait) {
   auto engine = streaming_engine([](int fd) {
     FakeEngine::send_all(fd, std::string{kUpgraded} + frame(StdStream::out, "hello"));

@@ -146,6 +146,55 @@ TEST(FrameDemuxer, SystemFramesAreHandedOut) {
   EXPECT_EQ(r.pieces[0].second, "boom");
 }
 
+// A handover cuts the stream anywhere: a demuxer resumed from the first one's position, fed the
+// rest, gives exactly what one demuxer fed everything gives.
+TEST(FrameDemuxer, APositionTakenAtAnyCutGoesOnExactly) {
+  auto const input = concat({encode_frame(StdStream::out, bytes("hello ")),
+                             encode_frame(StdStream::err, bytes("warning")),
+                             encode_frame(StdStream::out, bytes("")),
+                             encode_frame(StdStream::out, bytes("world"))});
+  auto drain = [](FrameDemuxer& d, std::span<std::uint8_t const> in, std::string& out,
+                  std::string& err) {
+    while (true) {
+      auto p = d.next(in);
+      ASSERT_TRUE(p);
+      if (!*p) break;
+      ((*p)->stream == StdStream::err ? err : out).append((*p)->bytes.begin(), (*p)->bytes.end());
+    }
+  };
+  for (std::size_t cut = 0; cut <= input.size(); ++cut) {
+    std::string out;
+    std::string err;
+    FrameDemuxer first{1 << 20};
+    drain(first, std::span<std::uint8_t const>{input.data(), cut}, out, err);
+    auto second = FrameDemuxer::resume(1 << 20, first.position());
+    ASSERT_TRUE(second) << cut << ": " << second.error().message();
+    drain(*second, std::span<std::uint8_t const>{input.data() + cut, input.size() - cut}, out, err);
+    EXPECT_EQ(out, "hello world") << cut;
+    EXPECT_EQ(err, "warning") << cut;
+    EXPECT_TRUE(second->at_boundary()) << cut;
+    EXPECT_EQ(second->frames(), 4U) << cut;
+  }
+}
+
+TEST(FrameDemuxer, ResumeRefusesPositionsNoDemuxerCanBeAt) {
+  using P = FrameDemuxer::Position;
+  P const cases[] = {
+      P{Bytes(8, 0), 0, StdStream::out, 1},    // a whole header pending
+      P{Bytes{1, 0}, 5, StdStream::out, 1},    // a header and a payload
+      P{{}, 17, StdStream::out, 1},            // over the limit of 16
+      P{{}, 3, static_cast<StdStream>(4), 1},  // no such stream
+      P{{}, 3, StdStream::out, 0},             // a payload before any frame
+  };
+  for (auto const& p : cases) {
+    auto r = FrameDemuxer::resume(16, p);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::engine_failed);
+  }
+  EXPECT_TRUE(FrameDemuxer::resume(16, P{Bytes{1, 0, 0}, 0, StdStream::err, 2}));
+  EXPECT_TRUE(FrameDemuxer::resume(16, P{{}, 16, StdStream::err, 2}));
+}
+
 // Any sequence of frames, fed in any chunking, gives back exactly the payloads per stream.
 RC_GTEST_PROP(FrameDemuxer, RoundTripsUnderAnyChunking, ()) {
   auto const frames = *rc::gen::container<std::vector<std::pair<bool, std::string>>>(

@@ -96,8 +96,10 @@ Result<sys::UniqueFd> take_verified(json::value const* v, std::string const& wha
                              ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
                              type == SOCK_STREAM;
   len = sizeof listening;
+  sockaddr_storage peer{};
+  socklen_t peer_len = sizeof peer;
   if (!stream_socket || ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
-      listening != 0) {
+      listening != 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
     return failed(what + ": not a connected stream socket");
   }
   return held;

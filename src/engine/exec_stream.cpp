@@ -222,16 +222,17 @@ Result<ExecStream::Released> ExecStream::release() {
   closed_ = true;
   boost::system::error_code ec;
   int const fd = socket_.release(ec);  // ends a pending wait (operation_aborted), keeps it open
-  if (ec || fd < 0) {
-    socket_.close(ec);
-    return Error{Errc::engine_unavailable, what_ + ": the connection cannot be released"};
-  }
-  out.connection = sys::UniqueFd{fd};
+  bool const failed = ec || fd < 0;
+  if (failed) socket_.close(ec);
+  // A wait in flight ends the stream (operation_aborted finds it closed); without one, the end
+  // is posted here, as by close().
   if (started_ && !ended_ && !reading_) {
     asio::post(io_, [self = shared_from_this()] {
       self->finish(StreamEnd{StreamEnd::Kind::closed, std::nullopt});
     });
   }
+  if (failed) return Error{Errc::engine_unavailable, what_ + ": the connection cannot be released"};
+  out.connection = sys::UniqueFd{fd};
   return out;
 }
 

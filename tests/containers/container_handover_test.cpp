@@ -85,6 +85,8 @@ TEST_P(ContainerHandover, OutputInputAndATerminalGoOnWithNothingLost) {
     EXPECT_TRUE(obs.contains("exec")) << json::serialize(t);
     EXPECT_TRUE(obs.contains("container")) << json::serialize(t);
     EXPECT_FALSE(obs.contains("output_handover")) << json::serialize(t);
+    EXPECT_EQ(obs.at("output").as_string(), "kept") << json::serialize(t);
+    EXPECT_EQ(obs.at("root").as_string(), "handed_over") << json::serialize(t);
     // One `adopted` event, saying the output was kept, and one numbered log across both images.
     auto const evs = events(id);
     int adopted = 0;
@@ -130,6 +132,36 @@ TEST_P(ContainerHandover, ACancelAfterTheHandoverEndsTheWholeTree) {
       << json::serialize(t);
   EXPECT_TRUE(host_sleeps(n).empty()) << "survivors: " << host_sleeps(n).size();
   expect_container_running(engine_.running);
+}
+
+// The container's init went across by its identity: a container stopped after the handover is
+// still the backend's failure, never the exec's own exit.
+TEST_P(ContainerHandover, AContainerStoppedAfterTheHandoverIsABackendFailure) {
+  std::string const name = "custos-test-stop-" + unique_suffix();
+  ASSERT_EQ(engine_cli(engine_, "run -d --network none --name " + name +
+                                    " custos-test:latest sh -c 'trap \"exit 0\" TERM; while :; do "
+                                    "sleep 1; done'"),
+            0);
+  struct Remove {
+    RealEngine e;
+    std::string n;
+    ~Remove() { (void)engine_cli(e, "rm -f " + n); }
+  } remove{engine_, name};
+  auto c = daemon_.client();
+  std::string const n = unique_sleep();
+  auto const id = start(c, params({"/bin/sh", "-c", "exec sleep " + n}, name));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(await_sleeps(n, 1));
+  auto const before = started_ns(daemon_);
+  ASSERT_TRUE(daemon_.signal(SIGHUP));
+  ASSERT_TRUE(await_handover(daemon_, before)) << daemon_.log();
+  ASSERT_EQ(engine_cli(engine_, "stop -t 5 " + name), 0);
+  auto c2 = daemon_.client();
+  auto const t = wait(c2, id);
+  EXPECT_EQ(t.at("classification").as_string(), "supervisor_failed") << json::serialize(t);
+  EXPECT_EQ(t.at("trigger").as_string(), "backend_failure") << json::serialize(t);
+  EXPECT_EQ(t.at("observations").at("container_stopped").as_string(), "true") << json::serialize(t);
+  EXPECT_TRUE(host_sleeps(n).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, ContainerHandover,

@@ -69,6 +69,9 @@ TEST(HandoverCarried, AConnectionMustBeAConnectedStreamSocket) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, d), 0);
   sys::UniqueFd keep_d{d[1]};
   EXPECT_FALSE(round_trip(with_connection(sys::UniqueFd{d[0]})));
+  // A stream socket never connected.
+  EXPECT_FALSE(
+      round_trip(with_connection(sys::UniqueFd{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)})));
   // A listening socket.
   sys::UniqueFd l{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
   ASSERT_TRUE(l.valid());

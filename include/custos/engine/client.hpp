@@ -157,8 +157,8 @@ class ExecStream : public std::enable_shared_from_this<ExecStream> {
   // does (on_end, if started, follows with Kind::closed; the connection is not shut). Every
   // byte read from the connection so far was either delivered or is in `unread`: reads happen
   // only when the connection is readable, never ahead in a pending operation. Errors:
-  // engine.unavailable when the stream already ended or was closed; engine.failed when it is
-  // malformed (nothing to go on from).
+  // engine.unavailable when the stream already ended (a malformed stream ends it too) or was
+  // closed, or the connection cannot be released (it is then closed).
   struct Released {
     sys::UniqueFd connection;
     ExecStreamState state;

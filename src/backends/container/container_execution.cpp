@@ -693,6 +693,12 @@ core::Observations ContainerExecution::observations() const {
   o["cgroup_placement"] = placement_.empty() ? "none" : placement_;
   if (backend_failed_) o["container_stopped"] = "true";
   if (observed_engine_exit_) o["exit_status_from"] = "engine";
+  if (carried_) {
+    // Handed over by the previous image with its engine stream (the tree half only saw an
+    // adoption): output and input went on, unless the stream could not.
+    o["root"] = "handed_over";
+    o["output"] = handover_lost_.empty() ? "kept" : "not_kept";
+  }
   if (!handover_lost_.empty()) o["output_handover"] = "lost: " + handover_lost_;
   return o;
 }

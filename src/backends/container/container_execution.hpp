@@ -176,6 +176,7 @@ class ContainerExecution final : public BackendExecution,
   std::string discard_unconfirmed_;    // why an aborted launch's cleanup cannot be confirmed
   // Carried across a handover: the container's init did not re-identify (it ended meanwhile);
   // why the carried stream could not go on (its streams then end incomplete).
+  bool carried_ = false;  // adopted with what a handover carried (take_carried)
   bool init_gone_ = false;
   std::string handover_lost_;
 };

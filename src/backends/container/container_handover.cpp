@@ -52,7 +52,9 @@ struct CarriedExec {
   std::string placement;
   bool ungated = false;
   std::optional<sys::PidfsIdentity> init;
-  std::optional<engine::ExecStreamState> stream;  // none: the stream had ended
+  bool init_gone = false;  // the init had ended (the container stopped) before the handover
+  std::optional<engine::ExecStreamState> stream;  // none: the stream had ended, or was lost
+  std::string lost;  // why the stream could not go on (empty: it went on, or had ended)
 };
 
 Result<CarriedExec> read_carried(json::object const& o) {
@@ -68,6 +70,10 @@ Result<CarriedExec> read_carried(json::object const& o) {
     (void)r.string(*v, "/placement", c.placement);
   }
   if (auto const* v = r.required(o, "", "ungated")) (void)r.boolean(*v, "/ungated", c.ungated);
+  if (auto const* v = r.required(o, "", "init_gone")) {
+    (void)r.boolean(*v, "/init_gone", c.init_gone);
+  }
+  if (auto const* v = r.required(o, "", "lost")) (void)r.string(*v, "/lost", c.lost);
   if (auto const* v = core::FieldReader::given(o, "init")) {
     if (auto const* io = r.object(*v, "/init")) {
       sys::PidfsIdentity id;
@@ -150,9 +156,16 @@ std::optional<CarriedStdio> ContainerExecution::hand_over_stdio() {
   io.pty = io_state_.tty;
   json::object state{{"exec", exec_id_},        {"container", container_id_},
                      {"placement", placement_}, {"ungated", ungated_},
-                     {"init", nullptr},         {"stream", nullptr}};
-  if (init_) {
-    if (auto id = sys::read_identity(*init_)) state["init"] = identity_json(*id);
+                     {"init", nullptr},         {"init_gone", init_gone_},
+                     {"stream", nullptr},       {"lost", handover_lost_}};
+  if (init_ && !init_gone_) {
+    // An init that cannot be identified any more has ended: the container stopped.
+    auto id = sys::read_identity(*init_);
+    if (id && init_->alive()) {
+      state["init"] = identity_json(*id);
+    } else {
+      state["init_gone"] = true;
+    }
   }
   if (io_state_.stream && io_state_.open) {
     // Every byte read from the connection so far was delivered to the port (reads happen only
@@ -161,9 +174,10 @@ std::optional<CarriedStdio> ContainerExecution::hand_over_stdio() {
     if (auto released = io_state_.stream->release()) {
       io.connection = std::move(released->connection);
       state["stream"] = stream_json(released->state);
+    } else {
+      // Closed with this image: the next one ends the streams incomplete and says why.
+      state["lost"] = "the engine stream could not be released: " + released.error().message();
     }
-    // A stream that cannot be released is closed with this image: the next one ends it
-    // incomplete (no connection carried while the pumps still had it open).
     io_state_.open = false;
   }
   io_state_.stream.reset();
@@ -193,6 +207,7 @@ void ContainerExecution::take_carried(CarriedStdio carried, core::ExecutionPlan 
   io_state_.tty = view.pty;
   io_state_.chunk_bytes = static_cast<std::size_t>(view.chunk_bytes);
   client_ = host_->client(plan.backend.socket.value_or(""));
+  carried_ = true;
   auto c = read_carried(carried.state);
   if (!c) {
     handover_lost_ = "the carried state does not read: " + c.error().message();
@@ -202,7 +217,8 @@ void ContainerExecution::take_carried(CarriedStdio carried, core::ExecutionPlan 
   container_id_ = c->container_id;
   placement_ = c->placement;
   ungated_ = c->ungated;
-  if (c->init) {
+  init_gone_ = c->init_gone;
+  if (c->init && !init_gone_) {
     // The container's init, re-identified: a pid alone is never trusted. Gone (or another
     // process by now): the container stopped while no image watched it.
     auto fd = sys::Pidfd::open(c->init->pid);
@@ -212,6 +228,10 @@ void ContainerExecution::take_carried(CarriedStdio carried, core::ExecutionPlan 
     } else if (id || id.error().sys_errno == ESRCH) {
       init_gone_ = true;
     }
+  }
+  if (!c->lost.empty()) {
+    handover_lost_ = c->lost;
+    return;
   }
   if (!c->stream) return;  // ended before the handover: the pumps say so
   if (!carried.connection.valid()) {

@@ -137,16 +137,9 @@ TEST_P(ContainerHandover, ACancelAfterTheHandoverEndsTheWholeTree) {
 // The container's init went across by its identity: a container stopped after the handover is
 // still the backend's failure, never the exec's own exit.
 TEST_P(ContainerHandover, AContainerStoppedAfterTheHandoverIsABackendFailure) {
-  std::string const name = "custos-test-stop-" + unique_suffix();
-  ASSERT_EQ(engine_cli(engine_, "run -d --network none --name " + name +
-                                    " custos-test:latest sh -c 'trap \"exit 0\" TERM; while :; do "
-                                    "sleep 1; done'"),
-            0);
-  struct Remove {
-    RealEngine e;
-    std::string n;
-    ~Remove() { (void)engine_cli(e, "rm -f " + n); }
-  } remove{engine_, name};
+  StoppableContainer stoppable{engine_};
+  ASSERT_TRUE(stoppable.ok());
+  std::string const& name = stoppable.name;
   auto c = daemon_.client();
   std::string const n = unique_sleep();
   auto const id = start(c, params({"/bin/sh", "-c", "exec sleep " + n}, name));

@@ -69,6 +69,21 @@ inline int engine_cli(RealEngine const& e, std::string const& args) {
   return std::system(cmd.c_str());
 }
 
+// A container of its own for a test that stops it (`custos-test-stop-<unique>`, exiting 0 on
+// SIGTERM), removed when the test ends. ok() says whether the engine started it.
+struct StoppableContainer {
+  RealEngine engine;
+  std::string name = "custos-test-stop-" + unique_suffix();
+  int started = engine_cli(engine, "run -d --network none --name " + name +
+                                       " custos-test:latest sh -c 'trap \"exit 0\" TERM; while "
+                                       ":; do sleep 1; done'");
+  explicit StoppableContainer(RealEngine e) : engine(std::move(e)) {}
+  StoppableContainer(StoppableContainer const&) = delete;
+  StoppableContainer& operator=(StoppableContainer const&) = delete;
+  ~StoppableContainer() { (void)engine_cli(engine, "rm -f " + name); }
+  [[nodiscard]] bool ok() const { return started == 0; }
+};
+
 class Containers : public ::testing::TestWithParam<EngineKind> {
  protected:
   void SetUp() override {

@@ -213,9 +213,9 @@ class ExecutionManager {
   void answer_waits(std::string const& execution_id, Result<core::TerminalRecord> const& answer);
   void answer_all_waits(Error const& error);
   void schedule_reap();
-  // Runs `done` (posted) once `settled()` holds or `deadline` passed, looking every kShutdownPoll.
   // The synchronous part of prepare_handover(): no root exit is collected from here on.
   void hold_exits();
+  // Runs `done` (posted) once `settled()` holds or `deadline` passed, looking every kShutdownPoll.
   void poll_until(std::function<bool()> settled, std::chrono::steady_clock::time_point deadline,
                   std::function<void()> done);
   [[nodiscard]] std::shared_ptr<Supervisor> find(std::string const& execution_id) const;

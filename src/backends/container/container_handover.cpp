@@ -21,8 +21,6 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::string_view kStreamNames[] = {"in", "out", "err", "system"};
-
 json::value identity_json(sys::PidfsIdentity const& id) {
   return json::object{{"pid", id.pid},
                       {"boot_id", id.boot_id},
@@ -36,7 +34,7 @@ json::object stream_json(engine::ExecStreamState const& s) {
       {"tty", s.tty},
       {"header_hex", core::to_hex(s.position.header)},
       {"remaining", s.position.remaining},
-      {"stream", kStreamNames[static_cast<std::size_t>(s.position.stream)]},
+      {"stream", static_cast<unsigned>(s.position.stream)},  // stdcopy's own stream number
       {"frames", s.position.frames},
       {"unread_b64", core::base64_encode(s.unread)},
       {"engine_message", s.engine_message},
@@ -97,7 +95,7 @@ Result<CarriedExec> read_carried(json::object const& o) {
     if (auto const* so = r.object(*v, "/stream")) {
       engine::ExecStreamState s;
       std::string hex;
-      std::string name;
+      std::uint64_t stream = 0;
       std::string unread;
       std::uint64_t remaining = 0;
       if (auto const* p = r.required(*so, "/stream", "tty"))
@@ -109,7 +107,8 @@ Result<CarriedExec> read_carried(json::object const& o) {
         (void)r.unsigned_int(*p, "/stream/remaining", remaining);
       }
       if (auto const* p = r.required(*so, "/stream", "stream")) {
-        (void)r.string(*p, "/stream/stream", name);
+        // Its range is checked with the rest of the position (FrameDemuxer::resume).
+        (void)r.unsigned_int(*p, "/stream/stream", 255, Errc::engine_failed, stream);
       }
       if (auto const* p = r.required(*so, "/stream", "frames")) {
         (void)r.unsigned_int(*p, "/stream/frames", s.position.frames);
@@ -133,12 +132,7 @@ Result<CarriedExec> read_carried(json::object const& o) {
       if (!bytes) r.add(Errc::engine_failed, "/stream/unread_b64", "not base64");
       if (bytes) s.unread = std::move(*bytes);
       s.position.remaining = static_cast<std::size_t>(remaining);
-      auto const* it = std::find(std::begin(kStreamNames), std::end(kStreamNames), name);
-      if (it == std::end(kStreamNames)) {
-        r.add(Errc::engine_failed, "/stream/stream", "unknown stream \"" + name + "\"");
-      } else {
-        s.position.stream = static_cast<engine::StdStream>(it - std::begin(kStreamNames));
-      }
+      s.position.stream = static_cast<engine::StdStream>(stream);
       c.stream = std::move(s);
     }
   }

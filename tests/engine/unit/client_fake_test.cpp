@@ -392,6 +392,18 @@ struct Collected {
   int ends = 0;
 };
 
+// Starts `stream`, collecting what it delivers (and its end) into `col`.
+void collect(ExecStream& stream, Collected& col) {
+  stream.start(
+      [&col](StdStream s, std::span<std::uint8_t const> b) {
+        (s == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
+      },
+      [&col](StreamEnd e) {
+        col.end = std::move(e);
+        ++col.ends;
+      });
+}
+
 // Starts exec `kExecId` on `engine` and collects its stream until it ends.
 Collected run_stream(boost::asio::io_context& io, Client& c, bool tty,
                      std::function<void(ExecStream&)> after_start = nullptr) {
@@ -407,14 +419,7 @@ Collected run_stream(boost::asio::io_context& io, Client& c, bool tty,
   EXPECT_TRUE(started && *started) << (started && !*started ? started->error().message() : "");
   if (!started || !*started) return col;
   auto stream = **started;
-  stream->start(
-      [&col](StdStream s, std::span<std::uint8_t const> b) {
-        (s == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
-      },
-      [&col](StreamEnd e) {
-        col.end = std::move(e);
-        ++col.ends;
-      });
+  collect(*stream, col);
   if (after_start) after_start(*stream);
   while (!col.end && Clock::now() < until) {
     io.restart();
@@ -598,7 +603,7 @@ TEST_P(ClientFake, AReleasedStreamGoesOnExactlyWhereItStood) {
     ASSERT_TRUE(*started);
     auto first = **started;
     Collected col;
-    std::optional<StreamEnd> first_end;
+    std::optional<StreamEnd> first_end;  // the first stream's (its output goes on in `col`)
     first->start(
         [&col](StdStream st, std::span<std::uint8_t const> b) {
           (st == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
@@ -626,14 +631,7 @@ TEST_P(ClientFake, AReleasedStreamGoesOnExactlyWhereItStood) {
                                        std::move(released->state));
     ASSERT_TRUE(resumed) << resumed.error().message();
     auto second = *resumed;
-    second->start(
-        [&col](StdStream st, std::span<std::uint8_t const> b) {
-          (st == StdStream::err ? col.err : col.out).append(b.begin(), b.end());
-        },
-        [&col](StreamEnd e) {
-          col.end = std::move(e);
-          ++col.ends;
-        });
+    collect(*second, col);
     std::string_view const msg = "ping";
     EXPECT_EQ(
         second->try_write({reinterpret_cast<std::uint8_t const*>(msg.data()), msg.size()}).written,
